@@ -1,0 +1,54 @@
+"""fedkrr: exact dynamics of federated kernel ridge regression by knowledge distillation.
+
+Theory toolkit for "Towards Model-Agnostic Federated Learning Using Knowledge
+Distillation" (Afonin & Karimireddy, ICLR 2022). Public names are listed here
+by hand; the implementation lives in ``fedkrr._src``. The library never changes
+JAX's global configuration: enable float64 in your entry point with
+``jax.config.update("jax_enable_x64", True)``.
+"""
+
+from fedkrr._src.closed_form import Blocks
+from fedkrr._src.closed_form import Limit
+from fedkrr._src.closed_form import Recurrence
+from fedkrr._src.closed_form import akd_step_matrix
+from fedkrr._src.closed_form import blocks
+from fedkrr._src.closed_form import central
+from fedkrr._src.closed_form import limit
+from fedkrr._src.closed_form import local
+from fedkrr._src.closed_form import recurrence
+from fedkrr._src.closed_form import spectral_radius
+from fedkrr._src.closed_form import trajectory
+from fedkrr._src.kernels import RBF
+from fedkrr._src.kernels import CustomKernel
+from fedkrr._src.kernels import KernelError
+from fedkrr._src.kernels import Laplace
+from fedkrr._src.kernels import Linear
+from fedkrr._src.kernels import Polynomial
+from fedkrr._src.kernels import kernel_from_dict
+from fedkrr._src.kernels import kernel_from_json
+from fedkrr._src.learner import KRRLearner
+from fedkrr._src.learner import KRRModel
+from fedkrr._src.learner import Learner
+from fedkrr._src.learner import Model
+from fedkrr._src.learner import krr_learners
+from fedkrr._src.linalg import RidgeFactor
+from fedkrr._src.linalg import ridge_factor
+from fedkrr._src.problem import FederatedProblem
+from fedkrr._src.problem import ProblemError
+from fedkrr._src.problem import make_problem
+from fedkrr._src.protocols import BASELINES
+from fedkrr._src.protocols import PROTOCOLS
+from fedkrr._src.protocols import Protocol
+from fedkrr._src.protocols import RoundOutput
+from fedkrr._src.protocols import akd
+from fedkrr._src.protocols import avgkd
+from fedkrr._src.protocols import backfit
+from fedkrr._src.protocols import central_models
+from fedkrr._src.protocols import ekd
+from fedkrr._src.protocols import get_protocol
+from fedkrr._src.protocols import iterate
+from fedkrr._src.protocols import local_models
+from fedkrr._src.protocols import pkd
+from fedkrr._src.protocols import simulate
+
+__version__ = "0.1.0"

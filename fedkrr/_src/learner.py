@@ -1,0 +1,109 @@
+"""The learner interface of the protocols and the exact kernel ridge learner.
+
+A protocol only ever calls ``learner.fit(x, targets) -> model`` and
+``model.predict(x) -> predictions`` (the paper's model-agnostic API). Any object
+with those two methods is a learner: the kernel ridge learner here, and the
+Flax and random-forest learners of ``neural``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+import dataclasses
+from typing import Any
+from typing import Protocol
+
+import jax
+import jax.numpy as jnp
+
+from fedkrr._src import linalg
+from fedkrr._src.problem import FederatedProblem
+
+Array = jax.Array
+
+
+class Model(Protocol):
+  """A trained model: ``predict(x)`` returns predictions of shape (n,) or (n, C)."""
+
+  def predict(self, x: Array) -> Array:
+    ...
+
+
+class Learner(Protocol):
+  """Fits a model on inputs ``x`` (n, d) and targets (n,) or (n, C)."""
+
+  def fit(self, x: Array, targets: Array) -> Model:
+    ...
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class KRRModel:
+  """``g(x) = k(x, X) alpha / N``: a kernel ridge model on the points ``X``."""
+
+  kernel: Any
+  x_train: Array
+  alpha: Array
+  num_points: Array
+
+  def predict(self, x: Array) -> Array:
+    return _krr_predict(self, jnp.asarray(x, dtype=self.alpha.dtype))
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class KRRLearner:
+  """Exact kernel ridge regression in the paper's convention.
+
+  Fitting on ``(X, t)`` solves ``alpha = (c I + k(X, X) / N)^{-1} t`` (Cholesky)
+  or, with ``c = 0``, the minimum-norm solution ``alpha = (k(X, X) / N)^+ t``
+  (Appendix C); the model predicts ``g(x) = k(x, X) alpha / N``. ``N`` is the
+  total number of points of the federated problem, not the size of ``X``
+  (Sec. 3, eq. 4). In scikit-learn terms this is ``KernelRidge`` with
+  ``alpha = c * N``.
+
+  Attributes:
+    kernel: the agent's kernel.
+    ridge: the regularisation constant c >= 0.
+    num_points: N, the scale of every Gram block.
+    rtol: eigenvalue cut-off of the pseudo-inverse (c = 0), relative to the
+      largest eigenvalue; ``None`` for ``n * eps(dtype)``.
+  """
+
+  kernel: Any
+  ridge: Array
+  num_points: Array
+  rtol: float | None = dataclasses.field(default=None, metadata=dict(static=True))
+
+  def fit(self, x: Array, targets: Array) -> KRRModel:
+    dtype = jnp.asarray(self.ridge).dtype
+    return _krr_fit(self, jnp.asarray(x, dtype=dtype), jnp.asarray(targets, dtype=dtype))
+
+
+@jax.jit
+def _krr_fit(learner: KRRLearner, x: Array, targets: Array) -> KRRModel:
+  gram = learner.kernel(x, x) / learner.num_points
+  factor = linalg.ridge_factor(gram, learner.ridge, learner.rtol)
+  return KRRModel(learner.kernel, x, factor.solve(targets), learner.num_points)
+
+
+@jax.jit
+def _krr_predict(model: KRRModel, x: Array) -> Array:
+  return (model.kernel(x, model.x_train) / model.num_points) @ model.alpha
+
+
+def krr_learners(problem: FederatedProblem, rtol: float | None = None) -> tuple[KRRLearner, ...]:
+  """One :class:`KRRLearner` per agent, with its kernel, the ridge and N."""
+  n = jnp.asarray(problem.num_points, dtype=problem.ridge.dtype)
+  return tuple(KRRLearner(k, problem.ridge, n, rtol) for k in problem.kernels)
+
+
+def check_learners(learners: Sequence[Any], num_agents: int) -> None:
+  """Raises ``ValueError`` unless there is one learner with ``fit`` per agent."""
+  if len(learners) != num_agents:
+    raise ValueError(f"learners: expected one learner per agent ({num_agents}), "
+                     f"got {len(learners)}")
+  for a, learner in enumerate(learners):
+    if not callable(getattr(learner, "fit", None)):
+      raise ValueError(f"learners[{a}]: expected an object with a fit(x, targets) method, "
+                       f"got {type(learner).__name__}")

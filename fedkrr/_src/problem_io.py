@@ -1,0 +1,88 @@
+"""Reading and writing federated problems as ``.npz`` files.
+
+A problem file holds ``x_0 .. x_{M-1}`` (N_a, d), ``y_0 .. y_{M-1}`` (N_a,) or
+(N_a, C), ``kernel_0 .. kernel_{M-1}`` (JSON strings such as
+``{"name": "rbf", "gamma": 0.5}``), ``ridge`` (a scalar) and ``x_eval`` (n, d),
+so that the toolkit can be driven from any language.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from typing import Any
+import zipfile
+
+import jax
+import numpy as np
+
+from fedkrr._src import kernels as kernels_lib
+from fedkrr._src.problem import FederatedProblem
+from fedkrr._src.problem import ProblemError
+from fedkrr._src.problem import check_eval_points
+from fedkrr._src.problem import make_problem
+
+Array = jax.Array
+
+_LAYOUT = "x_0..x_{M-1}, y_0..y_{M-1}, kernel_0..kernel_{M-1}, ridge and x_eval"
+
+
+def save_problem(path: str | os.PathLike, problem: FederatedProblem, x_eval: Any) -> None:
+  """Writes ``problem`` and ``x_eval`` in the layout :func:`load_problem` reads."""
+  arrays: dict[str, Any] = {"ridge": np.asarray(problem.ridge), "x_eval": np.asarray(x_eval)}
+  for a in range(problem.num_agents):
+    kernel = problem.kernels[a]
+    if isinstance(kernel, kernels_lib.CustomKernel):
+      raise ProblemError(f"kernels[{a}]: a custom callable kernel cannot be written to a file")
+    arrays[f"x_{a}"] = np.asarray(problem.xs[a])
+    arrays[f"y_{a}"] = np.asarray(problem.ys[a])
+    arrays[f"kernel_{a}"] = np.asarray(json.dumps(kernel.to_dict()))
+  np.savez(path, **arrays)
+
+
+def load_problem(path: str | os.PathLike, dtype=None) -> tuple[FederatedProblem, Array]:
+  """Reads and validates a problem file; returns ``(problem, x_eval)``.
+
+  Raises:
+    ProblemError: the file is missing, not an ``.npz`` archive, or lacks or
+      mangles one of the arrays (the message names it).
+    KernelError: a kernel string is not a valid kernel.
+  """
+  path = os.fspath(path)
+  if not os.path.exists(path):
+    raise ProblemError(f"{path}: no such file (expected an .npz with {_LAYOUT})")
+  try:
+    with np.load(path, allow_pickle=False) as data:
+      arrays = {k: data[k] for k in data.files}
+  except (zipfile.BadZipFile, ValueError, OSError, EOFError) as e:
+    raise ProblemError(f"{path}: not a readable .npz archive ({e})") from None
+
+  agents = sorted(int(m.group(1)) for k in arrays if (m := re.fullmatch(r"x_(\d+)", k)))
+  if not agents:
+    raise ProblemError(f"{path}: no x_0 array (expected {_LAYOUT})")
+  if agents != list(range(len(agents))):
+    raise ProblemError(f"{path}: agents must be numbered x_0..x_{{M-1}} without gaps, "
+                       f"got {[f'x_{a}' for a in agents]}")
+  required = [f"{p}_{a}" for p in ("y", "kernel") for a in agents] + ["ridge", "x_eval"]
+  missing = [k for k in required if k not in arrays]
+  if missing:
+    raise ProblemError(f"{path}: missing {', '.join(missing)} (expected {_LAYOUT})")
+
+  kernels = []
+  for a in agents:
+    spec = arrays[f"kernel_{a}"]
+    if spec.shape != () or spec.dtype.kind not in "US":
+      raise ProblemError(f"{path}: kernel_{a} must be a JSON string, got an array of "
+                         f"shape {spec.shape} and dtype {spec.dtype}")
+    kernels.append(kernels_lib.kernel_from_json(str(spec), f"{path}: kernel_{a}"))
+  ridge = arrays["ridge"]
+  if ridge.size != 1:
+    raise ProblemError(f"{path}: ridge must be a scalar, got shape {ridge.shape}")
+  try:
+    problem = make_problem([arrays[f"x_{a}"] for a in agents], [arrays[f"y_{a}"] for a in agents],
+                           kernels, float(ridge.reshape(())), dtype=dtype)
+    x_eval = check_eval_points(problem, arrays["x_eval"])
+  except ProblemError as e:
+    raise ProblemError(f"{path}: {e}") from None
+  return problem, x_eval

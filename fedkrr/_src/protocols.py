@@ -1,0 +1,290 @@
+"""Model-agnostic distillation protocols, written once against fit/predict.
+
+Each protocol is a :class:`Protocol` ``(init, step)`` pair of pure pieces, in the
+spirit of ``optax.GradientTransformation``: ``init(ys)`` returns the protocol's
+state and ``step(state, learners, xs, ys)`` runs one round, returning the new
+state and a :class:`RoundOutput` (the models of the round and how they combine
+into the round's predictor). Only ``learner.fit`` and ``model.predict`` are
+called, so the same code runs exact kernel ridge learners (``fedkrr``) and
+neural or random-forest learners (``neural``).
+
+Protocols (agents a = 0..M-1; DESIGN.md, Afonin & Karimireddy Sec. 4-5, App. G):
+
+* ``akd(start)``: round 0 fits agent ``start`` on its labels; round t's model
+  belongs to agent ``(start + t) mod M`` and is fitted on the previous model's
+  predictions on that agent's inputs.
+* ``avgkd()``: ``yhat_i(t+1) = (y_i + sum_{j != i} g_j(t)(X_i)) / M``.
+* ``pkd()``: ``yhat_i(t+1) = (yhat_i(t) + sum_{j != i} g_j(t)(X_i)) / M``.
+* ``ekd()``: AKD from every agent s; round t's predictor is the partial sum
+  ``f_t = sum_{r <= t} (-1)^r sum_s g^s_r``.
+* ``backfit(order)``: from all-zero models, agent i refits on
+  ``y_i - sum_{j != i} h_j(X_i)``, in index order with the latest models
+  (``"gauss-seidel"``) or all from the previous sweep (``"jacobi"``); the
+  predictor is ``sum_i h_i``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from collections.abc import Iterator
+from collections.abc import Sequence
+from typing import Any
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from fedkrr._src.learner import Learner
+from fedkrr._src.learner import Model
+from fedkrr._src.learner import check_learners
+
+Array = jax.Array
+
+PROTOCOLS = ("akd", "avgkd", "pkd", "ekd", "backfit-gs", "backfit-jacobi")
+BASELINES = ("central", "local")
+
+
+class RoundOutput(NamedTuple):
+  """What one round produced.
+
+  Attributes:
+    models: the models of this round.
+    agents: the agent that owns (fitted) each model.
+    weights: ``None`` if each model is its own predictor (AvgKD, PKD); else
+      the round's predictor is ``sum_k weights[k] * models[k]``.
+    cumulative: if true, the protocol's predictor after round t is the sum of
+      the weighted predictors of rounds 0..t (EKD).
+  """
+
+  models: tuple[Model, ...]
+  agents: tuple[int, ...]
+  weights: tuple[float, ...] | None
+  cumulative: bool = False
+
+
+class Protocol(NamedTuple):
+  """A distillation protocol as a pair of pure pieces.
+
+  Attributes:
+    name: the protocol's name.
+    init: ``ys -> state``.
+    step: ``(state, learners, xs, ys) -> (state, RoundOutput)``.
+  """
+
+  name: str
+  init: Callable[[Sequence[Array]], Any]
+  step: Callable[[Any, Sequence[Learner], Sequence[Array], Sequence[Array]],
+                 tuple[Any, RoundOutput]]
+
+
+class AKDState(NamedTuple):
+  round: int
+  agent: int       # the agent that fits next
+  targets: Array   # its targets
+
+
+class AveragedState(NamedTuple):
+  round: int
+  targets: tuple[Array, ...]
+
+
+class EKDState(NamedTuple):
+  round: int
+  runs: tuple[AKDState, ...]
+
+
+class BackfitState(NamedTuple):
+  round: int
+  models: tuple[Model | None, ...]   # None: the all-zero model
+
+
+def _check_start(start: int, num_agents: int) -> None:
+  if not isinstance(start, int) or not 0 <= start < num_agents:
+    raise ValueError(f"start: expected an agent index in 0..{num_agents - 1}, got {start!r}")
+
+
+def _akd_step(state: AKDState, learners, xs) -> tuple[AKDState, Model]:
+  a = state.agent
+  model = learners[a].fit(xs[a], state.targets)
+  nxt = (a + 1) % len(xs)
+  return AKDState(state.round + 1, nxt, model.predict(xs[nxt])), model
+
+
+def akd(start: int = 0) -> Protocol:
+  """Alternating KD started at agent ``start`` (M-agent cycle, App. G)."""
+
+  def init(ys):
+    _check_start(start, len(ys))
+    return AKDState(0, start, ys[start])
+
+  def step(state, learners, xs, ys):
+    agent = state.agent
+    state, model = _akd_step(state, learners, xs)
+    return state, RoundOutput((model,), (agent,), (1.0,))
+
+  return Protocol("akd", init, step)
+
+
+def _averaged(name: str, reinject_labels: bool) -> Protocol:
+
+  def init(ys):
+    return AveragedState(0, tuple(ys))
+
+  def step(state, learners, xs, ys):
+    m = len(xs)
+    models = tuple(learners[i].fit(xs[i], state.targets[i]) for i in range(m))
+    targets = []
+    for i in range(m):
+      base = ys[i] if reinject_labels else state.targets[i]
+      others = sum(models[j].predict(xs[i]) for j in range(m) if j != i)
+      targets.append((base + others) / m)
+    return (AveragedState(state.round + 1, tuple(targets)),
+            RoundOutput(models, tuple(range(m)), None))
+
+  return Protocol(name, init, step)
+
+
+def avgkd() -> Protocol:
+  """Averaged KD: every agent refits on the average of its labels and the others' predictions."""
+  return _averaged("avgkd", reinject_labels=True)
+
+
+def pkd() -> Protocol:
+  """Parallel KD: like AvgKD with the previous targets in place of the labels (App. E)."""
+  return _averaged("pkd", reinject_labels=False)
+
+
+def ekd() -> Protocol:
+  """Ensembled KD: AKD from every agent, summed with alternating signs (eq. 9, 32)."""
+
+  def init(ys):
+    return EKDState(0, tuple(AKDState(0, s, ys[s]) for s in range(len(ys))))
+
+  def step(state, learners, xs, ys):
+    runs, models = [], []
+    for run in state.runs:
+      agent = run.agent
+      run, model = _akd_step(run, learners, xs)
+      runs.append(run)
+      models.append((agent, model))
+    sign = -1.0 if state.round % 2 else 1.0
+    return (EKDState(state.round + 1, tuple(runs)),
+            RoundOutput(tuple(m for _, m in models), tuple(a for a, _ in models),
+                        (sign,) * len(models), cumulative=True))
+
+  return Protocol("ekd", init, step)
+
+
+def backfit(order: str = "gauss-seidel") -> Protocol:
+  """Backfitting KD: each agent refits on its labels minus the others' predictions."""
+  if order not in ("gauss-seidel", "jacobi"):
+    raise ValueError(f"order: expected 'gauss-seidel' or 'jacobi', got {order!r}")
+
+  def init(ys):
+    return BackfitState(0, (None,) * len(ys))
+
+  def step(state, learners, xs, ys):
+    m = len(xs)
+    current = list(state.models)
+    for i in range(m):
+      source = current if order == "gauss-seidel" else state.models
+      residual = ys[i]
+      for j in range(m):
+        if j != i and source[j] is not None:
+          residual = residual - source[j].predict(xs[i])
+      current[i] = learners[i].fit(xs[i], residual)
+    return (BackfitState(state.round + 1, tuple(current)),
+            RoundOutput(tuple(current), tuple(range(m)), (1.0,) * m))
+
+  name = "backfit-gs" if order == "gauss-seidel" else "backfit-jacobi"
+  return Protocol(name, init, step)
+
+
+def get_protocol(name: str, start: int = 0) -> Protocol:
+  """The protocol called ``name`` (one of ``PROTOCOLS``)."""
+  makers = {
+      "akd": lambda: akd(start),
+      "avgkd": avgkd,
+      "pkd": pkd,
+      "ekd": ekd,
+      "backfit-gs": lambda: backfit("gauss-seidel"),
+      "backfit-jacobi": lambda: backfit("jacobi"),
+  }
+  if name not in makers:
+    raise ValueError(f"protocol: expected one of {', '.join(PROTOCOLS)}, got {name!r}")
+  return makers[name]()
+
+
+def _check_data(learners, xs, ys) -> None:
+  if len(xs) < 2 or len(xs) != len(ys):
+    raise ValueError(f"xs, ys: expected one array each per agent (at least 2), "
+                     f"got {len(xs)} and {len(ys)}")
+  check_learners(learners, len(xs))
+
+
+def iterate(protocol: Protocol, learners: Sequence[Learner], xs: Sequence[Array],
+            ys: Sequence[Array], rounds: int, state: Any = None,
+            progress: bool = False) -> Iterator[tuple[Any, RoundOutput]]:
+  """Runs ``rounds`` rounds, yielding ``(state, output)`` after each.
+
+  Pass a saved ``state`` to resume; its ``round`` field says where.
+  """
+  _check_data(learners, xs, ys)
+  if not isinstance(rounds, int) or rounds < 1:
+    raise ValueError(f"rounds: expected an integer >= 1, got {rounds!r}")
+  if state is None:
+    state = protocol.init(ys)
+  bar = None
+  if progress:
+    from tqdm.auto import tqdm
+    bar = tqdm(total=rounds, initial=state.round, desc=protocol.name, unit="round")
+  while state.round < rounds:
+    state, output = protocol.step(state, learners, xs, ys)
+    if bar is not None:
+      bar.update(1)
+    yield state, output
+  if bar is not None:
+    bar.close()
+
+
+def simulate(protocol: Protocol | str, learners: Sequence[Learner], xs: Sequence[Array],
+             ys: Sequence[Array], rounds: int, x_eval: Array, start: int = 0,
+             progress: bool = False) -> Array:
+  """Runs a protocol round by round and evaluates its predictors at ``x_eval``.
+
+  Returns:
+    For protocols whose models are their own predictors (AvgKD, PKD), shape
+    ``(rounds, M, n_eval[, C])``: entry ``[t, i]`` is agent i's round-t model.
+    Otherwise ``(rounds, n_eval[, C])``: row t is the round-t predictor (AKD: the
+    round-t model; EKD: the partial sum over rounds 0..t; backfitting: the sum
+    of the agents' models after sweep t + 1).
+  """
+  if isinstance(protocol, str):
+    protocol = get_protocol(protocol, start)
+  rows, running = [], None
+  for _, out in iterate(protocol, learners, xs, ys, rounds, progress=progress):
+    preds = [model.predict(x_eval) for model in out.models]
+    if out.weights is None:
+      rows.append(jnp.stack(preds))
+      continue
+    combined = sum(w * p for w, p in zip(out.weights, preds))
+    if out.cumulative:
+      running = combined if running is None else running + combined
+      combined = running
+    rows.append(combined)
+  return jnp.stack(rows)
+
+
+def central_models(learners: Sequence[Learner], xs: Sequence[Array],
+                   ys: Sequence[Array]) -> tuple[Model, ...]:
+  """Each agent's learner fitted on the pooled data (the centralised optimum g^a*, eq. 5)."""
+  _check_data(learners, xs, ys)
+  x_all, y_all = jnp.concatenate(list(xs)), jnp.concatenate(list(ys))
+  return tuple(learner.fit(x_all, y_all) for learner in learners)
+
+
+def local_models(learners: Sequence[Learner], xs: Sequence[Array],
+                 ys: Sequence[Array]) -> tuple[Model, ...]:
+  """Each agent's learner fitted on its own data only."""
+  _check_data(learners, xs, ys)
+  return tuple(learner.fit(x, y) for learner, x, y in zip(learners, xs, ys))

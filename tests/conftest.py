@@ -1,0 +1,48 @@
+"""Test configuration: float64 on (as every entry point does), strict rank promotion.
+
+Set ``JAX_ENABLE_X64=0`` in the environment to run the suite in float32 mode;
+tests that need float64 are then skipped. Tolerances are keyed by dtype in
+:func:`tolerance`; looser ones are stated inline with their reason.
+"""
+
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+if os.environ.get("JAX_ENABLE_X64", "1").lower() not in ("0", "false"):
+  jax.config.update("jax_enable_x64", True)
+jax.config.update("jax_numpy_rank_promotion", "raise")
+
+# Relative tolerances for comparisons of two exact computations (closed form vs
+# literal simulation, vs a NumPy reference) in each dtype.
+_TOLERANCES = {np.dtype(np.float64): 1e-9, np.dtype(np.float32): 1e-3}
+
+
+def tolerance(dtype) -> float:
+  return _TOLERANCES[np.dtype(dtype)]
+
+
+def relative_error(a, b) -> float:
+  """max |a - b| / max |b| (the error measure of every exact comparison)."""
+  a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+  return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-300))
+
+
+@pytest.fixture
+def assert_close():
+  def check(actual, expected, rtol=None, dtype=np.float64):
+    rtol = tolerance(dtype) if rtol is None else rtol
+    assert np.shape(actual) == np.shape(expected)
+    err = relative_error(actual, expected)
+    assert err <= rtol, f"relative error {err:.3g} > {rtol:.1g}"
+  return check
+
+
+@pytest.fixture
+def x64():
+  if not jax.config.read("jax_enable_x64"):
+    pytest.skip("needs float64 (JAX_ENABLE_X64=0)")
+  return jnp.float64

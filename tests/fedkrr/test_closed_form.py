@@ -1,0 +1,217 @@
+"""Closed forms against literal round-by-round simulation, limits and the paper's propositions."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import fedkrr
+
+SIZES = (9, 7, 5)
+
+
+def _data(m, seed=0, dim=3, outputs=0, shift=0.7):
+  rng = np.random.default_rng(seed)
+  xs = [rng.normal(size=(n, dim)) + shift * a for a, n in enumerate(SIZES[:m])]
+  shape = lambda n: (n, outputs) if outputs else (n,)  # noqa: E731
+  ys = [rng.normal(size=shape(n)) for n in SIZES[:m]]
+  return xs, ys, rng.normal(size=(6, dim))
+
+
+def _kernels(m, same):
+  if same:
+    return fedkrr.RBF(0.5)
+  return [fedkrr.RBF(0.5), fedkrr.Laplace(0.4), fedkrr.Polynomial(2, 0.3, 1.0)][:m]
+
+
+@pytest.mark.parametrize("protocol", fedkrr.PROTOCOLS)
+@pytest.mark.parametrize("ridge", [1e-2, 0.0])
+@pytest.mark.parametrize("same", [True, False], ids=["same-kernel", "different-kernels"])
+@pytest.mark.parametrize("m", [2, 3])
+def test_closed_form_equals_literal_runner(m, same, ridge, protocol, x64, assert_close):
+  xs, ys, x_eval = _data(m)
+  problem = fedkrr.make_problem(xs, ys, _kernels(m, same), ridge)
+  start = m - 1
+  exact = fedkrr.trajectory(problem, protocol, 7, x_eval, start=start)
+  literal = fedkrr.simulate(protocol, fedkrr.krr_learners(problem), problem.xs, problem.ys, 7,
+                            x_eval, start=start)
+  assert_close(exact, literal)
+
+
+@pytest.mark.parametrize("protocol", ["akd", "avgkd", "ekd", "backfit-gs"])
+def test_matrix_labels_act_column_wise(protocol, x64, assert_close):
+  xs, ys, x_eval = _data(3, outputs=4)
+  problem = fedkrr.make_problem(xs, ys, _kernels(3, False), 1e-2)
+  exact = fedkrr.trajectory(problem, protocol, 5, x_eval)
+  for col in range(4):
+    single = fedkrr.make_problem(xs, [y[:, col] for y in ys], _kernels(3, False), 1e-2)
+    assert_close(exact[..., col], fedkrr.trajectory(single, protocol, 5, x_eval))
+
+
+def test_akd_degrades_to_zero(x64):
+  """Prop. II: with c > 0 the AKD models tend to 0 at every x."""
+  xs, ys, x_eval = _data(2)
+  problem = fedkrr.make_problem(xs, ys, _kernels(2, False), 0.05)
+  preds = np.asarray(fedkrr.trajectory(problem, "akd", 400, x_eval))
+  norms = np.linalg.norm(preds, axis=-1)
+  assert norms[-1] < 1e-8 * norms[0]
+  assert np.all(norms[2::2] <= norms[:-2:2] * (1 + 1e-12))  # every two-round step shrinks
+  lim = fedkrr.limit(problem, "akd", x_eval)
+  assert lim.converges and np.all(lim.predictions == 0)
+
+
+def test_self_distillation_without_regularisation_changes_nothing(x64, assert_close):
+  """App. C: with c = 0 and identical agents, distillation rounds leave the model unchanged."""
+  rng = np.random.default_rng(3)
+  x, y = rng.normal(size=(8, 3)), rng.normal(size=8)
+  problem = fedkrr.make_problem([x, x], [y, y], fedkrr.Polynomial(2, 0.5, 1.0), 0.0)
+  preds = fedkrr.trajectory(problem, "akd", 12, rng.normal(size=(5, 3)))
+  assert_close(preds, jnp.broadcast_to(preds[0], preds.shape))
+  # ... whereas with c > 0 it shrinks round after round (regularisation is amplified).
+  shrinking = fedkrr.trajectory(dataclasses.replace(problem, ridge=jnp.asarray(0.1)), "akd", 12,
+                                rng.normal(size=(5, 3)))
+  norms = np.linalg.norm(np.asarray(shrinking), axis=-1)
+  assert np.all(np.diff(norms) < 0)
+
+
+def test_ekd_with_a_shared_kernel_recovers_the_central_model_everywhere(x64, assert_close):
+  """Prop. VII (DESIGN.md): one kernel, c > 0: the EKD limit is g* at every x."""
+  xs, ys, x_eval = _data(2)
+  problem = fedkrr.make_problem(xs, ys, fedkrr.RBF(0.5), 0.1)
+  central = fedkrr.central(problem, x_eval)
+  lim = fedkrr.limit(problem, "ekd", x_eval)
+  assert lim.converges
+  assert_close(lim.predictions, central[0])
+  assert_close(central[1], central[0])
+  rounds = fedkrr.trajectory(problem, "ekd", 600, x_eval)
+  assert_close(rounds[-1], central[0], rtol=1e-7)  # the partial sums converge to it
+
+
+def test_ekd_limit_reproduces_training_labels_with_different_kernels(x64, assert_close):
+  """Prop. VII: with c = 0 the EKD limit predicts y_i on X_i, for different kernels."""
+  xs, ys, _ = _data(2)
+  problem = fedkrr.make_problem(xs, ys, _kernels(2, False), 0.0)
+  lim = fedkrr.limit(problem, "ekd", problem.pooled_x())
+  assert_close(lim.predictions, problem.pooled_y(), rtol=1e-8)
+
+
+@pytest.mark.parametrize("ridge", [0.05, 0.0])
+def test_avgkd_limit_solves_system_8(ridge, x64, assert_close):
+  """Prop. VI / eq. (19): g1 = l_x beta_1 / 2 and g2 = -m_x beta_2 / 2, where
+  [[L11 + cI, M12 / 2], [L21 / 2, M22 + cI]] beta = [y1, -y2]."""
+  xs, ys, x_eval = _data(2)
+  k1, k2 = _kernels(2, False)
+  problem = fedkrr.make_problem(xs, ys, [k1, k2], ridge)
+  n = problem.num_points
+  x1, x2 = np.asarray(problem.xs[0]), np.asarray(problem.xs[1])
+  gram = lambda k, a, b: np.asarray(k(a, b)) / n  # noqa: E731
+  system = np.block([
+      [gram(k1, x1, x1) + ridge * np.eye(len(x1)), gram(k2, x1, x2) / 2],
+      [gram(k1, x2, x1) / 2, gram(k2, x2, x2) + ridge * np.eye(len(x2))]])
+  beta = np.linalg.solve(system, np.concatenate([ys[0], -ys[1]]))
+  g1 = gram(k1, x_eval, x1) @ beta[:len(x1)] / 2
+  g2 = -gram(k2, x_eval, x2) @ beta[len(x1):] / 2
+  lim = fedkrr.limit(problem, "avgkd", x_eval)
+  assert lim.converges
+  assert_close(lim.predictions, np.stack([g1, g2]), rtol=1e-8)
+  rounds = fedkrr.trajectory(problem, "avgkd", 200, x_eval)
+  assert_close(rounds[-1], np.stack([g1, g2]), rtol=1e-8)
+
+
+@pytest.mark.parametrize("protocol", ["avgkd", "ekd", "backfit-gs", "backfit-jacobi", "pkd"])
+def test_limits_are_where_the_rounds_go_for_three_agents(protocol, x64, assert_close):
+  xs, ys, x_eval = _data(3, shift=1.5)
+  problem = fedkrr.make_problem(xs, ys, fedkrr.RBF(0.5), 0.2)
+  lim = fedkrr.limit(problem, protocol, x_eval)
+  assert lim.converges, float(lim.spectral_radius)
+  rounds = fedkrr.trajectory(problem, protocol, 3000, x_eval)
+  err = np.max(np.abs(np.asarray(rounds[-1]) - np.asarray(lim.predictions)))
+  assert err <= 1e-7 * max(np.max(np.abs(np.asarray(rounds[0]))), 1.0)
+
+
+def test_backfitting_with_a_shared_kernel_converges_to_the_central_model(x64, assert_close):
+  """DESIGN.md: one kernel, c > 0: Gauss-Seidel backfitting reaches g* at every x."""
+  xs, ys, x_eval = _data(3)
+  problem = fedkrr.make_problem(xs, ys, fedkrr.RBF(0.5), 0.05)
+  central = fedkrr.central(problem, x_eval)[0]
+  assert_close(fedkrr.limit(problem, "backfit-gs", x_eval).predictions, central)
+  assert_close(fedkrr.trajectory(problem, "backfit-gs", 800, x_eval)[-1], central, rtol=1e-7)
+
+
+def test_jacobi_backfitting_partial_sums_equal_ekd_for_two_agents(x64, assert_close):
+  xs, ys, x_eval = _data(2)
+  problem = fedkrr.make_problem(xs, ys, _kernels(2, False), 1e-2)
+  assert_close(fedkrr.trajectory(problem, "backfit-jacobi", 9, x_eval),
+               fedkrr.trajectory(problem, "ekd", 9, x_eval))
+
+
+def test_pkd_degrades_to_zero(x64):
+  """App. E: PKD, like AKD, loses its information round after round."""
+  xs, ys, x_eval = _data(2)
+  problem = fedkrr.make_problem(xs, ys, _kernels(2, False), 0.05)
+  lim = fedkrr.limit(problem, "pkd", x_eval)
+  preds = np.asarray(fedkrr.trajectory(problem, "pkd", 600, x_eval))
+  assert lim.converges
+  assert np.max(np.abs(preds[-1])) < 1e-6 * np.max(np.abs(preds[0]))
+
+
+def test_trajectory_vmaps_over_ridge(x64, assert_close):
+  xs, ys, x_eval = _data(2)
+  problem = fedkrr.make_problem(xs, ys, _kernels(2, False), 0.0)
+  ridges = jnp.array([0.0, 1e-3, 1e-1])
+  batched = jax.vmap(lambda c: fedkrr.trajectory(dataclasses.replace(problem, ridge=c), "avgkd",
+                                                 6, x_eval))(ridges)
+  for i, c in enumerate(ridges):
+    one = fedkrr.trajectory(dataclasses.replace(problem, ridge=c), "avgkd", 6, x_eval)
+    assert_close(batched[i], one)
+
+
+def test_trajectory_vmaps_over_kernel_bandwidth(x64, assert_close):
+  xs, ys, x_eval = _data(2)
+  problem = fedkrr.make_problem(xs, ys, fedkrr.RBF(1.0), 1e-2)
+
+  def run(gamma):
+    kernels = (fedkrr.RBF(gamma), fedkrr.RBF(2.0 * gamma))
+    return fedkrr.trajectory(dataclasses.replace(problem, kernels=kernels), "ekd", 6, x_eval)
+
+  gammas = jnp.array([0.2, 0.5, 1.0])
+  batched = jax.vmap(run)(gammas)
+  for i, g in enumerate(gammas):
+    assert_close(batched[i], run(g))
+
+
+@pytest.mark.parametrize("protocol", fedkrr.PROTOCOLS)
+def test_float32_path_within_documented_tolerance(protocol, x64, assert_close):
+  xs, ys, x_eval = _data(2)
+  f64 = fedkrr.make_problem(xs, ys, _kernels(2, False), 0.05)
+  f32 = fedkrr.make_problem(xs, ys, _kernels(2, False), 0.05, dtype=jnp.float32)
+  pred32 = fedkrr.trajectory(f32, protocol, 10, x_eval)
+  assert pred32.dtype == jnp.float32
+  assert_close(pred32, fedkrr.trajectory(f64, protocol, 10, x_eval), dtype=np.float32)
+
+
+def test_baselines_match_their_runners(x64, assert_close):
+  xs, ys, x_eval = _data(3)
+  problem = fedkrr.make_problem(xs, ys, _kernels(3, False), 1e-2)
+  learners = fedkrr.krr_learners(problem)
+  for closed, runner in [(fedkrr.central, fedkrr.central_models),
+                         (fedkrr.local, fedkrr.local_models)]:
+    models = runner(learners, problem.xs, problem.ys)
+    assert_close(closed(problem, x_eval), jnp.stack([m.predict(x_eval) for m in models]))
+
+
+def test_runner_rejects_bad_arguments():
+  xs, ys, _ = _data(2)
+  learners = fedkrr.krr_learners(fedkrr.make_problem(xs, ys, fedkrr.RBF(0.5), 0.1))
+  with pytest.raises(ValueError, match="start: expected an agent index in 0..1, got 2"):
+    list(fedkrr.iterate(fedkrr.akd(start=2), learners, xs, ys, 3))
+  with pytest.raises(ValueError, match="rounds: expected an integer >= 1"):
+    list(fedkrr.iterate(fedkrr.avgkd(), learners, xs, ys, 0))
+  with pytest.raises(ValueError, match="learners: expected one learner per agent \\(2\\), got 1"):
+    list(fedkrr.iterate(fedkrr.avgkd(), learners[:1], xs, ys, 3))
+  with pytest.raises(ValueError, match="protocol: expected one of"):
+    fedkrr.get_protocol("fedavg")
+  with pytest.raises(ValueError, match="order: expected"):
+    fedkrr.backfit("random")
