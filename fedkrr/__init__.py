@@ -7,17 +7,17 @@ JAX's global configuration: enable float64 in your entry point with
 ``jax.config.update("jax_enable_x64", True)``.
 """
 
-from fedkrr._src.closed_form import Blocks
 from fedkrr._src.closed_form import Limit
 from fedkrr._src.closed_form import Recurrence
-from fedkrr._src.closed_form import akd_step_matrix
-from fedkrr._src.closed_form import blocks
 from fedkrr._src.closed_form import central
+from fedkrr._src.closed_form import factors
 from fedkrr._src.closed_form import limit
 from fedkrr._src.closed_form import local
 from fedkrr._src.closed_form import recurrence
+from fedkrr._src.closed_form import recurrence_matrix
 from fedkrr._src.closed_form import spectral_radius
 from fedkrr._src.closed_form import trajectory
+from fedkrr._src.closed_form import transfer
 from fedkrr._src.kernels import RBF
 from fedkrr._src.kernels import CustomKernel
 from fedkrr._src.kernels import KernelError

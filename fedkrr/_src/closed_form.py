@@ -49,103 +49,94 @@ Array = jax.Array
 
 
 class Recurrence(NamedTuple):
-  """The affine recurrence ``x_{t+1} = matrix @ x_t + offset`` from ``initial``."""
+  """``x_{t+1} = (identity * I + B) x_t + offset`` from ``initial``.
 
-  matrix: Array   # (N, N)
+  ``B`` (N x N) is given by its blocks that are not zero by construction, keyed
+  by ``(i, j)`` (agent i's rows, agent j's columns); :func:`recurrence_matrix` assembles it.
+  """
+
+  blocks: dict[tuple[int, int], Array]
+  identity: float
   offset: Array   # (N,) or (N, C)
   initial: Array  # (N,) or (N, C)
 
 
-class Blocks(NamedTuple):
-  """The matrices every closed form is built from (see the module docstring)."""
-
-  gram: Array                 # K, (N, N): block (i, j) = k_j(X_i, X_j) / N
-  solves: tuple[Array, ...]   # S_a = (c I + K^a_aa)^+, (N_a, N_a)
-  labels: Array               # y stacked, (N,) or (N, C)
+def factors(problem: FederatedProblem, rtol: float | None = None) -> tuple[linalg.RidgeFactor, ...]:
+  """Every agent's :class:`RidgeFactor` of ``c I + K^a_aa``: ``S_a = (c I + K^a_aa)^+``."""
+  return tuple(linalg.ridge_factor(problem.gram(a, x, x), problem.ridge, rtol)
+               for a, x in enumerate(problem.xs))
 
 
-def blocks(problem: FederatedProblem, rtol: float | None = None) -> Blocks:
-  """Builds ``K`` (block (i, j) with agent j's kernel) and every ``S_a``."""
-  rows = [jnp.concatenate([problem.gram(j, xi, xj) for j, xj in enumerate(problem.xs)], axis=1)
-          for xi in problem.xs]
-  gram = jnp.concatenate(rows, axis=0)
-  solves = tuple(
-      linalg.ridge_factor(problem.gram(a, x, x), problem.ridge, rtol).matrix()
-      for a, x in enumerate(problem.xs))
-  return Blocks(gram, solves, problem.pooled_y())
+def transfer(problem: FederatedProblem, fs, i: int, j: int) -> Array:
+  """``S_i K^j_ij`` (N_i x N_j): agent i's coefficients after fitting agent j's predictions."""
+  return fs[i].solve(problem.gram(j, problem.xs[i], problem.xs[j]))
 
 
 def _slices(problem: FederatedProblem) -> list[slice]:
   return [slice(o, o + n) for o, n in zip(problem.offsets, problem.sizes)]
 
 
-def _mask(problem: FederatedProblem, keep) -> Array:
-  """0/1 matrix (N x N) keeping the blocks (i, j) with ``keep(i, j)``."""
-  rows = [jnp.concatenate([jnp.full((ni, nj), 1.0 if keep(i, j) else 0.0, problem.ridge.dtype)
-                           for j, nj in enumerate(problem.sizes)], axis=1)
-          for i, ni in enumerate(problem.sizes)]
+def _stack_solve(problem: FederatedProblem, fs, x: Array) -> Array:
+  """``S @ x`` blockwise, x of shape (N, ...)."""
+  return jnp.concatenate([f.solve(x[sl]) for f, sl in zip(fs, _slices(problem))], axis=0)
+
+
+def recurrence_matrix(problem: FederatedProblem, rec: Recurrence) -> Array:
+  """The recurrence matrix ``identity * I + B`` as one (N x N) array."""
+  sizes = problem.sizes
+  dtype = rec.initial.dtype
+  rows = []
+  for i, ni in enumerate(sizes):
+    row = []
+    for j, nj in enumerate(sizes):
+      block = rec.blocks.get((i, j), jnp.zeros((ni, nj), dtype))
+      if i == j and rec.identity:
+        block = block + rec.identity * jnp.eye(ni, dtype=dtype)
+      row.append(block)
+    rows.append(jnp.concatenate(row, axis=1))
   return jnp.concatenate(rows, axis=0)
 
 
-def _off_diagonal(problem: FederatedProblem, gram: Array) -> Array:
-  return gram * _mask(problem, lambda i, j: i != j)
-
-
-def _apply_s(problem: FederatedProblem, b: Blocks, x: Array) -> Array:
-  """``S @ x`` blockwise (x of shape (N, ...))."""
-  return jnp.concatenate([s @ x[sl] for s, sl in zip(b.solves, _slices(problem))], axis=0)
-
-
-def _right_apply_s(problem: FederatedProblem, b: Blocks, x: Array) -> Array:
-  """``x @ S`` blockwise (x of shape (..., N))."""
-  return jnp.concatenate([x[:, sl] @ s for s, sl in zip(b.solves, _slices(problem))], axis=1)
-
-
-def _s_o(problem: FederatedProblem, b: Blocks) -> Array:
-  return _apply_s(problem, b, _off_diagonal(problem, b.gram))
-
-
-def akd_step_matrix(problem: FederatedProblem, b: Blocks) -> Array:
-  """W: one AKD round, agent i's coefficients -> agent (i+1) mod M's (N x N)."""
-  m = problem.num_agents
-  return _s_o(problem, b) * _mask(problem, lambda i, j: i == (j + 1) % m)
-
-
-def _restrict(problem: FederatedProblem, x: Array, agent: int) -> Array:
-  selector = jnp.concatenate([jnp.full((n,), 1.0 if a == agent else 0.0, x.dtype)
-                              for a, n in enumerate(problem.sizes)])
-  return x * selector.reshape((-1,) + (1,) * (x.ndim - 1))
-
-
 def recurrence(problem: FederatedProblem, protocol: str, start: int = 0,
-               b: Blocks | None = None) -> Recurrence:
-  """The affine recurrence of ``protocol`` (see the module docstring)."""
-  if b is None:
-    b = blocks(problem)
-  n = problem.num_points
+               fs: tuple[linalg.RidgeFactor, ...] | None = None) -> Recurrence:
+  """The affine recurrence of ``protocol`` on stacked coefficients (module docstring)."""
+  if fs is None:
+    fs = factors(problem)
   m = problem.num_agents
-  eye = jnp.eye(n, dtype=b.gram.dtype)
-  zeros = jnp.zeros_like(b.labels)
-  a0 = _apply_s(problem, b, b.labels)
-  if protocol in ("akd", "ekd"):
-    w = akd_step_matrix(problem, b)
-    if protocol == "akd":
-      return Recurrence(w, zeros, _restrict(problem, a0, start))
-    return Recurrence(-w, zeros, a0)
+  labels = problem.pooled_y()
+  zeros = jnp.zeros_like(labels)
+  a0 = _stack_solve(problem, fs, labels)
+  others = [(i, j) for i in range(m) for j in range(m) if i != j]
+  cycle = [((j + 1) % m, j) for j in range(m)]
+  if protocol == "akd":
+    keep = jnp.concatenate([jnp.full((n,), float(a == start), labels.dtype)
+                            for a, n in enumerate(problem.sizes)])
+    initial = a0 * keep.reshape((-1,) + (1,) * (labels.ndim - 1))
+    return Recurrence({ij: transfer(problem, fs, *ij) for ij in cycle}, 0.0, zeros, initial)
+  if protocol == "ekd":
+    return Recurrence({ij: -transfer(problem, fs, *ij) for ij in cycle}, 0.0, zeros, a0)
   if protocol == "avgkd":
-    return Recurrence(_s_o(problem, b) / m, a0 / m, a0)
+    return Recurrence({ij: transfer(problem, fs, *ij) / m for ij in others}, 0.0, a0 / m, a0)
   if protocol == "pkd":
-    o_s = _right_apply_s(problem, b, _off_diagonal(problem, b.gram))
-    return Recurrence((eye + o_s) / m, zeros, b.labels)
+    # Target space: tau_{t+1} = (tau_t + O S tau_t) / M, with (O S)_ij = K^j_ij S_j.
+    blocks = {(i, j): fs[j].solve(problem.gram(j, problem.xs[i], problem.xs[j]).T).T / m
+              for i, j in others}
+    return Recurrence(blocks, 1.0 / m, zeros, labels)
   if protocol == "backfit-jacobi":
-    return Recurrence(-_s_o(problem, b), a0, zeros)
+    return Recurrence({ij: -transfer(problem, fs, *ij) for ij in others}, 0.0, a0, zeros)
   if protocol == "backfit-gs":
-    s_o = _s_o(problem, b)
-    lower = s_o * _mask(problem, lambda i, j: j < i)
-    upper = s_o * _mask(problem, lambda i, j: j > i)
-    solve = functools.partial(jax.scipy.linalg.solve_triangular, eye + lower,
-                              lower=True, unit_diagonal=True)
-    return Recurrence(-solve(upper), solve(a0), zeros)
+    # (I + S L) x_{k+1} = a0 - S U x_k, with L, U the strict block triangles of O.
+    s_o = recurrence_matrix(problem, Recurrence({ij: transfer(problem, fs, *ij) for ij in others},
+                                    0.0, zeros, zeros))
+    lower = jnp.tril(s_o, -1)  # the strict block-lower part: diagonal blocks of S O are zero
+    upper = jnp.triu(s_o, 1)
+    eye = jnp.eye(problem.num_points, dtype=s_o.dtype)
+    solve = functools.partial(jax.scipy.linalg.solve_triangular, eye + lower, lower=True,
+                              unit_diagonal=True)
+    matrix = -solve(upper)
+    sl = _slices(problem)
+    blocks = {(i, j): matrix[sl[i], sl[j]] for i in range(m) for j in range(1, m)}
+    return Recurrence(blocks, 0.0, solve(a0), zeros)
   raise ValueError(f"protocol: expected one of akd, avgkd, pkd, ekd, backfit-gs, "
                    f"backfit-jacobi, got {protocol!r}")
 
@@ -155,14 +146,47 @@ def readout(problem: FederatedProblem, x_eval: Array) -> list[Array]:
   return [problem.gram(a, x_eval, x) for a, x in enumerate(problem.xs)]
 
 
-def _scan(rec: Recurrence, steps: int) -> Array:
-  """x_0 .. x_{steps-1} of the recurrence, stacked on axis 0."""
+def _scan(problem: FederatedProblem, rec: Recurrence, steps: int) -> Array:
+  """x_0 .. x_{steps-1} of the recurrence, stacked on axis 0.
+
+  Each step is memory-bound (one pass over the matrix), so only the blocks that
+  are not zero by construction are touched.
+  """
+  slices = _slices(problem)
+  m = problem.num_agents
 
   def body(x, _):
-    return rec.matrix @ x + rec.offset, x
+    parts = [x[sl] for sl in slices]
+    new = []
+    for i, sl in enumerate(slices):
+      row = rec.offset[sl] + rec.identity * parts[i]
+      for j in range(m):
+        if (i, j) in rec.blocks:
+          row = row + rec.blocks[i, j] @ parts[j]
+      new.append(row)
+    return jnp.concatenate(new, axis=0), x
 
   _, xs = lax.scan(body, rec.initial, None, length=steps)
   return xs
+
+
+def _akd_scan(problem: FederatedProblem, rec: Recurrence, steps: int, start: int,
+              evals: list[Array]) -> Array:
+  """AKD predictions of rounds 0..steps-1: one block per round, a cycle per scan step."""
+  m = problem.num_agents
+  sl = _slices(problem)[start]
+
+  def cycle(x, _):
+    preds = []
+    for r in range(m):
+      a = (start + r) % m
+      preds.append(evals[a] @ x)
+      x = rec.blocks[(a + 1) % m, a] @ x
+    return x, jnp.stack(preds)
+
+  cycles = -(-steps // m)
+  _, preds = lax.scan(cycle, rec.initial[sl], None, length=cycles)
+  return preds.reshape((cycles * m,) + preds.shape[2:])[:steps]
 
 
 def _per_agent(problem: FederatedProblem, evals: list[Array], coeffs: Array) -> Array:
@@ -197,21 +221,22 @@ def trajectory(problem: FederatedProblem, protocol: str, rounds: int, x_eval: Ar
   Example:
     >>> preds = fedkrr.trajectory(problem, "avgkd", 100, x_test)  # (100, M, n_test)
   """
-  b = blocks(problem, rtol)
-  rec = recurrence(problem, protocol, start, b)
+  x_eval = jnp.asarray(x_eval, problem.ridge.dtype)
+  fs = factors(problem, rtol)
+  rec = recurrence(problem, protocol, start, fs)
   evals = readout(problem, x_eval)
-  stacked_eval = jnp.concatenate(evals, axis=1)
+  if protocol == "akd":
+    return _akd_scan(problem, rec, rounds, start, evals)
   if protocol in ("backfit-gs", "backfit-jacobi"):
-    rec = rec._replace(initial=rec.matrix @ rec.initial + rec.offset)  # after sweep 1
-  coeffs = _scan(rec, rounds)
+    rec = rec._replace(initial=rec.offset)  # the models after sweep 1 (from all-zero models)
+  coeffs = _scan(problem, rec, rounds)
   if protocol == "avgkd":
     return _per_agent(problem, evals, coeffs)
   if protocol == "pkd":
-    alphas = jax.vmap(lambda tau: _apply_s(problem, b, tau))(coeffs)
-    return _per_agent(problem, evals, alphas)
+    return _per_agent(problem, evals, jax.vmap(lambda tau: _stack_solve(problem, fs, tau))(coeffs))
   if protocol == "ekd":
     coeffs = jnp.cumsum(coeffs, axis=0)
-  return jnp.einsum("nk,tk...->tn...", stacked_eval, coeffs)
+  return jnp.einsum("nk,tk...->tn...", jnp.concatenate(evals, axis=1), coeffs)
 
 
 class Limit(NamedTuple):
@@ -253,27 +278,28 @@ def limit(problem: FederatedProblem, protocol: str, x_eval: Array, start: int = 
 
   The spectral radius uses a general eigen-solver, available on CPU.
   """
-  b = blocks(problem, rtol)
-  rec = recurrence(problem, protocol, start, b)
+  x_eval = jnp.asarray(x_eval, problem.ridge.dtype)
+  rec = recurrence(problem, protocol, start, factors(problem, rtol))
   evals = readout(problem, x_eval)
-  stacked_eval = jnp.concatenate(evals, axis=1)
-  eye = jnp.eye(problem.num_points, dtype=b.gram.dtype)
-  rho = spectral_radius(rec.matrix)
-  if protocol in ("akd", "pkd"):
-    fixed = jnp.zeros_like(rec.initial)
-  else:
-    fixed = jnp.linalg.solve(eye - rec.matrix, rec.offset if protocol != "ekd" else rec.initial)
+  matrix = recurrence_matrix(problem, rec)
+  rho = spectral_radius(matrix)
+  if protocol == "akd":
+    return Limit(jnp.zeros(x_eval.shape[:1] + rec.initial.shape[1:], matrix.dtype), rho)
+  if protocol == "pkd":
+    shape = (problem.num_agents,) + x_eval.shape[:1] + rec.initial.shape[1:]
+    return Limit(jnp.zeros(shape, matrix.dtype), rho)
+  eye = jnp.eye(problem.num_points, dtype=matrix.dtype)
+  rhs = rec.initial if protocol == "ekd" else rec.offset
+  fixed = jnp.linalg.solve(eye - matrix, rhs)
   if protocol == "avgkd":
     return Limit(_per_agent(problem, evals, fixed[None])[0], rho)
-  if protocol == "pkd":
-    return Limit(jnp.zeros((problem.num_agents,) + x_eval.shape[:1] + fixed.shape[1:],
-                           fixed.dtype), rho)
-  return Limit(stacked_eval @ fixed, rho)
+  return Limit(jnp.concatenate(evals, axis=1) @ fixed, rho)
 
 
 @functools.partial(jax.jit, static_argnames=("rtol",))
 def central(problem: FederatedProblem, x_eval: Array, rtol: float | None = None) -> Array:
   """Each agent's centralised optimum g^a* (eq. 5) at ``x_eval``: (M, n_eval[, C])."""
+  x_eval = jnp.asarray(x_eval, problem.ridge.dtype)
   x_all, y_all = problem.pooled_x(), problem.pooled_y()
   preds = []
   for a in range(problem.num_agents):
@@ -285,8 +311,6 @@ def central(problem: FederatedProblem, x_eval: Array, rtol: float | None = None)
 @functools.partial(jax.jit, static_argnames=("rtol",))
 def local(problem: FederatedProblem, x_eval: Array, rtol: float | None = None) -> Array:
   """Each agent's model fitted on its own data only, at ``x_eval``: (M, n_eval[, C])."""
-  preds = []
-  for a, (x, y) in enumerate(zip(problem.xs, problem.ys)):
-    factor = linalg.ridge_factor(problem.gram(a, x, x), problem.ridge, rtol)
-    preds.append(problem.gram(a, x_eval, x) @ factor.solve(y))
+  preds = [e @ f.solve(y) for e, f, y in
+           zip(readout(problem, x_eval), factors(problem, rtol), problem.ys)]
   return jnp.stack(preds)

@@ -83,8 +83,8 @@ class KRRLearner:
 @jax.jit
 def _krr_fit(learner: KRRLearner, x: Array, targets: Array) -> KRRModel:
   gram = learner.kernel(x, x) / learner.num_points
-  factor = linalg.ridge_factor(gram, learner.ridge, learner.rtol)
-  return KRRModel(learner.kernel, x, factor.solve(targets), learner.num_points)
+  alpha = linalg.ridge_factor(gram, learner.ridge, learner.rtol).solve(targets)
+  return KRRModel(learner.kernel, x, alpha, learner.num_points)
 
 
 @jax.jit

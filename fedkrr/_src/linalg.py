@@ -1,15 +1,17 @@
 """Ridge solves: factorise ``c I + K`` once, solve many right-hand sides.
 
 ``ridge_factor(gram, ridge)`` returns a :class:`RidgeFactor`, explicit state
-holding a square root ``R`` with ``(c I + K)^+ = R R^T``:
+(no hidden cache) from which ``(c I + K)^+ t`` is solved for any ``t``:
 
-* ``c > 0``: ``R = L^{-T}`` from the Cholesky factor ``c I + K = L L^T``;
-* ``c = 0``: ``R = U diag(w^{-1/2})`` from the eigendecomposition ``K = U diag(w) U^T``
-  with eigenvalues ``w <= rtol * max(w)`` dropped: the minimum-norm
-  (pseudo-inverse) solution of the paper's Appendix C.
+* ``c > 0``: the Cholesky factor ``L`` of ``c I + K = L L^T`` (two triangular solves);
+* ``c = 0``: the minimum-norm (pseudo-inverse) solution of the paper's Appendix C,
+  from the eigendecomposition ``K = U diag(w) U^T`` with eigenvalues
+  ``w <= rtol * max(w)`` dropped, kept as ``R = U diag(w^{-1/2})`` so that
+  ``K^+ = R R^T``.
 
-The branch is chosen with ``lax.cond`` on the traced ridge, so the factor is
-jit-compatible and vmappable over ``c`` (under vmap both branches run).
+The branch is chosen with ``lax.cond`` on the traced ridge, so factors are
+jit-compatible and vmappable over ``c`` (under vmap both branches run, and the
+unused slot holds the identity).
 """
 
 from __future__ import annotations
@@ -24,30 +26,34 @@ Array = jax.Array
 
 
 class RidgeFactor(NamedTuple):
-  """Square root ``root`` of ``(c I + K)^+``: ``(c I + K)^+ = root @ root.T``."""
+  """A factorisation of ``c I + K`` from which ``(c I + K)^+ rhs`` is solved.
 
-  root: Array
+  Attributes:
+    ridge: the regularisation constant c.
+    cholesky: lower Cholesky factor of ``c I + K`` when ``c > 0`` (else the identity).
+    pinv_root: ``R`` with ``K^+ = R R^T`` when ``c = 0`` (else the identity).
+  """
+
+  ridge: Array
+  cholesky: Array
+  pinv_root: Array
 
   def solve(self, rhs: Array) -> Array:
     """``(c I + K)^+ rhs`` for ``rhs`` of shape (n,) or (n, k)."""
-    return self.root @ (self.root.T @ rhs)
+    return lax.cond(
+        self.ridge > 0,
+        lambda r: jax.scipy.linalg.cho_solve((self.cholesky, True), r),
+        lambda r: self.pinv_root @ (self.pinv_root.T @ r),
+        rhs)
 
   def matrix(self) -> Array:
     """The (pseudo-)inverse ``(c I + K)^+`` itself, shape (n, n)."""
-    return self.root @ self.root.T
+    return self.solve(jnp.eye(self.cholesky.shape[0], dtype=self.cholesky.dtype))
 
 
 def default_rtol(n: int, dtype) -> float:
   """Relative eigenvalue cut-off of the pseudo-inverse: ``n * eps(dtype)``."""
   return n * float(jnp.finfo(dtype).eps)
-
-
-def _cholesky_root(gram: Array, ridge: Array) -> Array:
-  n = gram.shape[0]
-  eye = jnp.eye(n, dtype=gram.dtype)
-  chol = jnp.linalg.cholesky(gram + ridge * eye)
-  # R = L^{-T}: solve L^T R = I (upper triangular system).
-  return jax.scipy.linalg.solve_triangular(chol.T, eye, lower=False)
 
 
 def _pinv_root(gram: Array, rtol: float) -> Array:
@@ -69,13 +75,17 @@ def ridge_factor(gram: Array, ridge: Array | float, rtol: float | None = None) -
 
   Returns:
     A :class:`RidgeFactor` ``F`` with ``F.solve(t) = (c I + K)^+ t``.
+
+  Example:
+    >>> alpha = ridge_factor(k_train_train, 1e-3).solve(y_train)
   """
   gram = jnp.asarray(gram)
   ridge = jnp.asarray(ridge, dtype=gram.dtype)
   if rtol is None:
     rtol = default_rtol(gram.shape[0], gram.dtype)
-  root = lax.cond(ridge > 0,
-                  lambda g, c: _cholesky_root(g, c),
-                  lambda g, c: _pinv_root(g, rtol),
-                  gram, ridge)
-  return RidgeFactor(root)
+  eye = jnp.eye(gram.shape[0], dtype=gram.dtype)
+  chol, root = lax.cond(ridge > 0,
+                        lambda g, c: (jnp.linalg.cholesky(g + c * eye), eye),
+                        lambda g, c: (eye, _pinv_root(g, rtol)),
+                        gram, ridge)
+  return RidgeFactor(ridge, chol, root)

@@ -1,0 +1,163 @@
+"""The ``fedkrr`` command: run on problem files, errors on bad files, the demo."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import fedkrr
+from fedkrr._src.cli import main
+from fedkrr._src.problem_io import load_problem
+from fedkrr._src.problem_io import save_problem
+
+RNG = np.random.default_rng(5)
+XS = [RNG.normal(size=(8, 2)), RNG.normal(size=(6, 2)) + 1.0]
+YS = [RNG.normal(size=8), RNG.normal(size=6)]
+X_EVAL = RNG.normal(size=(4, 2))
+KERNELS = [fedkrr.RBF(0.5), fedkrr.Laplace(0.5)]
+
+
+@pytest.fixture
+def problem_file(tmp_path, x64):
+  path = tmp_path / "p.npz"
+  save_problem(path, fedkrr.make_problem(XS, YS, KERNELS, 1e-2), X_EVAL)
+  return path
+
+
+def _run(*args):
+  return main(["run", *map(str, args)])
+
+
+def test_problem_file_round_trip(problem_file, assert_close):
+  problem, x_eval = load_problem(problem_file)
+  assert problem.sizes == (8, 6) and float(problem.ridge) == 1e-2
+  assert [type(k) for k in problem.kernels] == [fedkrr.RBF, fedkrr.Laplace]
+  assert_close(x_eval, X_EVAL)
+
+
+@pytest.mark.parametrize("protocol, shape", [
+    ("akd", (5, 4)), ("avgkd", (5, 2, 4)), ("pkd", (5, 2, 4)), ("ekd", (5, 4)),
+    ("backfit-gs", (5, 4)), ("backfit-jacobi", (5, 4)), ("central", (2, 4)), ("local", (2, 4))])
+def test_run_both_methods_agree(protocol, shape, problem_file, tmp_path, assert_close):
+  outs = {}
+  for method in ("closed-form", "simulate"):
+    out = tmp_path / f"{method}.npz"
+    assert _run("--problem", problem_file, "--protocol", protocol, "--rounds", 5,
+                "--start", 1, "--method", method, "--out", out) == 0
+    outs[method] = np.load(out)["predictions"]
+  assert outs["closed-form"].shape == shape
+  assert_close(outs["closed-form"], outs["simulate"])
+  problem, x_eval = load_problem(problem_file)
+  if protocol == "akd":  # row t is the round-t model of the run started at --start
+    assert_close(outs["closed-form"], fedkrr.trajectory(problem, "akd", 5, x_eval, start=1))
+
+
+def test_run_writes_the_limit(problem_file, tmp_path, assert_close):
+  out = tmp_path / "o.npz"
+  assert _run("--problem", problem_file, "--protocol", "avgkd", "--rounds", 3, "--limit",
+              "--out", out) == 0
+  data = np.load(out)
+  problem, x_eval = load_problem(problem_file)
+  expected = fedkrr.limit(problem, "avgkd", x_eval)
+  assert_close(data["limit"], expected.predictions)
+  assert float(data["spectral_radius"]) < 1
+
+
+def test_run_without_a_limit_says_so(tmp_path, capsys, x64):
+  # c = 0 self-distillation (App. C): the models never change, the spectral radius is 1.
+  path, out = tmp_path / "p.npz", tmp_path / "o.npz"
+  save_problem(path, fedkrr.make_problem([XS[0], XS[0]], [YS[0], YS[0]], fedkrr.Linear(), 0.0),
+               X_EVAL)
+  assert _run("--problem", path, "--protocol", "akd", "--rounds", 3, "--limit", "--out", out) == 0
+  assert "limit" not in np.load(out).files
+  assert "does not converge" in capsys.readouterr().err
+
+
+def _corrupt(tmp_path, **changes):
+  path = tmp_path / "bad.npz"
+  arrays = dict(np.load(_good(tmp_path)))
+  for key, value in changes.items():
+    if value is None:
+      arrays.pop(key)
+    else:
+      arrays[key] = value
+  np.savez(path, **arrays)
+  return path
+
+
+def _good(tmp_path):
+  path = tmp_path / "good.npz"
+  if not path.exists():
+    save_problem(path, fedkrr.make_problem(XS, YS, KERNELS, 1e-2), X_EVAL)
+  return path
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(y_1=None), "missing y_1"),
+    (dict(kernel_0=np.asarray('{"name": "sigmoid"}')), "kernel_0: unknown kernel 'sigmoid'"),
+    (dict(kernel_1=np.asarray('{"name": "rbf", "gamma": -2}')),
+     "gamma must be a finite number > 0"),
+    (dict(kernel_1=np.arange(3)), "kernel_1 must be a JSON string"),
+    (dict(ridge=np.asarray(-1.0)), "ridge: expected a finite number >= 0"),
+    (dict(x_1=np.full((6, 2), np.nan)), "xs[1]: contains 12 NaN or infinite"),
+    (dict(x_eval=np.zeros((3, 5))), "x_eval: expected shape (n, 2), got (3, 5)"),
+    (dict(y_0=np.zeros(7)), "ys[0]: expected shape (8,) or (8, C)"),
+])
+def test_bad_problem_files_get_one_line_errors(changes, message, tmp_path, capsys, x64):
+  path = _corrupt(tmp_path, **changes)
+  assert _run("--problem", path, "--protocol", "avgkd", "--rounds", 2,
+              "--out", tmp_path / "o.npz") == 2
+  err = capsys.readouterr().err
+  assert err.startswith("fedkrr: error: ") and err.count("\n") == 1
+  assert message in err
+  assert not (tmp_path / "o.npz").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--rounds", "0"], "--rounds: protocol akd needs a number of rounds >= 1"),
+    (["--rounds", "2", "--start", "5"], "--start: expected an agent index in 0..1, got 5"),
+])
+def test_bad_arguments_get_one_line_errors(args, message, problem_file, tmp_path, capsys):
+  assert _run("--problem", problem_file, "--protocol", "akd", *args,
+              "--out", tmp_path / "o.npz") == 2
+  assert message in capsys.readouterr().err
+
+
+def test_missing_or_unreadable_file_from_a_shell(tmp_path):
+  not_npz = tmp_path / "p.npz"
+  not_npz.write_text("hello")
+  for path, message in [(tmp_path / "nope.npz", "no such file"),
+                        (not_npz, "not a readable .npz archive")]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "fedkrr._src.cli", "run", "--problem", str(path), "--protocol",
+         "ekd", "--rounds", "3", "--out", str(tmp_path / "o.npz")],
+        capture_output=True, text=True, env=os.environ | {"JAX_PLATFORMS": "cpu"})
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and message in proc.stderr, proc.stderr
+
+
+def test_float32_run_from_a_shell(problem_file, tmp_path, assert_close):
+  out = tmp_path / "o.npz"
+  proc = subprocess.run(
+      [sys.executable, "-m", "fedkrr._src.cli", "run", "--problem", str(problem_file),
+       "--protocol", "ekd", "--rounds", "4", "--float32", "--out", str(out)],
+      capture_output=True, text=True, env=os.environ | {"JAX_PLATFORMS": "cpu"})
+  assert proc.returncode == 0, proc.stderr
+  preds = np.load(out)["predictions"]
+  assert preds.dtype == np.float32
+  problem, x_eval = load_problem(problem_file)
+  assert_close(preds, fedkrr.trajectory(problem, "ekd", 4, x_eval), dtype=np.float32)
+
+
+def test_demo_smoke(tmp_path, x64):
+  assert main(["demo", "--out", str(tmp_path), "--rounds", "3"]) == 0
+  summary = json.loads((tmp_path / "summary.json").read_text())
+  assert {r["protocol"] for r in summary["protocols"]} == set(fedkrr.PROTOCOLS)
+  assert max(r["max_rel_gap"] for r in summary["protocols"]) <= 1e-9
+  for name in ["problem.npz", "summary.md", "test_mse.png"] + \
+      [f"trajectory_{p}.npz" for p in fedkrr.PROTOCOLS]:
+    assert (tmp_path / name).stat().st_size > 0
+  load_problem(tmp_path / "problem.npz")
