@@ -28,9 +28,11 @@ Protocol by protocol (M agents, blocks indexed by agent):
   ``A = -(I + S L)^{-1} S U``, ``b = (I + S L)^{-1} a0`` with L, U the strict
   block lower and upper parts of O.
 
-Trajectories are computed by one jitted ``lax.scan`` of matrix-vector products
-(no refitting, no refactorisation), limits by one linear solve
-``x = (I - A)^{-1} b``, valid when the spectral radius of A is below 1.
+Each agent's ``c I + K^a_aa`` is factorised once, and only the transfer blocks
+``S_i K^j_ij`` a protocol uses are formed (by triangular solves). Trajectories
+are then one jitted ``lax.scan`` of matrix-vector products over the blocks that
+are not zero by construction (no refitting, no refactorisation); limits are one
+linear solve ``x = (I - A)^{-1} b``, valid when the spectral radius of A is below 1.
 """
 
 from __future__ import annotations

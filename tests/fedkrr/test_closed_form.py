@@ -168,6 +168,19 @@ def test_trajectory_vmaps_over_ridge(x64, assert_close):
     assert_close(batched[i], one)
 
 
+def test_limit_vmaps_over_ridge(x64, assert_close):
+  xs, ys, x_eval = _data(2)
+  problem = fedkrr.make_problem(xs, ys, _kernels(2, False), 0.1)
+  ridges = jnp.array([1e-2, 1e-1, 1.0])
+  batched = jax.vmap(lambda c: fedkrr.limit(dataclasses.replace(problem, ridge=c), "ekd",
+                                            x_eval))(ridges)
+  for i, c in enumerate(ridges):
+    one = fedkrr.limit(dataclasses.replace(problem, ridge=c), "ekd", x_eval)
+    assert_close(batched.predictions[i], one.predictions)
+    assert_close(batched.spectral_radius[i], one.spectral_radius)
+  assert np.all(np.diff(np.asarray(batched.spectral_radius)) < 0)  # more ridge, faster decay
+
+
 def test_trajectory_vmaps_over_kernel_bandwidth(x64, assert_close):
   xs, ys, x_eval = _data(2)
   problem = fedkrr.make_problem(xs, ys, fedkrr.RBF(1.0), 1e-2)
