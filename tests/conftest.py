@@ -35,7 +35,8 @@ def relative_error(a, b) -> float:
 def assert_close():
   def check(actual, expected, rtol=None, dtype=np.float64):
     rtol = tolerance(dtype) if rtol is None else rtol
-    assert np.shape(actual) == np.shape(expected)
+    assert np.shape(actual) == np.shape(expected), (np.shape(actual), np.shape(expected))
+    assert np.all(np.isfinite(np.asarray(actual, dtype=np.float64)))
     err = relative_error(actual, expected)
     assert err <= rtol, f"relative error {err:.3g} > {rtol:.1g}"
   return check

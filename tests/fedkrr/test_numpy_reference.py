@@ -12,20 +12,15 @@ from __future__ import annotations
 import functools
 
 import numpy as np
+import numpy_reference as ref  # tests/ is no package: pytest puts this folder on sys.path
 import pytest
 
 import fedkrr
-
-try:
-  from . import numpy_reference as ref
-except ImportError:  # tests/ is not a package: pytest puts this folder on sys.path
-  import numpy_reference as ref
 
 # Everything here compares float64 computations (the conftest's x64 fixture skips otherwise).
 pytestmark = pytest.mark.usefixtures("x64")
 
 ROUNDS = 8
-TOL = 1e-9
 DIM = 3
 
 # name -> (fedkrr kernel, reference kernel)
@@ -68,15 +63,6 @@ def _case(setting: str, ridge: float):
   return problem, ref_kernels, xs, ys, x_eval
 
 
-def _assert_close(actual, expected, tol: float = TOL) -> None:
-  """max |actual - expected| / max |expected| <= tol, with matching shapes."""
-  actual = np.asarray(actual)
-  assert actual.shape == expected.shape, (actual.shape, expected.shape)
-  assert np.all(np.isfinite(actual))
-  err = float(np.max(np.abs(actual - expected)) / np.max(np.abs(expected)))
-  assert err <= tol, f"relative error {err:.3g} > {tol:.1g}"
-
-
 @functools.cache
 def _reference_run(setting: str, ridge: float, protocol: str, rounds: int, start: int = 0):
   _, ref_kernels, xs, ys, x_eval = _case(setting, ridge)
@@ -93,68 +79,68 @@ def _expected_shape(setting: str, protocol: str, rounds: int) -> tuple[int, ...]
 @pytest.mark.parametrize("protocol", fedkrr.PROTOCOLS)
 @pytest.mark.parametrize("ridge", RIDGES)
 @pytest.mark.parametrize("setting", SETTINGS)
-def test_trajectory_matches_reference(setting, ridge, protocol):
+def test_trajectory_matches_reference(setting, ridge, protocol, assert_close):
   problem, _, _, _, x_eval = _case(setting, ridge)
   expected = _reference_run(setting, ridge, protocol, ROUNDS)
   assert expected.shape == _expected_shape(setting, protocol, ROUNDS)
   actual = fedkrr.trajectory(problem, protocol, ROUNDS, x_eval)
-  _assert_close(actual, expected)
+  assert_close(actual, expected)
 
 
 @pytest.mark.parametrize("protocol", fedkrr.PROTOCOLS)
 @pytest.mark.parametrize("ridge", RIDGES)
 @pytest.mark.parametrize("setting", SETTINGS)
-def test_simulate_matches_reference(setting, ridge, protocol):
+def test_simulate_matches_reference(setting, ridge, protocol, assert_close):
   problem, _, _, _, x_eval = _case(setting, ridge)
   expected = _reference_run(setting, ridge, protocol, ROUNDS)
   actual = fedkrr.simulate(protocol, fedkrr.krr_learners(problem), problem.xs, problem.ys,
                            ROUNDS, x_eval)
-  _assert_close(actual, expected)
+  assert_close(actual, expected)
 
 
 @pytest.mark.parametrize("setting", ["M2-mixed-matrix", "M3-same-matrix"])
-def test_akd_from_another_start_matches_reference(setting):
+def test_akd_from_another_start_matches_reference(setting, assert_close):
   ridge = 1e-2
   problem, _, _, _, x_eval = _case(setting, ridge)
   start = problem.num_agents - 1
   expected = _reference_run(setting, ridge, "akd", ROUNDS, start)
   actual = fedkrr.trajectory(problem, "akd", ROUNDS, x_eval, start=start)
-  _assert_close(actual, expected)
+  assert_close(actual, expected)
   simulated = fedkrr.simulate("akd", fedkrr.krr_learners(problem), problem.xs, problem.ys,
                               ROUNDS, x_eval, start=start)
-  _assert_close(simulated, expected)
+  assert_close(simulated, expected)
 
 
 @pytest.mark.parametrize("baseline", ["central", "local"])
 @pytest.mark.parametrize("ridge", RIDGES)
 @pytest.mark.parametrize("setting", SETTINGS)
-def test_baseline_matches_reference(setting, ridge, baseline):
+def test_baseline_matches_reference(setting, ridge, baseline, assert_close):
   problem, ref_kernels, xs, ys, x_eval = _case(setting, ridge)
   expected = getattr(ref, baseline)(xs, ys, ref_kernels, ridge, x_eval)
   m, _, cols = SETTINGS[setting]
   assert expected.shape == (m, 5) + (() if cols is None else (cols,))
-  _assert_close(getattr(fedkrr, baseline)(problem, x_eval), expected)
+  assert_close(getattr(fedkrr, baseline)(problem, x_eval), expected)
 
 
 @pytest.mark.parametrize("setting", ["M2-mixed-matrix", "M3-same-matrix"])
-def test_avgkd_limit_matches_long_reference_run(setting):
+def test_avgkd_limit_matches_long_reference_run(setting, assert_close):
   ridge = 1e-2
   problem, _, _, _, x_eval = _case(setting, ridge)
   result = fedkrr.limit(problem, "avgkd", x_eval)
   assert result.converges
   assert float(result.spectral_radius) < 0.9  # so 400 rounds are well past 1e-8
   expected = _reference_run(setting, ridge, "avgkd", 400)[-1]
-  _assert_close(result.predictions, expected, 1e-8)
+  assert_close(result.predictions, expected, 1e-8)
 
 
 @pytest.mark.parametrize("name", KERNELS)
-def test_kernel_gram_matches_reference(name):
+def test_kernel_gram_matches_reference(name, assert_close):
   """Gram matrices on all the points used above, the diagonal (x = x') included."""
   fk, rk = KERNELS[name]
   x = np.concatenate([np.concatenate(_data(s)[0] + [_data(s)[2]]) for s in SETTINGS])
   np.testing.assert_allclose(np.diag(np.asarray(fk(x, x))), np.diag(rk(x, x)), rtol=1e-13,
                              err_msg=f"{name}: k(x, x) on the diagonal")
-  _assert_close(fk(x, x), rk(x, x), 1e-13)
+  assert_close(fk(x, x), rk(x, x), 1e-13)
 
 
 def test_reference_fit_reproduces_sklearn_convention():
