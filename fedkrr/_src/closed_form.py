@@ -46,6 +46,7 @@ import jax.numpy as jnp
 
 from fedkrr._src import linalg
 from fedkrr._src.problem import FederatedProblem
+from fedkrr._src.protocols import PROTOCOLS
 
 Array = jax.Array
 
@@ -139,8 +140,18 @@ def recurrence(problem: FederatedProblem, protocol: str, start: int = 0,
     sl = _slices(problem)
     blocks = {(i, j): matrix[sl[i], sl[j]] for i in range(m) for j in range(1, m)}
     return Recurrence(blocks, 0.0, solve(a0), zeros)
-  raise ValueError(f"protocol: expected one of akd, avgkd, pkd, ekd, backfit-gs, "
-                   f"backfit-jacobi, got {protocol!r}")
+  raise ValueError(f"protocol: expected one of {', '.join(PROTOCOLS)}, got {protocol!r}")
+
+
+def _check_arguments(problem: FederatedProblem, protocol: str, start: int,
+                     rounds: int = 1) -> None:
+  if protocol not in PROTOCOLS:
+    raise ValueError(f"protocol: expected one of {', '.join(PROTOCOLS)}, got {protocol!r}")
+  if not isinstance(start, int) or not 0 <= start < problem.num_agents:
+    raise ValueError(f"start: expected an agent index in 0..{problem.num_agents - 1}, "
+                     f"got {start!r}")
+  if not isinstance(rounds, int) or rounds < 1:
+    raise ValueError(f"rounds: expected an integer >= 1, got {rounds!r}")
 
 
 def readout(problem: FederatedProblem, x_eval: Array) -> list[Array]:
@@ -223,6 +234,7 @@ def trajectory(problem: FederatedProblem, protocol: str, rounds: int, x_eval: Ar
   Example:
     >>> preds = fedkrr.trajectory(problem, "avgkd", 100, x_test)  # (100, M, n_test)
   """
+  _check_arguments(problem, protocol, start, rounds)
   x_eval = jnp.asarray(x_eval, problem.ridge.dtype)
   fs = factors(problem, rtol)
   rec = recurrence(problem, protocol, start, fs)
@@ -247,8 +259,10 @@ class Limit(NamedTuple):
   Attributes:
     predictions: the fixed point's predictions at the evaluation points, in the
       per-round layout of :func:`trajectory` without the round axis.
-    spectral_radius: of the recurrence matrix (for EKD, of the AKD round W);
-      the limit exists (and the iteration reaches it from any start) iff < 1.
+    spectral_radius: of the recurrence matrix (for EKD, of the AKD round W).
+      Below 1, the rounds converge to this fixed point from any start. At 1
+      (e.g. c = 0, App. C) they may still converge, to a point that depends on
+      the start and is not computed here.
   """
 
   predictions: Array
@@ -280,6 +294,7 @@ def limit(problem: FederatedProblem, protocol: str, x_eval: Array, start: int = 
 
   The spectral radius uses a general eigen-solver, available on CPU.
   """
+  _check_arguments(problem, protocol, start)
   x_eval = jnp.asarray(x_eval, problem.ridge.dtype)
   rec = recurrence(problem, protocol, start, factors(problem, rtol))
   evals = readout(problem, x_eval)

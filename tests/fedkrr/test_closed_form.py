@@ -228,3 +228,14 @@ def test_runner_rejects_bad_arguments():
     fedkrr.get_protocol("fedavg")
   with pytest.raises(ValueError, match="order: expected"):
     fedkrr.backfit("random")
+
+
+def test_closed_forms_reject_bad_arguments():
+  xs, ys, x_eval = _data(2)
+  problem = fedkrr.make_problem(xs, ys, fedkrr.RBF(0.5), 0.1)
+  with pytest.raises(ValueError, match="start: expected an agent index in 0..1, got 2"):
+    fedkrr.trajectory(problem, "akd", 3, x_eval, start=2)
+  with pytest.raises(ValueError, match="rounds: expected an integer >= 1, got 0"):
+    fedkrr.trajectory(problem, "ekd", 0, x_eval)
+  with pytest.raises(ValueError, match="protocol: expected one of akd, avgkd"):
+    fedkrr.limit(problem, "fedavg", x_eval)
