@@ -25,6 +25,8 @@ import jax
 from jax import lax
 import jax.numpy as jnp
 
+from fedkrr._src.pytree import pytree_dataclass
+
 Array = jax.Array
 
 
@@ -59,11 +61,7 @@ def _distances(x1: Array, x2: Array, budget: int = 1 << 25) -> Array:
   return lax.map(row, x1, batch_size=max(1, budget // max(n2 * d, 1)))
 
 
-def _dataclass_pytree(cls):
-  return jax.tree_util.register_dataclass(dataclasses.dataclass(frozen=True)(cls))
-
-
-@_dataclass_pytree
+@pytree_dataclass
 class Linear:
   """Linear kernel ``k(x, x') = <x, x'>``."""
 
@@ -74,7 +72,7 @@ class Linear:
     return {"name": "linear"}
 
 
-@_dataclass_pytree
+@pytree_dataclass
 class Polynomial:
   """Polynomial kernel ``k(x, x') = (gamma <x, x'> + coef0) ** degree``.
 
@@ -95,7 +93,7 @@ class Polynomial:
             "gamma": float(self.gamma), "coef0": float(self.coef0)}
 
 
-@_dataclass_pytree
+@pytree_dataclass
 class RBF:
   """Gaussian kernel ``k(x, x') = exp(-gamma ||x - x'||^2)``, ``gamma > 0``."""
 
@@ -108,7 +106,7 @@ class RBF:
     return {"name": "rbf", "gamma": float(self.gamma)}
 
 
-@_dataclass_pytree
+@pytree_dataclass
 class Laplace:
   """Laplace kernel ``k(x, x') = exp(-gamma ||x - x'||_2)``, ``gamma > 0``."""
 
@@ -121,7 +119,7 @@ class Laplace:
     return {"name": "laplace", "gamma": float(self.gamma)}
 
 
-@_dataclass_pytree
+@pytree_dataclass
 class CustomKernel:
   """Wraps a user callable ``fn(x1, x2) -> Gram matrix`` as a PyTree kernel.
 

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 
 from fedkrr._src import linalg
 from fedkrr._src.problem import FederatedProblem
+from fedkrr._src.pytree import pytree_dataclass
 
 Array = jax.Array
 
@@ -36,8 +37,7 @@ class Learner(Protocol):
     ...
 
 
-@jax.tree_util.register_dataclass
-@dataclasses.dataclass(frozen=True)
+@pytree_dataclass
 class KRRModel:
   """``g(x) = k(x, X) alpha / N``: a kernel ridge model on the points ``X``."""
 
@@ -50,8 +50,7 @@ class KRRModel:
     return _krr_predict(self, jnp.asarray(x, dtype=self.alpha.dtype))
 
 
-@jax.tree_util.register_dataclass
-@dataclasses.dataclass(frozen=True)
+@pytree_dataclass
 class KRRLearner:
   """Exact kernel ridge regression in the paper's convention.
 

@@ -10,7 +10,6 @@ kernel ``k_a``; every Gram block is scaled by the total ``N``:
 from __future__ import annotations
 
 from collections.abc import Sequence
-import dataclasses
 from typing import Any
 
 import jax
@@ -18,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedkrr._src import kernels as kernels_lib
+from fedkrr._src.pytree import pytree_dataclass
 
 Array = jax.Array
 
@@ -26,8 +26,7 @@ class ProblemError(ValueError):
   """Invalid input to a federated problem; the message names the argument."""
 
 
-@jax.tree_util.register_dataclass
-@dataclasses.dataclass(frozen=True)
+@pytree_dataclass
 class FederatedProblem:
   """M agents' data, their kernels and the ridge constant c >= 0.
 

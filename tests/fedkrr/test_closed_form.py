@@ -30,14 +30,16 @@ def _kernels(m, same):
 @pytest.mark.parametrize("ridge", [1e-2, 0.0])
 @pytest.mark.parametrize("same", [True, False], ids=["same-kernel", "different-kernels"])
 @pytest.mark.parametrize("m", [2, 3])
-def test_closed_form_equals_literal_runner(m, same, ridge, protocol, x64, assert_close):
+def test_closed_form_equals_literal_runner(m, same, ridge, protocol, assert_close):
+  # Runs in the dtype of the test session (float64, or float32 with JAX_ENABLE_X64=0).
   xs, ys, x_eval = _data(m)
   problem = fedkrr.make_problem(xs, ys, _kernels(m, same), ridge)
   start = m - 1
   exact = fedkrr.trajectory(problem, protocol, 7, x_eval, start=start)
   literal = fedkrr.simulate(protocol, fedkrr.krr_learners(problem), problem.xs, problem.ys, 7,
                             x_eval, start=start)
-  assert_close(exact, literal)
+  assert exact.dtype == problem.ridge.dtype
+  assert_close(exact, literal, dtype=problem.ridge.dtype)
 
 
 @pytest.mark.parametrize("protocol", ["akd", "avgkd", "ekd", "backfit-gs"])
