@@ -28,12 +28,14 @@ def pytree_dataclass(cls):
   data = tuple(f.name for f in fields if not f.metadata.get("static", False))
   meta = tuple(f.name for f in fields if f.metadata.get("static", False))
 
+  def aux(obj):
+    return cls, tuple(getattr(obj, name) for name in meta)
+
   def flatten_with_keys(obj):
-    children = [(jax.tree_util.GetAttrKey(name), getattr(obj, name)) for name in data]
-    return children, (cls, tuple(getattr(obj, name) for name in meta))
+    return [(jax.tree_util.GetAttrKey(name), getattr(obj, name)) for name in data], aux(obj)
 
   def flatten(obj):
-    return [getattr(obj, name) for name in data], (cls, tuple(getattr(obj, name) for name in meta))
+    return [getattr(obj, name) for name in data], aux(obj)
 
   def unflatten(aux, children):
     _, meta_values = aux
