@@ -45,8 +45,8 @@ from jax import lax
 import jax.numpy as jnp
 
 from fedkrr._src import linalg
+from fedkrr._src import protocols
 from fedkrr._src.problem import FederatedProblem
-from fedkrr._src.protocols import PROTOCOLS
 
 Array = jax.Array
 
@@ -140,18 +140,14 @@ def recurrence(problem: FederatedProblem, protocol: str, start: int = 0,
     sl = _slices(problem)
     blocks = {(i, j): matrix[sl[i], sl[j]] for i in range(m) for j in range(1, m)}
     return Recurrence(blocks, 0.0, solve(a0), zeros)
-  raise ValueError(f"protocol: expected one of {', '.join(PROTOCOLS)}, got {protocol!r}")
+  protocols.check_protocol_name(protocol)  # raises: every known name returned above
 
 
 def _check_arguments(problem: FederatedProblem, protocol: str, start: int,
                      rounds: int = 1) -> None:
-  if protocol not in PROTOCOLS:
-    raise ValueError(f"protocol: expected one of {', '.join(PROTOCOLS)}, got {protocol!r}")
-  if not isinstance(start, int) or not 0 <= start < problem.num_agents:
-    raise ValueError(f"start: expected an agent index in 0..{problem.num_agents - 1}, "
-                     f"got {start!r}")
-  if not isinstance(rounds, int) or rounds < 1:
-    raise ValueError(f"rounds: expected an integer >= 1, got {rounds!r}")
+  protocols.check_protocol_name(protocol)
+  protocols.check_start(start, problem.num_agents)
+  protocols.check_rounds(rounds)
 
 
 def readout(problem: FederatedProblem, x_eval: Array) -> list[Array]:

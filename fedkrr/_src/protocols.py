@@ -98,9 +98,22 @@ class BackfitState(NamedTuple):
   models: tuple[Model | None, ...]   # None: the all-zero model
 
 
-def _check_start(start: int, num_agents: int) -> None:
+def check_start(start: int, num_agents: int) -> None:
+  """Raises ``ValueError`` unless ``start`` is an agent index."""
   if not isinstance(start, int) or not 0 <= start < num_agents:
     raise ValueError(f"start: expected an agent index in 0..{num_agents - 1}, got {start!r}")
+
+
+def check_rounds(rounds: int) -> None:
+  """Raises ``ValueError`` unless ``rounds`` is an integer >= 1."""
+  if not isinstance(rounds, int) or rounds < 1:
+    raise ValueError(f"rounds: expected an integer >= 1, got {rounds!r}")
+
+
+def check_protocol_name(name: str) -> None:
+  """Raises ``ValueError`` unless ``name`` is one of ``PROTOCOLS``."""
+  if name not in PROTOCOLS:
+    raise ValueError(f"protocol: expected one of {', '.join(PROTOCOLS)}, got {name!r}")
 
 
 def _akd_step(state: AKDState, learners, xs) -> tuple[AKDState, Model]:
@@ -114,7 +127,7 @@ def akd(start: int = 0) -> Protocol:
   """Alternating KD started at agent ``start`` (M-agent cycle, App. G)."""
 
   def init(ys):
-    _check_start(start, len(ys))
+    check_start(start, len(ys))
     return AKDState(0, start, ys[start])
 
   def step(state, learners, xs, ys):
@@ -210,8 +223,7 @@ def get_protocol(name: str, start: int = 0) -> Protocol:
       "backfit-gs": lambda: backfit("gauss-seidel"),
       "backfit-jacobi": lambda: backfit("jacobi"),
   }
-  if name not in makers:
-    raise ValueError(f"protocol: expected one of {', '.join(PROTOCOLS)}, got {name!r}")
+  check_protocol_name(name)
   return makers[name]()
 
 
@@ -230,8 +242,7 @@ def iterate(protocol: Protocol, learners: Sequence[Learner], xs: Sequence[Array]
   Pass a saved ``state`` to resume; its ``round`` field says where.
   """
   _check_data(learners, xs, ys)
-  if not isinstance(rounds, int) or rounds < 1:
-    raise ValueError(f"rounds: expected an integer >= 1, got {rounds!r}")
+  check_rounds(rounds)
   if state is None:
     state = protocol.init(ys)
   bar = None

@@ -76,25 +76,19 @@ def _expected_shape(setting: str, protocol: str, rounds: int) -> tuple[int, ...]
   return (rounds,) + agents + (5,) + trailing
 
 
+@pytest.mark.parametrize("method", ["closed-form", "simulate"])
 @pytest.mark.parametrize("protocol", fedkrr.PROTOCOLS)
 @pytest.mark.parametrize("ridge", RIDGES)
 @pytest.mark.parametrize("setting", SETTINGS)
-def test_trajectory_matches_reference(setting, ridge, protocol, assert_close):
+def test_matches_reference(setting, ridge, protocol, method, assert_close):
   problem, _, _, _, x_eval = _case(setting, ridge)
   expected = _reference_run(setting, ridge, protocol, ROUNDS)
   assert expected.shape == _expected_shape(setting, protocol, ROUNDS)
-  actual = fedkrr.trajectory(problem, protocol, ROUNDS, x_eval)
-  assert_close(actual, expected)
-
-
-@pytest.mark.parametrize("protocol", fedkrr.PROTOCOLS)
-@pytest.mark.parametrize("ridge", RIDGES)
-@pytest.mark.parametrize("setting", SETTINGS)
-def test_simulate_matches_reference(setting, ridge, protocol, assert_close):
-  problem, _, _, _, x_eval = _case(setting, ridge)
-  expected = _reference_run(setting, ridge, protocol, ROUNDS)
-  actual = fedkrr.simulate(protocol, fedkrr.krr_learners(problem), problem.xs, problem.ys,
-                           ROUNDS, x_eval)
+  if method == "closed-form":
+    actual = fedkrr.trajectory(problem, protocol, ROUNDS, x_eval)
+  else:
+    actual = fedkrr.simulate(protocol, fedkrr.krr_learners(problem), problem.xs, problem.ys,
+                             ROUNDS, x_eval)
   assert_close(actual, expected)
 
 
