@@ -30,6 +30,7 @@ from fedkrr._src.learner import KRRLearner
 from fedkrr._src.learner import KRRModel
 from fedkrr._src.learner import Learner
 from fedkrr._src.learner import Model
+from fedkrr._src.learner import fit_all
 from fedkrr._src.learner import krr_learners
 from fedkrr._src.linalg import RidgeFactor
 from fedkrr._src.linalg import ridge_factor

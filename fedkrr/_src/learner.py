@@ -97,6 +97,39 @@ def krr_learners(problem: FederatedProblem, rtol: float | None = None) -> tuple[
   return tuple(KRRLearner(k, problem.ridge, n, rtol) for k in problem.kernels)
 
 
+def fit_all(learners: Sequence[Learner], xs: Sequence[Array],
+            targets: Sequence[Array]) -> tuple[Model, ...]:
+  """Fits ``learners[k]`` on ``(xs[k], targets[k])`` for every k: the fits of one round.
+
+  The fits are independent, so learners may train them together. Learners whose
+  ``batch_key`` attribute is equal and not ``None`` (e.g. same-architecture
+  networks) form a group, fitted by one call of their class's
+  ``fit_batch(learners, xs, targets) -> models`` (e.g. one vmapped program);
+  every other learner is fitted alone. The result is in the order of the input.
+  """
+  if not len(learners) == len(xs) == len(targets):
+    raise ValueError(f"learners, xs, targets: expected equal lengths, got "
+                     f"{len(learners)}, {len(xs)} and {len(targets)}")
+  groups: dict[Any, list[int]] = {}
+  models: list[Any] = [None] * len(learners)
+  for k, learner in enumerate(learners):
+    key = getattr(learner, "batch_key", None)
+    if key is None:
+      models[k] = learner.fit(xs[k], targets[k])
+    else:
+      groups.setdefault((type(learner), key), []).append(k)
+  for (cls, _), members in groups.items():
+    if len(members) == 1:
+      k, = members
+      models[k] = learners[k].fit(xs[k], targets[k])
+      continue
+    fitted = cls.fit_batch([learners[k] for k in members], [xs[k] for k in members],
+                           [targets[k] for k in members])
+    for k, model in zip(members, fitted, strict=True):
+      models[k] = model
+  return tuple(models)
+
+
 def check_learners(learners: Sequence[Any], num_agents: int) -> None:
   """Raises ``ValueError`` unless there is one learner with ``fit`` per agent."""
   if len(learners) != num_agents:

@@ -37,6 +37,7 @@ import jax.numpy as jnp
 from fedkrr._src.learner import Learner
 from fedkrr._src.learner import Model
 from fedkrr._src.learner import check_learners
+from fedkrr._src.learner import fit_all
 
 Array = jax.Array
 
@@ -145,7 +146,7 @@ def _averaged(name: str, reinject_labels: bool) -> Protocol:
 
   def step(state, learners, xs, ys):
     m = len(xs)
-    models = tuple(learners[i].fit(xs[i], state.targets[i]) for i in range(m))
+    models = fit_all(learners, xs, state.targets)
     targets = []
     for i in range(m):
       base = ys[i] if reinject_labels else state.targets[i]
@@ -174,18 +175,27 @@ def ekd() -> Protocol:
     return EKDState(0, tuple(AKDState(0, s, ys[s]) for s in range(len(ys))))
 
   def step(state, learners, xs, ys):
-    runs, models = [], []
-    for run in state.runs:
-      agent = run.agent
-      run, model = _akd_step(run, learners, xs)
-      runs.append(run)
-      models.append((agent, model))
+    agents = tuple(run.agent for run in state.runs)   # distinct agents: fitted together
+    models = fit_all([learners[a] for a in agents], [xs[a] for a in agents],
+                     [run.targets for run in state.runs])
+    runs = []
+    for run, model in zip(state.runs, models):
+      nxt = (run.agent + 1) % len(xs)
+      runs.append(AKDState(run.round + 1, nxt, model.predict(xs[nxt])))
     sign = -1.0 if state.round % 2 else 1.0
     return (EKDState(state.round + 1, tuple(runs)),
-            RoundOutput(tuple(m for _, m in models), tuple(a for a, _ in models),
-                        (sign,) * len(models), cumulative=True))
+            RoundOutput(models, agents, (sign,) * len(models), cumulative=True))
 
   return Protocol("ekd", init, step)
+
+
+def _residual(i, models, xs, ys):
+  """Agent i's labels minus the other agents' models (None: zero) on its inputs."""
+  residual = ys[i]
+  for j, model in enumerate(models):
+    if j != i and model is not None:
+      residual = residual - model.predict(xs[i])
+  return residual
 
 
 def backfit(order: str = "gauss-seidel") -> Protocol:
@@ -198,14 +208,14 @@ def backfit(order: str = "gauss-seidel") -> Protocol:
 
   def step(state, learners, xs, ys):
     m = len(xs)
+    if order == "jacobi":
+      residuals = [_residual(i, state.models, xs, ys) for i in range(m)]
+      current = fit_all(learners, xs, residuals)
+      return (BackfitState(state.round + 1, current),
+              RoundOutput(current, tuple(range(m)), (1.0,) * m))
     current = list(state.models)
     for i in range(m):
-      source = current if order == "gauss-seidel" else state.models
-      residual = ys[i]
-      for j in range(m):
-        if j != i and source[j] is not None:
-          residual = residual - source[j].predict(xs[i])
-      current[i] = learners[i].fit(xs[i], residual)
+      current[i] = learners[i].fit(xs[i], _residual(i, current, xs, ys))
     return (BackfitState(state.round + 1, tuple(current)),
             RoundOutput(tuple(current), tuple(range(m)), (1.0,) * m))
 

@@ -75,3 +75,45 @@ def test_float32_learner_within_tolerance(x64, assert_close):
   pred32 = f32.fit(X, Y).predict(X_TEST)
   assert pred32.dtype == jnp.float32
   assert_close(pred32, f64.fit(X, Y).predict(X_TEST), dtype=np.float32)
+
+
+class _BatchedKRR:
+  """A KRR learner that declares a batch key and records its batched fits."""
+
+  calls: list = []
+  batch_key = "krr"
+
+  def __init__(self, *args):
+    self.inner = fedkrr.KRRLearner(*args)
+
+  def fit(self, x, targets):
+    return self.inner.fit(x, targets)
+
+  @classmethod
+  def fit_batch(cls, learners, xs, targets):
+    cls.calls.append(len(learners))
+    return tuple(learner.fit(x, t) for learner, x, t in zip(learners, xs, targets))
+
+
+@pytest.mark.parametrize("name", ["avgkd", "pkd", "ekd", "backfit-jacobi", "backfit-gs"])
+def test_fit_all_groups_batchable_learners_without_changing_results(name, x64, assert_close):
+  # Protocol rounds with independent fits hand them to fit_batch as one group; the
+  # trajectory is the one of plain learners that are fitted one by one.
+  xs = [RNG.normal(size=(6 + a, 3)) for a in range(3)]
+  ys = [RNG.normal(size=(6 + a,)) for a in range(3)]
+  ridge, n = jnp.asarray(0.1), jnp.asarray(21.0)
+  plain = [fedkrr.KRRLearner(fedkrr.RBF(0.5), ridge, n) for _ in range(3)]
+  batched = [_BatchedKRR(fedkrr.RBF(0.5), ridge, n) for _ in range(2)] + plain[2:]
+  _BatchedKRR.calls.clear()
+  expected = fedkrr.simulate(name, plain, xs, ys, 3, X_TEST)
+  actual = fedkrr.simulate(name, batched, xs, ys, 3, X_TEST)
+  assert_close(actual, expected)
+  if name == "backfit-gs":   # sequential by definition: never batched
+    assert _BatchedKRR.calls == []
+  else:
+    assert _BatchedKRR.calls == [2, 2, 2]
+
+
+def test_fit_all_checks_lengths():
+  with pytest.raises(ValueError, match="learners, xs, targets"):
+    fedkrr.fit_all([object()], [X, X], [Y, Y])
