@@ -18,6 +18,11 @@ from fedkrr._src.closed_form import recurrence_matrix
 from fedkrr._src.closed_form import spectral_radius
 from fedkrr._src.closed_form import trajectory
 from fedkrr._src.closed_form import transfer
+from fedkrr._src.geometry import Geometry
+from fedkrr._src.geometry import akd_by_projections
+from fedkrr._src.geometry import geometry
+from fedkrr._src.geometry import principal_cosines
+from fedkrr._src.geometry import stacked_gram
 from fedkrr._src.kernels import RBF
 from fedkrr._src.kernels import CustomKernel
 from fedkrr._src.kernels import KernelError
@@ -51,5 +56,22 @@ from fedkrr._src.protocols import iterate
 from fedkrr._src.protocols import local_models
 from fedkrr._src.protocols import pkd
 from fedkrr._src.protocols import simulate
+from fedkrr._src.rates import TwoClusters
+from fedkrr._src.rates import cycle_operator
+from fedkrr._src.rates import degradation_rate
+from fedkrr._src.rates import rate_grid
+from fedkrr._src.rates import shared_kernel_rate
+from fedkrr._src.rates import sweep
+from fedkrr._src.rates import sweep_bandwidth_ratio
+from fedkrr._src.rates import sweep_heterogeneity
+from fedkrr._src.rates import sweep_ridge
+from fedkrr._src.rates import sweep_separation
+from fedkrr._src.special_cases import avgkd_by_projections
+from fedkrr._src.special_cases import avgkd_limit_by_projections
+from fedkrr._src.special_cases import avgkd_limit_by_system
+from fedkrr._src.special_cases import avgkd_partial_sums_as_printed
+from fedkrr._src.special_cases import block_system_predictions
+from fedkrr._src.special_cases import intersection_limit_linear
+from fedkrr._src.special_cases import pkd_by_projections
 
 __version__ = "0.1.0"
