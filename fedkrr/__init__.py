@@ -56,6 +56,15 @@ from fedkrr._src.protocols import iterate
 from fedkrr._src.protocols import local_models
 from fedkrr._src.protocols import pkd
 from fedkrr._src.protocols import simulate
+from fedkrr._src.rate_plots import DegradationReport
+from fedkrr._src.rate_plots import RateCurves
+from fedkrr._src.rate_plots import akd_decay
+from fedkrr._src.rate_plots import degradation_report
+from fedkrr._src.rate_plots import plot_akd_decay
+from fedkrr._src.rate_plots import plot_rate_curves
+from fedkrr._src.rate_plots import plot_rate_heatmap
+from fedkrr._src.rate_plots import rate_curves
+from fedkrr._src.rate_plots import sweep_kernel_mismatch
 from fedkrr._src.rates import TwoClusters
 from fedkrr._src.rates import cycle_operator
 from fedkrr._src.rates import degradation_rate
