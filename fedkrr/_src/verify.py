@@ -1,0 +1,392 @@
+"""Numerical checks of the paper's statements on seeded random instances (`fedkrr verify`).
+
+Every check computes a residual on instances of several sizes and seeds; the
+row keeps the largest. Two kinds of rows:
+
+* ``identity``: an exact equality or bound the toolkit relies on (two
+  independent routes to the same numbers). If one fails, ``fedkrr verify``
+  exits with status 1.
+* ``claim``: a statement of the paper checked as stated. If it does not hold,
+  that is a finding, reported in the table, not an error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+import dataclasses
+import json
+
+import jax.numpy as jnp
+import numpy as np
+
+from fedkrr._src import closed_form
+from fedkrr._src import geometry as geo_lib
+from fedkrr._src import protocols
+from fedkrr._src import rates
+from fedkrr._src import special_cases as sc
+from fedkrr._src.kernels import RBF
+from fedkrr._src.kernels import Laplace
+from fedkrr._src.kernels import Linear
+from fedkrr._src.learner import krr_learners
+from fedkrr._src.problem import make_problem
+
+SIZES = ((5, 4), (14, 10))
+SEEDS = (0, 1)
+EXACT = 1e-8   # relative tolerance of exact identities in float64
+
+
+@dataclasses.dataclass(frozen=True)
+class Check:
+  id: str
+  statement: str
+  source: str
+  kind: str          # "identity" or "claim"
+  tolerance: float
+  residual_fn: Callable[[int, tuple[int, ...]], float]
+  sizes: tuple[tuple[int, ...], ...] = SIZES
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+  id: str
+  statement: str
+  source: str
+  kind: str
+  residual: float
+  tolerance: float
+  holds: bool
+
+  def as_dict(self) -> dict:
+    return dataclasses.asdict(self)
+
+
+def _rel(a, b) -> float:
+  a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+  return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-300))
+
+
+def _data(seed: int, sizes, dim: int = 2, shift: float = 1.0):
+  rng = np.random.default_rng(seed)
+  xs = [rng.normal(size=(n, dim)) + shift * a for a, n in enumerate(sizes)]
+  ys = [rng.normal(size=n) for n in sizes]
+  return xs, ys, rng.normal(size=(6, dim))
+
+
+def _problem(seed, sizes, ridge=0.05, kernels="same"):
+  xs, ys, x_eval = _data(seed, sizes)
+  if kernels == "same":
+    ks = [RBF(0.5)] * len(sizes)
+  else:
+    ks = [RBF(0.5) if a % 2 == 0 else Laplace(0.4) for a in range(len(sizes))]
+  return make_problem(xs, ys, ks, ridge), x_eval
+
+
+def _simulate(problem, name, rounds, x_eval):
+  return protocols.simulate(name, krr_learners(problem), problem.xs, problem.ys, rounds, x_eval)
+
+
+# ---- Prop. III and App. B: geometry -------------------------------------------------------
+
+def _prop3_reconstruction(seed, sizes):
+  worst = 0.0
+  for kernels in ("same", "different"):
+    for ridge in (0.05, 0.0):
+      p, x = _problem(seed, sizes, ridge, kernels)
+      worst = max(worst, _rel(geo_lib.akd_by_projections(p, 6, x), _simulate(p, "akd", 6, x)))
+  return worst
+
+
+def _prop3_idempotent(seed, sizes):
+  p, _ = _problem(seed, sizes, 0.05, "different")
+  g = geo_lib.geometry(p)
+  return max(_rel(q @ q, q) for q in (g.p1, g.p2, g.p1_tilde, g.p2_tilde))
+
+
+def _prop3_contractions(seed, sizes):
+  p, _ = _problem(seed, sizes, 0.05, "different")
+  g = geo_lib.geometry(p)
+  return max(float(jnp.linalg.norm(m, 2)) - 1.0 for m in (g.c1, g.c2_tilde))
+
+
+def _prop3_no_fixed_point(seed, sizes):
+  p, _ = _problem(seed, sizes, 0.05, "same")
+  g = geo_lib.geometry(p)
+  return float(closed_form.spectral_radius(g.p1.T @ g.p2.T))
+
+
+# ---- Prop. II, IV, VIII: degradation ----------------------------------------------------
+
+def _prop2_akd_to_zero(seed, sizes):
+  p, x = _problem(seed, sizes, 0.05, "different")
+  traj = closed_form.trajectory(p, "akd", 2000, x)
+  return float(jnp.max(jnp.abs(traj[-1])) / jnp.max(jnp.abs(traj[0])))
+
+
+def _prop4_cos2(seed, sizes):
+  p, _ = _problem(seed, sizes, 0.05, "same")
+  return abs(float(rates.degradation_rate(p)) - float(rates.shared_kernel_rate(p)))
+
+
+def _prop4_geometry_rate(seed, sizes):
+  p, _ = _problem(seed, sizes, 0.05, "different")
+  a = geo_lib.geometry(p).two_round_operator()
+  return abs(float(closed_form.spectral_radius(a)) - float(rates.degradation_rate(p)))
+
+
+def _prop4_trend_ridge(seed, sizes):
+  p, _ = _problem(seed, sizes, 0.05, "same")
+  rho = np.asarray(rates.sweep_ridge(p, jnp.logspace(-4, 1, 12)))
+  return float(max(0.0, np.max(np.diff(rho))))
+
+
+def _prop4_trend_kernel(seed, sizes):
+  p, _ = _problem(seed, sizes, 0.05, "same")
+  rho = np.asarray(rates.sweep_bandwidth_ratio(p, jnp.asarray([0.1, 0.3, 1.0, 3.0, 10.0])))
+  return float(max(0.0, np.max(rho) - rho[2]))
+
+
+def _prop4_trend_data(seed, sizes):
+  clusters = rates.TwoClusters.draw(seed, sizes[0])
+  rho = np.asarray(rates.sweep_separation(clusters, jnp.linspace(0.0, 6.0, 7), 0.05))
+  return float(max(0.0, np.max(np.diff(rho))))
+
+
+# ---- Prop. V, VI, VII: AvgKD and EKD --------------------------------------------------------
+
+def _prop5_recurrence(seed, sizes):
+  p, x = _problem(seed, sizes, 0.05, "different")
+  return _rel(sc.avgkd_by_projections(p, 6, x), _simulate(p, "avgkd", 6, x))
+
+
+def _prop5_limit(seed, sizes):
+  worst = 0.0
+  for ridge in (0.05, 0.0):
+    p, x = _problem(seed, sizes, ridge, "different")
+    lim = sc.avgkd_limit_by_projections(p, x)
+    worst = max(worst, _rel(lim, closed_form.limit(p, "avgkd", x).predictions),
+                _rel(lim, closed_form.trajectory(p, "avgkd", 400, x)[-1]))
+  return worst
+
+
+def _prop5_as_printed(seed, sizes):
+  p, x = _problem(seed, sizes, 0.05, "different")
+  traj = closed_form.trajectory(p, "avgkd", 4, x)
+  return max(_rel(sc.avgkd_partial_sums_as_printed(p, t, x), traj[t, 0]) for t in (1, 2, 3))
+
+
+def _prop6_system8(seed, sizes):
+  worst = 0.0
+  for ridge in (0.05, 0.0):
+    p, x = _problem(seed, sizes, ridge, "different")
+    worst = max(worst, _rel(sc.avgkd_limit_by_system(p, x),
+                            closed_form.limit(p, "avgkd", x).predictions))
+  return worst
+
+
+def _prop6_system7(seed, sizes):
+  p, _ = _problem(seed, sizes, 0.0, "different")
+  worst = 0.0
+  for xa in p.xs:
+    central = closed_form.central(p, xa)[0]
+    worst = max(worst, _rel(sc.block_system_predictions(p, xa), central))
+  return worst
+
+
+def _prop7_ekd_labels(seed, sizes):
+  p, _ = _problem(seed, sizes, 0.0, "different")
+  worst = 0.0
+  for xa, ya in zip(p.xs, p.ys):
+    worst = max(worst, _rel(closed_form.limit(p, "ekd", xa).predictions, ya))
+  return worst
+
+
+def _prop7_ekd_rounds(seed, sizes):
+  p, x = _problem(seed, sizes, 0.05, "different")
+  return _rel(closed_form.trajectory(p, "ekd", 2000, x)[-1], sc.block_system_predictions(p, x))
+
+
+# ---- App. C: no regularisation --------------------------------------------------------------
+
+def _appc_self_distillation(seed, sizes):
+  xs, ys, x_eval = _data(seed, sizes[:1])
+  p = make_problem([xs[0], xs[0]], [ys[0], ys[0]], [RBF(0.5)] * 2, 0.0)
+  traj = closed_form.trajectory(p, "akd", 8, x_eval)
+  return _rel(traj, jnp.broadcast_to(traj[0], traj.shape))
+
+
+def _appc_positive_definite(seed, sizes):
+  p, _ = _problem(seed, sizes, 0.0, "same")
+  return float(rates.degradation_rate(p))
+
+
+def _intersecting_linear(seed, sizes):
+  rng = np.random.default_rng(seed)
+  n1, n2 = sizes[:2]
+  x1 = np.zeros((n1, 3))
+  x1[:, :2] = rng.normal(size=(n1, 2))
+  x2 = np.zeros((n2, 3))
+  x2[:, 1:] = rng.normal(size=(n2, 2))
+  p = make_problem([x1, x2], [rng.normal(size=n1), rng.normal(size=n2)], [Linear()] * 2, 0.0)
+  return p, rng.normal(size=(6, 3))
+
+
+def _appc_singular(seed, sizes):
+  p, x = _intersecting_linear(seed, sizes)
+  target = sc.intersection_limit_linear(p, x)
+  if float(jnp.max(jnp.abs(target))) < 1e-6:
+    return 1.0   # the limit must be a non-zero point
+  return _rel(closed_form.trajectory(p, "akd", 600, x)[-1], target)
+
+
+# ---- App. E: PKD ------------------------------------------------------------------------------
+
+def _appe_closed_form(seed, sizes):
+  p, x = _problem(seed, sizes, 0.0, "same")
+  return _rel(sc.pkd_by_projections(p, 6, x), _simulate(p, "pkd", 6, x))
+
+
+def _appe_degrades(seed, sizes):
+  p, x = _problem(seed, sizes, 0.05, "same")
+  traj = closed_form.trajectory(p, "pkd", 3000, x)
+  return float(jnp.max(jnp.abs(traj[-1])) / jnp.max(jnp.abs(traj[0])))
+
+
+# ---- App. G: M agents -------------------------------------------------------------------------
+
+M_SIZES = ((5, 4, 6), (8, 6, 7, 5))
+
+
+def _appg_akd(seed, sizes):
+  p, x = _problem(seed, sizes, 0.05, "different")
+  traj = closed_form.trajectory(p, "akd", 2000, x)
+  return float(jnp.max(jnp.abs(traj[-1])) / jnp.max(jnp.abs(traj[0])))
+
+
+def _appg_pkd(seed, sizes):
+  p, x = _problem(seed, sizes, 0.05, "different")
+  traj = closed_form.trajectory(p, "pkd", 3000, x)
+  return float(jnp.max(jnp.abs(traj[-1])) / jnp.max(jnp.abs(traj[0])))
+
+
+def _appg_avgkd(seed, sizes):
+  p, x = _problem(seed, sizes, 0.05, "different")
+  lim = closed_form.limit(p, "avgkd", x)
+  if not lim.converges or float(jnp.max(jnp.abs(lim.predictions))) < 1e-8:
+    return 1.0
+  return _rel(closed_form.trajectory(p, "avgkd", 300, x)[-1], lim.predictions)
+
+
+def _appg_ekd(seed, sizes):
+  p, x = _problem(seed, sizes, 0.05, "same")
+  return _rel(closed_form.limit(p, "ekd", x).predictions, closed_form.central(p, x)[0])
+
+
+def _appg_backfit(seed, sizes):
+  p, x = _problem(seed, sizes, 0.05, "same")
+  return _rel(closed_form.trajectory(p, "backfit-gs", 400, x)[-1], closed_form.central(p, x)[0])
+
+
+CHECKS = (
+    Check("prop3-reconstruction", "AKD's rounds from projections and contractions equal the "
+          "literal rounds", "Prop. III, eq. (12)", "identity", EXACT, _prop3_reconstruction),
+    Check("prop3-idempotent", "P_1, P_2, P~_1, P~_2 are projections: P^2 = P", "App. B",
+          "identity", EXACT, _prop3_idempotent),
+    Check("prop3-contractions", "||C_1||_2, ||C~_2||_2 <= 1 (residual: norm - 1)", "App. B",
+          "identity", EXACT, _prop3_contractions),
+    Check("prop3-no-fixed-point", "P_1^T P_2^T x = x only for x = 0 (residual: spectral radius "
+          "of P_1^T P_2^T, holds below 1)", "Prop. III", "claim", 1.0 - 1e-12,
+          _prop3_no_fixed_point),
+    Check("prop2-akd-to-zero", "AKD with c > 0 degrades to 0 (|g_2000| / |g_0|)", "Prop. II",
+          "claim", 1e-8, _prop2_akd_to_zero),
+    Check("prop4-rate-cos2", "shared kernel: rho = cos^2 of the smallest principal angle",
+          "App. B, Prop. VIII", "identity", EXACT, _prop4_cos2),
+    Check("prop4-rate-geometry", "rho of C_1 P~_2^T C~_2 P_1^T (2N x 2N) = rho of the transfer "
+          "cycle (N_1 x N_1)", "Prop. III-IV", "identity", EXACT, _prop4_geometry_rate),
+    Check("prop4-trend-ridge", "rho decreases as c grows (residual: largest increase)",
+          "Prop. IV (i)", "claim", 1e-12, _prop4_trend_ridge),
+    Check("prop4-trend-kernel", "rho is largest for equal RBF bandwidths among ratios "
+          "0.1..10 (residual: excess over ratio 1)", "Prop. IV (ii)", "claim", 1e-12,
+          _prop4_trend_kernel),
+    Check("prop4-trend-data", "rho decreases as the agents' clusters move apart (residual: "
+          "largest increase)", "Prop. IV (iii)", "claim", 1e-12, _prop4_trend_data),
+    Check("prop5-recurrence", "AvgKD's rounds from projections and contractions equal the "
+          "literal rounds", "App. D", "identity", EXACT, _prop5_recurrence),
+    Check("prop5-limit", "AvgKD's limit by the pseudo-inverse formula equals the fixed point "
+          "and round 400", "Prop. V", "identity", 1e-7, _prop5_limit),
+    Check("prop5-finite-sums", "Prop. V's finite sums, as printed, equal AvgKD's round t "
+          "(t = 1, 2, 3)", "Prop. V", "claim", EXACT, _prop5_as_printed),
+    Check("prop6-system8", "AvgKD's limits are beta_1 / 2 and -beta_2 / 2 of system (8)",
+          "Prop. VI, eq. (19)", "identity", EXACT, _prop6_system8),
+    Check("prop6-system7", "c = 0: system (7) predicts g^1* on the training inputs",
+          "Prop. VI", "claim", 1e-6, _prop6_system7),
+    Check("prop7-ekd-labels", "c = 0, different kernels: EKD's limit reproduces the training "
+          "labels", "Prop. VII", "claim", 1e-6, _prop7_ekd_labels),
+    Check("prop7-ekd-rounds", "EKD's partial sums converge to the block system (7)",
+          "Prop. VII, App. F", "identity", 1e-7, _prop7_ekd_rounds),
+    Check("appc-self-distillation", "c = 0: self-distillation leaves the model unchanged",
+          "App. C", "claim", 1e-6, _appc_self_distillation),
+    Check("appc-positive-definite", "c = 0, K > 0: AKD degrades to 0 (residual: the rate rho, "
+          "holds below 1)", "App. C", "claim", 1.0 - 1e-12, _appc_positive_definite),
+    Check("appc-singular", "c = 0, singular K: AKD converges to a non-zero point of the "
+          "intersection", "App. C, Fig. 7(a)", "claim", 1e-8, _appc_singular),
+    Check("appe-closed-form", "c = 0: PKD is the averaged projection "
+          "2^-t P^_1^T (P^_1^T + P^_2^T)^(t-1) (P^_1^T z_1 + P^_2^T z_2)", "App. E", "claim",
+          1e-8, _appe_closed_form),
+    Check("appe-degrades", "PKD degrades to 0 (|g_3000| / |g_0|, c > 0)", "App. E", "claim",
+          1e-3, _appe_degrades),
+    Check("appg-akd", "M > 2: the AKD cycle degrades to 0 (|g_2000| / |g_0|)", "App. G",
+          "claim", 1e-8, _appg_akd, M_SIZES),
+    Check("appg-pkd", "M > 2: PKD degrades to 0 (|g_3000| / |g_0|)", "App. G", "claim", 1e-3,
+          _appg_pkd, M_SIZES),
+    Check("appg-avgkd", "M > 2: AvgKD converges to a non-zero limit", "App. G", "claim", 1e-7,
+          _appg_avgkd, M_SIZES),
+    Check("appg-ekd-central", "M > 2, shared kernel: cyclic EKD (eq. 32) recovers the "
+          "centralised model", "App. G, eq. (32)", "claim", 1e-6, _appg_ekd, M_SIZES),
+    Check("appg-backfit-central", "M > 2, shared kernel: Gauss-Seidel backfitting recovers the "
+          "centralised model", "DESIGN (backfitting)", "identity", 1e-7, _appg_backfit,
+          M_SIZES),
+)
+
+
+def run_checks(seeds=SEEDS, only: str | None = None, progress: bool = False) -> list[Row]:
+  """Runs every check (or those whose id starts with ``only``) and returns the rows."""
+  checks = [c for c in CHECKS if only is None or c.id.startswith(only)]
+  if not checks:
+    raise ValueError(f"only: no check id starts with {only!r}; ids: "
+                     f"{', '.join(c.id for c in CHECKS)}")
+  bar = None
+  if progress:
+    from tqdm.auto import tqdm
+    bar = tqdm(total=len(checks), desc="verify", unit="check")
+  rows = []
+  for check in checks:
+    residual = max(check.residual_fn(seed, sizes) for seed in seeds for sizes in check.sizes)
+    holds = bool(np.isfinite(residual) and residual <= check.tolerance)
+    rows.append(Row(check.id, check.statement, check.source, check.kind, float(residual),
+                    check.tolerance, holds))
+    if bar is not None:
+      bar.update(1)
+  if bar is not None:
+    bar.close()
+  return rows
+
+
+def format_table(rows: list[Row]) -> str:
+  """The rows as a Markdown table."""
+  lines = ["| id | statement | source | kind | max residual | tolerance | holds |",
+           "| --- | --- | --- | --- | --- | --- | --- |"]
+  for r in rows:
+    verdict = "yes" if r.holds else ("NO (finding)" if r.kind == "claim" else "NO (FAILURE)")
+    lines.append(f"| {r.id} | {r.statement} | {r.source} | {r.kind} | {r.residual:.2e} | "
+                 f"{r.tolerance:.1e} | {verdict} |")
+  return "\n".join(lines)
+
+
+def write_json(rows: list[Row], path) -> None:
+  with open(path, "w") as f:
+    json.dump([r.as_dict() for r in rows], f, indent=1)
+
+
+def failures(rows: list[Row]) -> list[Row]:
+  """Identities the toolkit relies on that did not hold."""
+  return [r for r in rows if r.kind == "identity" and not r.holds]

@@ -1,0 +1,95 @@
+"""Degradation rates (Prop. IV, VIII) and their vmapped sweeps."""
+
+import dataclasses
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import fedkrr
+
+RNG = np.random.default_rng(12)
+
+
+def _problem(sizes=(8, 6), ridge=0.05, kernels=None):
+  xs = [RNG.normal(size=(n, 2)) + a for a, n in enumerate(sizes)]
+  ys = [RNG.normal(size=n) for n in sizes]
+  kernels = kernels or [fedkrr.RBF(0.5)] * len(sizes)
+  return fedkrr.make_problem(xs, ys, kernels, ridge), RNG.normal(size=(5, 2))
+
+
+def test_akd_decays_at_the_predicted_rate(x64):
+  # |g_{2t}| ~ rho^t: the ratio of successive cycles tends to rho.
+  problem, x_eval = _problem()
+  rho = float(fedkrr.degradation_rate(problem))
+  traj = np.asarray(fedkrr.trajectory(problem, "akd", 202, x_eval))
+  norms = np.linalg.norm(traj[::2], axis=1)
+  assert 0.0 < rho < 1.0
+  assert abs(norms[-1] / norms[-2] - rho) < 1e-6 * max(rho, 1e-3) + 1e-9
+
+
+def test_rate_does_not_depend_on_the_start_for_m_agents(x64):
+  problem, _ = _problem(sizes=(5, 6, 4), kernels=[fedkrr.RBF(0.5), fedkrr.Laplace(0.4),
+                                                  fedkrr.RBF(1.0)])
+  rates = [float(fedkrr.degradation_rate(problem, start=s)) for s in range(3)]
+  assert max(rates) - min(rates) < 1e-10
+  # rho^(1/M) is the spectral radius of the one-round AKD recurrence.
+  one_round = fedkrr.recurrence_matrix(problem, fedkrr.recurrence(problem, "akd"))
+  assert abs(float(fedkrr.spectral_radius(one_round)) ** 3 - rates[0]) < 1e-10
+
+
+def test_degradation_rate_matches_numpy_reference(x64):
+  problem, _ = _problem(kernels=[fedkrr.RBF(0.5), fedkrr.Laplace(0.3)])
+  (x1, x2), c, n = problem.xs, float(problem.ridge), problem.num_points
+  k1 = lambda a, b: np.asarray(problem.kernels[0](a, b)) / n
+  k2 = lambda a, b: np.asarray(problem.kernels[1](a, b)) / n
+  s1 = np.linalg.inv(c * np.eye(len(x1)) + k1(x1, x1))
+  s2 = np.linalg.inv(c * np.eye(len(x2)) + k2(x2, x2))
+  cycle = s1 @ k2(x1, x2) @ s2 @ k1(x2, x1)   # agent 1 -> agent 2 -> agent 1 on coefficients
+  rho = np.max(np.abs(np.linalg.eigvals(cycle)))
+  assert abs(float(fedkrr.degradation_rate(problem)) - rho) < 1e-10
+
+
+def test_sweeps_equal_a_loop(x64):
+  problem, _ = _problem()
+  ridges = jnp.asarray([1e-3, 1e-2, 0.1, 1.0])
+  swept = fedkrr.sweep_ridge(problem, ridges)
+  looped = [float(fedkrr.degradation_rate(dataclasses.replace(problem, ridge=c))) for c in ridges]
+  np.testing.assert_allclose(swept, looped, rtol=1e-10)
+  clusters = fedkrr.TwoClusters.draw(0, 10)
+  grid = fedkrr.rate_grid(clusters, jnp.asarray([0.01, 0.1]), jnp.asarray([0.0, 0.5, 1.0]))
+  assert grid.shape == (2, 3)
+  assert abs(float(grid[1, 2]) - float(fedkrr.degradation_rate(clusters.problem(1.0, 0.1)))) \
+      < 1e-10
+
+
+def test_prop4_trend_regularisation(x64):
+  problem, _ = _problem()
+  rho = np.asarray(fedkrr.sweep_ridge(problem, jnp.logspace(-4, 1, 10)))
+  assert np.all(np.diff(rho) < 0) and rho[0] > 0.9 and rho[-1] < 0.1
+
+
+def test_prop4_trend_kernel_mismatch(x64):
+  clusters = fedkrr.TwoClusters.draw(3, 40)
+  problem = clusters.problem(0.3, 0.01)
+  rho = np.asarray(fedkrr.sweep_bandwidth_ratio(problem, jnp.asarray([0.01, 0.1, 1.0, 10.0,
+                                                                      100.0])))
+  # A strong mismatch either way degrades faster than equal kernels...
+  assert rho[2] > max(rho[0], rho[3], rho[4]) and rho[2] > rho[3] > rho[4]
+  # ...but not monotonically: a moderately wider kernel for agent 2 (ratio 0.1) can
+  # degrade more slowly than equal kernels (a finding, reported by `fedkrr verify`).
+  assert rho[1] > rho[0]
+
+
+def test_prop4_trend_data_heterogeneity(x64):
+  clusters = fedkrr.TwoClusters.draw(3, 40)
+  rho = np.asarray(fedkrr.sweep_separation(clusters, jnp.linspace(0.0, 8.0, 9), 0.01))
+  assert np.all(np.diff(rho) < 0)
+  mixed = np.asarray(fedkrr.sweep_heterogeneity(clusters, jnp.asarray([0.0, 1.0]), 0.01))
+  assert mixed[0] < mixed[1]   # disjoint clusters degrade faster than i.i.d. agents
+
+
+def test_bandwidth_sweep_needs_an_rbf_first_kernel():
+  problem, _ = _problem(kernels=[fedkrr.Laplace(0.5), fedkrr.RBF(0.5)])
+  with pytest.raises(ValueError, match=r"kernels\[0\]"):
+    fedkrr.sweep_bandwidth_ratio(problem, jnp.asarray([1.0]))

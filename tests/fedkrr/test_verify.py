@@ -1,0 +1,55 @@
+"""``fedkrr verify``: rows, table, JSON and exit status."""
+
+import dataclasses
+import json
+
+import pytest
+
+from fedkrr._src import verify
+from fedkrr._src.cli import main
+
+
+def test_checks_have_unique_ids_and_kinds():
+  ids = [c.id for c in verify.CHECKS]
+  assert len(ids) == len(set(ids))
+  assert {c.kind for c in verify.CHECKS} == {"identity", "claim"}
+
+
+def test_quick_checks_hold_and_format(x64):
+  rows = verify.run_checks(seeds=(0,), only="prop4-rate")
+  assert [r.id for r in rows] == ["prop4-rate-cos2", "prop4-rate-geometry"]
+  assert all(r.holds and r.residual < 1e-10 for r in rows)
+  table = verify.format_table(rows)
+  assert table.count("\n") == 3 and "| prop4-rate-cos2 |" in table
+
+
+def test_a_failing_claim_is_a_finding_and_a_failing_identity_an_error(x64, monkeypatch):
+  bad_claim = dataclasses.replace(verify.CHECKS[0], id="x-claim", kind="claim",
+                                  residual_fn=lambda seed, sizes: 1.0)
+  bad_identity = dataclasses.replace(bad_claim, id="x-identity", kind="identity")
+  monkeypatch.setattr(verify, "CHECKS", (bad_claim,))
+  rows = verify.run_checks(seeds=(0,), only="x-")
+  assert not rows[0].holds and verify.failures(rows) == []
+  assert "NO (finding)" in verify.format_table(rows)
+  assert main(["verify", "--only", "x-", "--seeds", "1"]) == 0
+  monkeypatch.setattr(verify, "CHECKS", (bad_identity,))
+  assert main(["verify", "--only", "x-", "--seeds", "1"]) == 1
+
+
+def test_cli_writes_json_rows(tmp_path, x64, capsys):
+  path = tmp_path / "rows.json"
+  assert main(["verify", "--only", "prop3-idempotent", "--seeds", "1",
+               "--json", str(path)]) == 0
+  rows = json.loads(path.read_text())
+  assert len(rows) == 1
+  assert {"id", "statement", "source", "residual", "tolerance", "holds"} <= set(rows[0])
+  assert rows[0]["holds"] is True
+  assert "prop3-idempotent" in capsys.readouterr().out
+
+
+def test_cli_rejects_unknown_prefix_and_bad_seeds(capsys):
+  assert main(["verify", "--only", "nope"]) == 2
+  assert "only" in capsys.readouterr().err
+  assert main(["verify", "--seeds", "0"]) == 2
+  with pytest.raises(SystemExit):
+    main(["verify", "--seeds", "x"])
