@@ -5,6 +5,31 @@ The protocols themselves live in ``fedkrr`` and are written against the
 random-forest learners for them, data, partitions and experiments.
 """
 
+# models, training, learners, forest (helper "learners")
+from neural._src.forest import ForestError
+from neural._src.forest import ForestLearner
+from neural._src.forest import ForestModel
+from neural._src.learners import FlaxLearner
+from neural._src.learners import FlaxModel
+from neural._src.learners import LearnerError
+from neural._src.learners import flax_learners
+from neural._src.models import CNN
+from neural._src.models import MLP
+from neural._src.models import MODELS
+from neural._src.models import VGG
+from neural._src.models import ModelError
+from neural._src.models import ResNet
+from neural._src.models import get_model
+from neural._src.training import LOSSES
+from neural._src.training import TrainConfig
+from neural._src.training import TrainError
+from neural._src.training import init_variables
+from neural._src.training import make_optimizer
+from neural._src.training import per_example_loss
+from neural._src.training import predict_proba
+from neural._src.training import train
+from neural._src.training import train_batch
+
 # isort: split
 # data, partitions (helper "data")
 from neural._src.data import DATASETS
