@@ -48,4 +48,23 @@ from neural._src.partitions import label_split
 from neural._src.partitions import partition
 from neural._src.partitions import shards
 
+# isort: split
+# config, experiment, fedavg, plots (helper "experiments")
+from neural._src.config import RUN_PROTOCOLS
+from neural._src.config import ConfigError
+from neural._src.config import ConfigSpec
+from neural._src.config import ExperimentConfig
+from neural._src.config import load_spec
+from neural._src.config import shipped_configs
+from neural._src.experiment import ExperimentError
+from neural._src.experiment import load_run_data
+from neural._src.experiment import read_metrics
+from neural._src.experiment import run_configs
+from neural._src.experiment import train_and_evaluate
+from neural._src.fedavg import FedAvgError
+from neural._src.fedavg import FedAvgState
+from neural._src.fedavg import fedavg
+from neural._src.plots import plot_run
+from neural._src.plots import plot_sweep
+
 __version__ = "0.1.0"
