@@ -361,9 +361,11 @@ def load_spec(source: str | os.PathLike) -> ConfigSpec:
 
 def describe(configs: Sequence[tuple[str, Path]] | None = None) -> list[str]:
   """One line per shipped config: name, number of runs, description."""
+  configs = list(configs or shipped_configs().items())
+  width = max((len(name) for name, _ in configs), default=0)
   lines = []
-  for name, path in (configs or shipped_configs().items()):
+  for name, path in configs:
     spec = load_spec(path)
     runs = len(spec.expand())
-    lines.append(f"{name:28s} {runs:3d} run{'s' if runs > 1 else ' '}  {spec.description}")
+    lines.append(f"{name:{width}s} {runs:3d} run{'s' if runs > 1 else ' '}  {spec.description}")
   return lines

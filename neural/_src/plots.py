@@ -2,7 +2,9 @@
 
 Agents are shown 1-based ("agent 1", "agent 2") as in the paper; round 0 (local
 training on the labels) is the paper's round 1. Runs of a single round (the
-baselines "central" and "local") are drawn as dashed horizontal lines.
+baselines "central" and "local") are drawn as dashed horizontal lines in a
+sweep's panels. Colours follow the agent (agent 1 blue, agent 2 red, as in the
+paper), markers the run.
 """
 
 from __future__ import annotations
@@ -12,48 +14,49 @@ from collections.abc import Sequence
 import os
 from typing import Any
 
+# Agent 1 blue, agent 2 red as in the paper's figures; the ensemble black, FedAvg green.
 _COLORS = ("tab:blue", "tab:red", "tab:orange", "tab:purple", "tab:brown", "tab:pink",
-           "tab:olive", "tab:cyan", "tab:gray", "tab:green")
+           "tab:olive", "tab:cyan", "tab:gray", "gold")
 
 
-def _curves(rows: Sequence[Mapping[str, Any]]) -> dict[str, tuple[list[int], list[float]]]:
-  """``label -> (rounds, test accuracies)`` for each predictor in the rows."""
-  curves: dict[str, tuple[list[int], list[float]]] = {}
+def _curves(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+  """``label -> {"rounds", "accs", "color"}`` for each predictor in the rows."""
+  curves: dict[str, dict[str, Any]] = {}
   for row in rows:
     agent = row["agent"]
     if isinstance(agent, int):
-      label = f"agent {agent + 1} ({row.get('model', '?')})"
+      label, color = f"agent {agent + 1} ({row.get('model', '?')})", _COLORS[agent % 10]
       if "start" in row:
         label = f"AKD from agent {row['start'] + 1}"
+        color = _COLORS[row["start"] % 10]
     elif agent == "server":
-      label = "FedAvg server"
+      label, color = "FedAvg server", "tab:green"
     else:
-      label = str(agent)
-    rounds, accs = curves.setdefault(label, ([], []))
-    rounds.append(int(row["round"]))
-    accs.append(float(row["test_accuracy"]))
+      label, color = str(agent), "black"
+    curve = curves.setdefault(label, dict(rounds=[], accs=[], color=color))
+    curve["rounds"].append(int(row["round"]))
+    curve["accs"].append(float(row["test_accuracy"]))
   return curves
 
 
-def _style(label: str, index: int) -> dict[str, Any]:
-  if label == "ensemble":
-    return dict(color="black", linewidth=2)
-  if label == "FedAvg server":
-    return dict(color="tab:green", linewidth=2)
-  return dict(color=_COLORS[index % len(_COLORS)], linewidth=1.2)
+_MARKERS = ("o", "s", "^", "v", "D", "P", "X")
 
 
-def _draw(ax, rows, prefix: str = "", index0: int = 0, max_round: int | None = None) -> int:
+def _draw(ax, rows, prefix: str = "", run_index: int = 0, max_round: int | None = None) -> None:
+  """One run's curves: colour by agent, marker by run; single-round runs as dashed lines."""
+  from matplotlib.ticker import MaxNLocator
+  ax.xaxis.set_major_locator(MaxNLocator(integer=True))
   curves = _curves(rows)
-  single = all(len(r) == 1 for r, _ in curves.values())
-  for i, (label, (rounds, accs)) in enumerate(curves.items()):
-    style = _style(label, index0 + i)
+  single = all(len(c["rounds"]) == 1 for c in curves.values())
+  for label, c in curves.items():
+    width = 2 if c["color"] in ("black", "tab:green") else 1.2
     name = f"{prefix}{label}"
     if single and max_round is not None and max_round > 0:
-      ax.hlines(accs[0], 0, max_round, linestyles="dashed", label=name, **style)
+      ax.hlines(c["accs"][0], 0, max_round, linestyles="dashed", label=name, color=c["color"],
+                linewidth=1)
     else:
-      ax.plot(rounds, accs, marker="o", markersize=3, label=name, **style)
-  return index0 + len(curves)
+      ax.plot(c["rounds"], c["accs"], marker=_MARKERS[run_index % len(_MARKERS)], markersize=3,
+              label=name, color=c["color"], linewidth=width)
 
 
 def plot_run(rows: Sequence[Mapping[str, Any]], path: str | os.PathLike, title: str = "") -> None:
@@ -99,10 +102,8 @@ def plot_sweep(results: Mapping[str, Sequence[Mapping[str, Any]]], path: str | o
                            sharey=True)
   for ax, (head, runs) in zip(axes.ravel(), panels.items()):
     max_round = max((int(r["round"]) for _, rows in runs for r in rows), default=0)
-    index = 0
-    for rest, rows in runs:
-      index = _draw(ax, rows, prefix=f"{rest}: " if rest else "", index0=index,
-                    max_round=max_round)
+    for i, (rest, rows) in enumerate(runs):
+      _draw(ax, rows, prefix=f"{rest}: " if rest else "", run_index=i, max_round=max_round)
     ax.set_title(head, fontsize=9)
     ax.set_xlabel("round")
     ax.set_ylabel("test accuracy")
