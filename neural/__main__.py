@@ -1,0 +1,5 @@
+import sys
+
+from neural._src.cli import main
+
+sys.exit(main())

@@ -1,0 +1,99 @@
+"""FedAvg (McMahan et al., 2017) as a protocol of the same ``(init, step)`` shape.
+
+Each round every agent starts from the global parameters, trains locally on its
+own labels (the Flax learner's training, warm-started from the global
+parameters; no second training loop), and the server averages the agents'
+parameters weighted by their numbers of points:
+``w(t+1) = sum_a (N_a / N) w_a(t)``. FedAvg needs one architecture for all
+agents; the paper compares it with AvgKD in the same-model setting (Fig. 6, 9).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+import dataclasses
+from typing import Any
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from fedkrr import Protocol
+from fedkrr import RoundOutput
+from fedkrr import fit_all
+
+
+class FedAvgError(ValueError):
+  """FedAvg was asked for learners it cannot average (named in the message)."""
+
+
+class FedAvgState(NamedTuple):
+  """State of FedAvg.
+
+  Attributes:
+    round: rounds done.
+    variables: the global (server) variables that the next round starts from.
+    model: the global model after the last round (``None`` before round 0).
+  """
+
+  round: int
+  variables: Any
+  model: Any = None
+
+
+def check_same_architecture(learners: Sequence[Any]) -> None:
+  """Raises :class:`FedAvgError` unless all learners are Flax learners of one architecture."""
+  for a, learner in enumerate(learners):
+    if not hasattr(learner, "model") or not hasattr(learner, "with_init"):
+      raise FedAvgError(f"learners[{a}]: FedAvg needs Flax learners (parameters to average), "
+                        f"got {type(learner).__name__}")
+    if not learner.config.warm_start:
+      raise FedAvgError(f"learners[{a}]: FedAvg needs TrainConfig(warm_start=True) so that "
+                        f"local training starts from the global parameters")
+  first = learners[0]
+  for a, learner in enumerate(learners[1:], start=1):
+    if learner.model != first.model or tuple(learner.input_shape) != tuple(first.input_shape):
+      raise FedAvgError(f"learners[{a}]: FedAvg needs one architecture for all agents; "
+                        f"agent {a} has {type(learner.model).__name__} and agent 0 has "
+                        f"{type(first.model).__name__} (or other settings)")
+
+
+def average(trees: Sequence[Any], weights: Sequence[float]) -> Any:
+  """``sum_k weights[k] * trees[k]`` leaf by leaf (float32 leaves stay float32)."""
+  def combine(*leaves):
+    out = jnp.zeros_like(leaves[0])
+    for w, leaf in zip(weights, leaves):
+      out = out + jnp.asarray(w, dtype=leaf.dtype) * leaf
+    return out
+  return jax.tree.map(combine, *trees)
+
+
+def fedavg(initial_variables: Any) -> Protocol:
+  """FedAvg from the global variables ``initial_variables`` (one init for all agents).
+
+  The learners must be Flax learners of one architecture with
+  ``TrainConfig(warm_start=True)``; each round they start from the global
+  variables (``learner.with_init``) and train as one vmapped program
+  (``fedkrr.fit_all``).
+
+  Returns:
+    A ``fedkrr.Protocol`` named "fedavg" for ``fedkrr.iterate``. Its
+    :class:`RoundOutput` holds the agents' models at the end of local training
+    (``weights=None``); the averaged global model is ``state.model``.
+  """
+
+  def init(ys):
+    return FedAvgState(0, initial_variables)
+
+  def step(state, learners, xs, ys):
+    check_same_architecture(learners)
+    local = [learner.with_init(state.variables) for learner in learners]
+    models = fit_all(local, xs, ys)
+    sizes = [int(x.shape[0]) for x in xs]
+    weights = [n / sum(sizes) for n in sizes]
+    variables = average([m.variables for m in models], weights)
+    model = dataclasses.replace(models[0], variables=variables)
+    return (FedAvgState(state.round + 1, variables, model),
+            RoundOutput(models, tuple(range(len(xs))), None))
+
+  return Protocol("fedavg", init, step)

@@ -1,0 +1,171 @@
+"""Flax learners for the model-agnostic protocols of ``fedkrr``: ``fit`` / ``predict``.
+
+A :class:`FlaxLearner` trains a fresh network on ``(x, targets)`` at every call
+of ``fit`` (as the theory and the paper's experiments do; warm start is an
+option) and returns a :class:`FlaxModel` whose ``predict`` gives class
+probabilities. Same-architecture learners share a ``batch_key``, so
+``fedkrr.fit_all`` hands the independent fits of a round to
+:meth:`FlaxLearner.fit_batch`: one vmapped, jitted program over the stacked
+keys, parameters and (padded, masked) data of all agents.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+import dataclasses
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fedkrr._src.pytree import pytree_dataclass
+from neural._src import training
+from neural._src.training import TrainConfig
+from neural._src.training import Variables
+
+Array = jax.Array
+
+
+class LearnerError(ValueError):
+  """Learners that cannot be fitted together, or data of the wrong shape."""
+
+
+@pytree_dataclass
+class FlaxModel:
+  """A trained network: ``predict(x)`` gives class probabilities (n, C) float32.
+
+  A PyTree whose only child is ``variables`` (the module is static).
+
+  Attributes:
+    model: the Flax module.
+    variables: its trained float32 variables ``{"params": ...}``.
+  """
+
+  model: nn.Module = dataclasses.field(metadata=dict(static=True))
+  variables: Variables
+
+  def predict(self, x: Array) -> Array:
+    """``softmax(model(x))``: shape (n, C), rows summing to 1."""
+    return training.predict_proba(self.model, self.variables, x)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class FlaxLearner:
+  """Trains a Flax network with PyTorch-style Adam: the paper's neural agent (Sec. 6, App. A).
+
+  ``fit(x, targets)`` splits ``key`` into an initialisation key and a training
+  key, initialises fresh variables (or starts from ``init`` when
+  ``config.warm_start``), trains with :func:`neural.train` and returns a
+  :class:`FlaxModel`. The same learner fitted twice on the same data gives the
+  same model; give each round and agent its own key with :meth:`with_key`.
+
+  Attributes:
+    model: the Flax module (see :func:`neural.get_model`).
+    input_shape: shape of one input, e.g. (28, 28, 1).
+    config: training settings.
+    key: PRNG key of the initialisation, shuffles and dropout.
+    init: variables to warm-start from (used only if ``config.warm_start``).
+
+  Example:
+    >>> learner = FlaxLearner(get_model("cnn", 10), (28, 28, 1), TrainConfig(),
+    ...                       jax.random.PRNGKey(0))
+    >>> model = learner.fit(x, one_hot(y, 10))
+    >>> probs = model.predict(x_test)   # (n_test, 10)
+  """
+
+  model: nn.Module
+  input_shape: tuple[int, ...]
+  config: TrainConfig
+  key: Array
+  init: Variables | None = None
+
+  def __post_init__(self):
+    object.__setattr__(self, "input_shape", tuple(int(d) for d in self.input_shape))
+
+  def with_key(self, key: Array) -> FlaxLearner:
+    """The same learner with another PRNG key."""
+    return dataclasses.replace(self, key=key)
+
+  def with_init(self, init: Variables | None) -> FlaxLearner:
+    """The same learner warm-starting from ``init`` (if ``config.warm_start``)."""
+    return dataclasses.replace(self, init=init)
+
+  @property
+  def warm(self) -> bool:
+    return bool(self.config.warm_start) and self.init is not None
+
+  @property
+  def batch_key(self) -> tuple[Any, ...]:
+    """Learners with equal keys train as one vmapped program (same module, shapes, settings)."""
+    return (self.model, self.input_shape, self.config, self.warm)
+
+  def _start(self) -> tuple[Variables, Array]:
+    init_key, train_key = jax.random.split(self.key)
+    if self.warm:
+      return training._float32(self.init), train_key
+    return training.init_variables(self.model, init_key, self.input_shape), train_key
+
+  def fit(self, x: Array, targets: Array) -> FlaxModel:
+    """Trains on ``x`` (n, H, W, C) and ``targets`` (n, C); returns the trained model."""
+    x = _check_inputs(self, x, targets)
+    variables, train_key = self._start()
+    return FlaxModel(self.model, training.train(self.model, variables, x, targets, train_key,
+                                                self.config))
+
+  @classmethod
+  def fit_batch(cls, learners: Sequence[FlaxLearner], xs: Sequence[Array],
+                targets: Sequence[Array]) -> tuple[FlaxModel, ...]:
+    """Fits ``learners[k]`` on ``(xs[k], targets[k])`` for all k as one vmapped program.
+
+    The learners must share a ``batch_key``. Every agent's data are padded to
+    the largest n and masked, so that agent k's model equals
+    ``learners[k].fit(xs[k], targets[k])`` up to float32 rounding.
+    """
+    if not len(learners) == len(xs) == len(targets) or not learners:
+      raise LearnerError(f"learners, xs, targets: expected equal non-zero lengths, got "
+                         f"{len(learners)}, {len(xs)} and {len(targets)}")
+    first = learners[0]
+    for k, learner in enumerate(learners):
+      if not isinstance(learner, FlaxLearner) or learner.batch_key != first.batch_key:
+        raise LearnerError(f"learners[{k}]: expected a FlaxLearner with the batch_key of "
+                           f"learners[0] (same model, input shape, config, warm start)")
+    xs = [_check_inputs(learner, x, t) for learner, x, t in zip(learners, xs, targets)]
+    sizes = [x.shape[0] for x in xs]
+    n = max(sizes)
+    x_stack = jnp.asarray(np.stack([training.pad_to(x, n) for x in xs]), dtype=jnp.float32)
+    t_stack = jnp.asarray(
+        np.stack([training.pad_to(np.asarray(t, dtype=np.float32), n) for t in targets]))
+    masks = jnp.asarray(np.arange(n)[None, :] < np.asarray(sizes)[:, None])
+    keys = jnp.stack([learner.key for learner in learners])
+    init_keys, train_keys = jax.vmap(lambda k: jax.random.split(k))(keys).swapaxes(0, 1)
+    if first.warm:
+      variables = training.stack([training._float32(learner.init) for learner in learners])
+    else:
+      variables = _init_batch(first.model, init_keys, first.input_shape)
+    trained = training.train_batch(first.model, variables, x_stack, t_stack, train_keys,
+                                   first.config, masks)
+    return tuple(FlaxModel(first.model, v) for v in training.unstack(trained, len(learners)))
+
+
+def _init_batch(model: nn.Module, keys: Array, input_shape: tuple[int, ...]) -> Variables:
+  """Stacked :func:`init_variables` for each key (vmapped: the same numbers per key)."""
+  return jax.vmap(lambda k: training.init_variables(model, k, input_shape))(keys)
+
+
+def _check_inputs(learner: FlaxLearner, x, targets) -> Array:
+  x = jnp.asarray(x, dtype=jnp.float32)
+  if tuple(x.shape[1:]) != learner.input_shape:
+    raise LearnerError(f"x: expected shape (n, {', '.join(map(str, learner.input_shape))}), "
+                       f"got {x.shape}")
+  if np.ndim(targets) != 2 or np.shape(targets)[0] != x.shape[0]:
+    raise LearnerError(f"targets: expected shape ({x.shape[0]}, C), got {np.shape(targets)}")
+  return x
+
+
+def flax_learners(models: Sequence[nn.Module], input_shape: tuple[int, ...],
+                  config: TrainConfig, key: Array) -> tuple[FlaxLearner, ...]:
+  """One :class:`FlaxLearner` per module, with keys ``fold_in(key, a)`` for agent a."""
+  return tuple(FlaxLearner(m, input_shape, config, jax.random.fold_in(key, a))
+               for a, m in enumerate(models))

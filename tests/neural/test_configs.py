@@ -1,0 +1,166 @@
+"""ExperimentConfig (typed, validated, JSON), config files with sweeps, the paper configs."""
+
+import json
+import os
+
+import pytest
+
+from neural._src.config import ConfigError
+from neural._src.config import ConfigSpec
+from neural._src.config import ExperimentConfig
+from neural._src.config import load_spec
+from neural._src.config import shipped_configs
+from neural._src.experiment import run_configs
+
+FIGURES = ("Fig. 4", "Fig. 5", "Fig. 6", "Fig. 8", "Fig. 9", "Fig. 10", "Fig. 11", "Fig. 12",
+           "Fig. 13", "Fig. 14", "Fig. 15")
+SMALL = sorted(name for name in shipped_configs() if name.endswith("_small"))
+# One round of one epoch on a few points: the smoke test of every small config.
+QUICK = dict(rounds=1, epochs=1, train_subset=80, test_subset=40, batch_size=32)
+
+
+def test_json_round_trip_and_normalisation():
+  config = ExperimentConfig(models="cnn,mlp", proportions=[0.7, 0.3], alpha=1, rounds=3)
+  assert config.models == ("cnn", "mlp")
+  assert config.proportions == (0.7, 0.3)
+  assert isinstance(config.alpha, float)
+  again = ExperimentConfig.from_json(config.to_json())
+  assert again == config
+  assert json.loads(config.to_json())["models"] == ["cnn", "mlp"]
+  assert config.agent_models == ("cnn", "mlp")
+  assert ExperimentConfig(agents=3).agent_models == ("cnn",) * 3
+
+
+def test_partition_params_follow_the_partition():
+  assert ExperimentConfig(partition="label-split", alpha=0.1).partition_params == {"alpha": 0.1}
+  assert ExperimentConfig(proportions=(0.7, 0.3)).partition_params == {"proportions": (0.7, 0.3)}
+  assert ExperimentConfig().partition_params == {}
+  assert ExperimentConfig(partition="dirichlet-clients", beta=0.5,
+                          alpha=0.3).partition_params == {"beta": 0.5}
+
+
+@pytest.mark.parametrize("changes, field", [
+    (dict(dataset="imagenet"), "dataset"),
+    (dict(partition="random"), "partition"),
+    (dict(protocol="fedprox"), "protocol"),
+    (dict(agents=1), "agents"),
+    (dict(agents=2.0), "agents"),
+    (dict(rounds=0), "rounds"),
+    (dict(epochs=True), "epochs"),
+    (dict(loss="hinge"), "loss"),
+    (dict(learning_rate=0), "learning_rate"),
+    (dict(weight_decay=-1e-4), "weight_decay"),
+    (dict(start=2), "start"),
+    (dict(models=("cnn", "mlp", "cnn")), "models"),
+    (dict(models=("cnn", "transformer")), "models"),
+    (dict(models=()), "models"),
+    (dict(protocol="fedavg", models=("cnn", "mlp")), "models"),
+    (dict(protocol="fedavg", models=("forest",)), "models"),
+    (dict(partition="label-split"), "alpha"),
+    (dict(partition="label-split", alpha=1.5), "alpha"),
+    (dict(partition="dirichlet-classes"), "beta"),
+    (dict(proportions=(0.5, 0.4)), "proportions"),
+    (dict(proportions=(1.0,)), "proportions"),
+    (dict(train_subset=1), "train_subset"),
+    (dict(seed="0"), "seed"),
+    (dict(tiny=1), "tiny"),
+])
+def test_bad_values_name_the_field(changes, field):
+  with pytest.raises(ConfigError, match=rf"^{field}: expected"):
+    ExperimentConfig(**changes)
+
+
+def test_unknown_field_and_bad_json():
+  with pytest.raises(ConfigError, match="^epoch: not a config field"):
+    ExperimentConfig.from_dict({"epoch": 3})
+  with pytest.raises(ConfigError, match="not valid JSON"):
+    ExperimentConfig.from_json("{rounds: 3")
+
+
+def test_grid_expands_to_the_product_with_overrides_winning():
+  spec = ConfigSpec(base=dict(partition="label-split", alpha=0.5, rounds=4),
+                    grid=({"alpha": [0.0, 0.1]},
+                          {"avg": {"protocol": "avgkd"}, "fa": {"protocol": "fedavg"}}))
+  runs = spec.expand({"rounds": 2})
+  assert [name for name, _ in runs] == ["alpha=0.0__avg", "alpha=0.0__fa", "alpha=0.1__avg",
+                                        "alpha=0.1__fa"]
+  assert [(c.alpha, c.protocol, c.rounds) for _, c in runs] == [
+      (0.0, "avgkd", 2), (0.0, "fedavg", 2), (0.1, "avgkd", 2), (0.1, "fedavg", 2)]
+  assert ConfigSpec(base={}).expand() == [("", ExperimentConfig())]
+
+
+def test_grid_errors(tmp_path):
+  with pytest.raises(ConfigError, match="not a config field"):
+    ConfigSpec(base={}, grid=({"alfa": [0.1]},)).expand()
+  with pytest.raises(ConfigError, match=r"^alpha: expected"):
+    ConfigSpec(base=dict(partition="label-split"), grid=({"alpha": [0.5, 2.0]},)).expand()
+  path = tmp_path / "c.json"
+  path.write_text(json.dumps({"base": {}, "grids": []}))
+  with pytest.raises(ConfigError, match="unknown key 'grids'"):
+    load_spec(path)
+  with pytest.raises(ConfigError, match="neither a file nor a shipped config"):
+    load_spec(tmp_path / "missing.json")
+
+
+def test_plain_config_file_loads(tmp_path):
+  path = tmp_path / "c.json"
+  path.write_text(ExperimentConfig(rounds=7).to_json())
+  assert load_spec(path).expand() == [("", ExperimentConfig(rounds=7))]
+
+
+def test_every_figure_has_a_paper_and_a_small_config():
+  shipped = shipped_configs()
+  figures = {}
+  for name in shipped:
+    spec = load_spec(name)
+    assert spec.description and spec.expand()
+    figures.setdefault(spec.figure, set()).add(name.endswith("_small"))
+  assert set(figures) == set(FIGURES)
+  assert all(kinds == {True, False} for kinds in figures.values())
+  for name in SMALL:   # small versions use embedded data only
+    assert all(c.dataset in ("digits", "mnist-subset") for _, c in load_spec(name).expand())
+  for name in set(shipped) - set(SMALL):   # paper scale: the paper's data and optimiser
+    for _, c in load_spec(name).expand():
+      assert c.dataset in ("mnist", "cifar10") and c.learning_rate == 1e-3
+      assert c.weight_decay in (0.0, 3e-4) and not c.tiny
+
+
+def test_paper_settings():
+  fig6 = dict(load_spec("fig06_alpha_same_model").expand())
+  assert {c.protocol for c in fig6.values()} == {"avgkd", "pkd", "ekd", "fedavg", "central"}
+  assert {c.alpha for c in fig6.values()} >= {0.0, 1.0}
+  fig4 = dict(load_spec("fig04_akd").expand())
+  same = fig4["same__from-agent2"]
+  assert (same.protocol, same.start, same.proportions) == ("akd", 1, (0.7, 0.3))
+  assert fig4["same-no-reg__from-agent1"].weight_decay == 0.0
+  assert fig4["model-het__central"].agent_models == ("cnn", "mlp")
+  assert fig4["data-het__from-agent1"].alpha == 0.1
+  fig15 = load_spec("fig15_avgkd_5_agents").expand()
+  assert all(c.agents == 5 and c.protocol == "avgkd" for _, c in fig15)
+  assert all(c.loss == "ce" for name in ("fig09_cifar10_same_model", "fig11_akd_ce")
+             for _, c in load_spec(name).expand())
+  assert all(c.agent_models == ("mlp", "forest") for _, c in load_spec("fig13_mlp_forest").expand())
+
+
+@pytest.mark.parametrize("name", SMALL)
+def test_small_config_runs_one_round(name, tmp_path):
+  """Each small config for one round: its first run (all its runs are validated by expand).
+
+  Every protocol runs end to end in test_experiment.py. With ``NEURAL_FULL_SMOKE=1``
+  one run of every distinct (protocol, models, loss, partition) of the config runs
+  (about 4 minutes on 2 CPU cores: XLA compiles one program per shape).
+  """
+  runs, seen = [], set()
+  for run_name, config in load_spec(name).expand(QUICK):
+    kind = (config.protocol, config.agent_models, config.loss, config.partition)
+    if kind not in seen and (not runs or os.environ.get("NEURAL_FULL_SMOKE") == "1"):
+      seen.add(kind)
+      runs.append((run_name, config))
+  results = run_configs(runs, tmp_path)
+  assert set(results) == {run_name for run_name, _ in runs}
+  for run_name, _ in runs:
+    rows = results[run_name]
+    assert rows and all(r["round"] == 0 for r in rows)
+    assert all(0.0 <= r["test_accuracy"] <= 1.0 for r in rows)
+    assert (tmp_path / run_name / "accuracy.png").exists()
+  assert (tmp_path / "accuracy.png").exists()

@@ -1,0 +1,141 @@
+"""Shapes and parameter counts of the Flax models."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import neural
+
+SHAPES = [(28, 28, 1), (32, 32, 3)]
+
+
+def num_params(variables) -> int:
+  return sum(int(np.prod(a.shape)) for a in jax.tree_util.tree_leaves(variables))
+
+
+def shapes(model, shape):
+  """The variables' shapes and dtypes, without running the initialisers (fast)."""
+  return jax.eval_shape(lambda: neural.init_variables(model, jax.random.PRNGKey(0), shape))
+
+
+@pytest.mark.parametrize("name", neural.MODELS)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_output_shape_and_dtype(name, shape):
+  model = neural.get_model(name, 7, tiny=True)
+  variables = shapes(model, shape)
+  assert set(variables) == {"params"}   # no mutable state (no BatchNorm)
+  assert all(a.dtype == jnp.float32 for a in jax.tree_util.tree_leaves(variables))
+  x = jax.ShapeDtypeStruct((3, *shape), jnp.float32)
+  logits = jax.eval_shape(model.apply, variables, x)
+  assert logits.shape == (3, 7)
+  assert logits.dtype == jnp.float32
+
+
+# The CNN and the MLP run in the training tests; ResNet-18 shares ResNet-8's code (compiling
+# it is slow on a 2-core CPU).
+@pytest.mark.parametrize("name", ["vgg", "resnet8"])
+def test_tiny_forward_pass_is_finite(name):
+  model = neural.get_model(name, 5, tiny=True)
+  variables = jax.jit(neural.init_variables, static_argnums=(0, 2))(
+      model, jax.random.PRNGKey(0), (16, 16, 3))
+  x = jnp.asarray(np.random.default_rng(0).random((2, 16, 16, 3)), dtype=jnp.float32)
+  logits = jax.jit(model.apply)(variables, x)
+  assert logits.shape == (2, 5) and np.all(np.isfinite(np.asarray(logits)))
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("width", [16, 3])
+def test_cnn_parameter_count(shape, width):
+  h, w, c = shape
+  conv1 = 5 * 5 * c * width + width
+  conv2 = 5 * 5 * width * (2 * width) + 2 * width
+  dense = (h // 4) * (w // 4) * (2 * width) * 10 + 10   # two 2x2 pools, 'SAME' convs
+  model = neural.get_model("cnn", 10, width=width)
+  assert num_params(shapes(model, shape)) == (
+      conv1 + conv2 + dense)
+
+
+def test_paper_cnn_on_mnist_has_28938_parameters():
+  # 5*5*1*16+16 + 5*5*16*32+32 + 7*7*32*10+10
+  assert 5 * 5 * 1 * 16 + 16 + 5 * 5 * 16 * 32 + 32 + 7 * 7 * 32 * 10 + 10 == 28938
+  model = neural.get_model("cnn", 10)
+  assert num_params(shapes(model, (28, 28, 1))) == 28938
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_mlp_parameter_count(shape):
+  d = int(np.prod(shape))
+  expected = (d * 512 + 512) + (512 * 512 + 512) + (512 * 10 + 10)
+  model = neural.get_model("mlp", 10)
+  assert num_params(shapes(model, shape)) == expected
+
+
+def test_tiny_mlp_parameter_count():
+  d = 28 * 28
+  expected = (d * 32 + 32) + (32 * 32 + 32) + (32 * 10 + 10)
+  model = neural.get_model("mlp", 10, tiny=True)
+  assert num_params(shapes(model, (28, 28, 1))) == expected
+
+
+def _basic_block(c_in, c_out, norm):
+  conv = lambda a, b, k: k * k * a * b
+  gn = 2 * c_out   # GroupNorm scale and bias
+  count = conv(c_in, c_out, 3) + gn + conv(c_out, c_out, 3) + gn
+  if c_in != c_out:
+    count += conv(c_in, c_out, 1) + gn
+  return count
+
+
+def test_resnet8_parameter_count_with_groupnorm():
+  # stem conv + GN, blocks 16->16, 16->32, 32->64, dense 64->10
+  w = 16
+  expected = (3 * 3 * 3 * w + 2 * w + _basic_block(w, w, "group") + _basic_block(w, 2 * w, "group")
+              + _basic_block(2 * w, 4 * w, "group") + 4 * w * 10 + 10)
+  model = neural.get_model("resnet8", 10)
+  assert num_params(shapes(model, (32, 32, 3))) == expected
+
+
+def test_vgg16_has_thirteen_conv_layers_and_a_dense_head():
+  model = neural.get_model("vgg", 10, width=2)
+  params = shapes(model, (32, 32, 3))["params"]
+  assert sum(name.startswith("Conv") for name in params) == 13
+  assert sum(name.startswith("Dense") for name in params) == 1
+  assert sum(name.startswith("GroupNorm") for name in params) == 13
+
+
+def test_resnet18_has_eight_blocks():
+  model = neural.get_model("resnet18", 10, width=2)
+  params = shapes(model, (32, 32, 3))["params"]
+  assert sum(name.startswith("BasicBlock") for name in params) == 8
+
+
+def test_norm_none_has_no_groupnorm():
+  model = neural.get_model("resnet8", 10, tiny=True, norm="none")
+  params = shapes(model, (28, 28, 1))["params"]
+  leaves = jax.tree_util.tree_leaves_with_path(params)
+  assert not any("GroupNorm" in jax.tree_util.keystr(path) for path, _ in leaves)
+
+
+def test_mlp_dropout_only_in_training():
+  model = neural.get_model("mlp", 4, width=64)
+  variables = neural.init_variables(model, jax.random.PRNGKey(0), (8, 8, 1))
+  x = jnp.ones((5, 8, 8, 1), dtype=jnp.float32)
+  a = model.apply(variables, x, train=False)
+  assert np.array_equal(a, model.apply(variables, x, train=False))
+  b = model.apply(variables, x, train=True, rngs={"dropout": jax.random.PRNGKey(1)})
+  c = model.apply(variables, x, train=True, rngs={"dropout": jax.random.PRNGKey(2)})
+  assert not np.allclose(b, c)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(name="lenet"), "name"),
+    (dict(name="cnn", width=0), "width"),
+    (dict(name="vgg", norm="batch"), "norm"),
+    (dict(name="cnn", num_classes=0), "num_classes"),
+])
+def test_bad_arguments_are_named(kwargs, match):
+  kwargs = {"num_classes": 10, **kwargs}
+  name = kwargs.pop("name")
+  with pytest.raises(neural.ModelError, match=match):
+    neural.get_model(name, **kwargs)
