@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 import dataclasses
+import functools
 import json
 
 import jax.numpy as jnp
@@ -116,9 +117,10 @@ def _prop3_no_fixed_point(seed, sizes):
 
 # ---- Prop. II, IV, VIII: degradation ----------------------------------------------------
 
-def _prop2_akd_to_zero(seed, sizes):
-  p, x = _problem(seed, sizes, 0.05, "different")
-  traj = closed_form.trajectory(p, "akd", 2000, x)
+def _decay(protocol, rounds, kernels, seed, sizes):
+  """``|g_T| / |g_0|`` of a protocol's trajectory with c = 0.05 (T = ``rounds``)."""
+  p, x = _problem(seed, sizes, 0.05, kernels)
+  traj = closed_form.trajectory(p, protocol, rounds, x)
   return float(jnp.max(jnp.abs(traj[-1])) / jnp.max(jnp.abs(traj[0])))
 
 
@@ -245,27 +247,9 @@ def _appe_closed_form(seed, sizes):
   return _rel(sc.pkd_by_projections(p, 6, x), _simulate(p, "pkd", 6, x))
 
 
-def _appe_degrades(seed, sizes):
-  p, x = _problem(seed, sizes, 0.05, "same")
-  traj = closed_form.trajectory(p, "pkd", 3000, x)
-  return float(jnp.max(jnp.abs(traj[-1])) / jnp.max(jnp.abs(traj[0])))
-
-
 # ---- App. G: M agents -------------------------------------------------------------------------
 
 M_SIZES = ((5, 4, 6), (8, 6, 7, 5))
-
-
-def _appg_akd(seed, sizes):
-  p, x = _problem(seed, sizes, 0.05, "different")
-  traj = closed_form.trajectory(p, "akd", 2000, x)
-  return float(jnp.max(jnp.abs(traj[-1])) / jnp.max(jnp.abs(traj[0])))
-
-
-def _appg_pkd(seed, sizes):
-  p, x = _problem(seed, sizes, 0.05, "different")
-  traj = closed_form.trajectory(p, "pkd", 3000, x)
-  return float(jnp.max(jnp.abs(traj[-1])) / jnp.max(jnp.abs(traj[0])))
 
 
 def _appg_avgkd(seed, sizes):
@@ -297,7 +281,7 @@ CHECKS = (
           "of P_1^T P_2^T, holds below 1)", "Prop. III", "claim", 1.0 - 1e-12,
           _prop3_no_fixed_point),
     Check("prop2-akd-to-zero", "AKD with c > 0 degrades to 0 (|g_2000| / |g_0|)", "Prop. II",
-          "claim", 1e-8, _prop2_akd_to_zero),
+          "claim", 1e-8, functools.partial(_decay, "akd", 2000, "different")),
     Check("prop4-rate-cos2", "shared kernel: rho = cos^2 of the smallest principal angle",
           "App. B, Prop. VIII", "identity", EXACT, _prop4_cos2),
     Check("prop4-rate-geometry", "rho of C_1 P~_2^T C~_2 P_1^T (2N x 2N) = rho of the transfer "
@@ -333,11 +317,11 @@ CHECKS = (
           "2^-t P^_1^T (P^_1^T + P^_2^T)^(t-1) (P^_1^T z_1 + P^_2^T z_2)", "App. E", "claim",
           1e-8, _appe_closed_form),
     Check("appe-degrades", "PKD degrades to 0 (|g_3000| / |g_0|, c > 0)", "App. E", "claim",
-          1e-3, _appe_degrades),
+          1e-3, functools.partial(_decay, "pkd", 3000, "same")),
     Check("appg-akd", "M > 2: the AKD cycle degrades to 0 (|g_2000| / |g_0|)", "App. G",
-          "claim", 1e-8, _appg_akd, M_SIZES),
+          "claim", 1e-8, functools.partial(_decay, "akd", 2000, "different"), M_SIZES),
     Check("appg-pkd", "M > 2: PKD degrades to 0 (|g_3000| / |g_0|)", "App. G", "claim", 1e-3,
-          _appg_pkd, M_SIZES),
+          functools.partial(_decay, "pkd", 3000, "different"), M_SIZES),
     Check("appg-avgkd", "M > 2: AvgKD converges to a non-zero limit", "App. G", "claim", 1e-7,
           _appg_avgkd, M_SIZES),
     Check("appg-ekd-central", "M > 2, shared kernel: cyclic EKD (eq. 32) recovers the "
