@@ -82,5 +82,17 @@ from fedkrr._src.special_cases import avgkd_partial_sums_as_printed
 from fedkrr._src.special_cases import block_system_predictions
 from fedkrr._src.special_cases import intersection_limit_linear
 from fedkrr._src.special_cases import pkd_by_projections
+from fedkrr._src.toy import ToyConfig
+from fedkrr._src.toy import ToyData
+from fedkrr._src.toy import ToyPanel
+from fedkrr._src.toy import ToyResult
+from fedkrr._src.toy import plot_toy
+from fedkrr._src.toy import toy_curves
+from fedkrr._src.toy import toy_data
+from fedkrr._src.toy import toy_experiment
+from fedkrr._src.toy import toy_problem
+from fedkrr._src.toy import toy_rows
+from fedkrr._src.toy import toy_summary
+from fedkrr._src.toy import write_toy
 
 __version__ = "0.1.0"
