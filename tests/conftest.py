@@ -7,10 +7,14 @@ tests that need float64 are then skipped. Tolerances are keyed by dtype in
 
 import os
 
-import jax
-import jax.numpy as jnp
-import numpy as np
-import pytest
+from fedkrr._src.xla_env import avoid_cpu_eigh_deadlock
+
+avoid_cpu_eigh_deadlock()  # before the first computation (see fedkrr/_src/xla_env.py)
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
 
 if os.environ.get("JAX_ENABLE_X64", "1").lower() not in ("0", "false"):
   jax.config.update("jax_enable_x64", True)

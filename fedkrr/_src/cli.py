@@ -110,6 +110,8 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _enable_x64(float32: bool) -> None:
+  from fedkrr._src.xla_env import avoid_cpu_eigh_deadlock
+  avoid_cpu_eigh_deadlock()
   import jax
   jax.config.update("jax_enable_x64", not float32)
 
