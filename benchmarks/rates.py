@@ -20,8 +20,10 @@ compile times are printed apart. Prints both times, their ratio and the largest
 absolute difference between the two grids (they must agree).
 
 The full default vmaps 4096 instances at once and needs about 17 GiB of temporary
-buffers on the CPU; ``--batch 256`` needs about 1 GiB. The script switches off XLA's
-concurrency-optimized CPU scheduler (see below) unless ``XLA_FLAGS`` names it.
+buffers on the CPU; ``--batch 256`` needs about 0.6 GiB, but on the 2-core machine it was
+written on the batched run stalled (no result in 10 minutes, where 64 x 64 instances take
+about 2.5 minutes at the per-instance speed measured on 32 x 32). The script switches off
+XLA's concurrency-optimized CPU scheduler (see below) unless ``XLA_FLAGS`` names it.
 """
 
 from __future__ import annotations
