@@ -32,13 +32,13 @@ import argparse
 import os
 import time
 
-os.environ.setdefault("JAX_PLATFORMS", "cpu")
-# XLA's concurrency-optimized CPU scheduler stalls this program here (jaxlib 0.10.2, 2 cores):
+# XLA's concurrency-optimized CPU scheduler stalled this program (jaxlib 0.10.2, 2 cores):
 # the vmapped call sat at 0% CPU for minutes, sometimes for ever, and when it finished its
-# time varied 5x between identical calls. Switched off unless the caller sets it.
-_FLAG = "--xla_cpu_enable_concurrency_optimized_scheduler"
-if _FLAG not in os.environ.get("XLA_FLAGS", ""):
-  os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + f" {_FLAG}=false").strip()
+# time varied 5x between identical calls. The entry-point helper switches it off (and
+# multi-threaded Eigen) unless XLA_FLAGS names them.
+from fedkrr._src.xla_env import avoid_cpu_eigh_deadlock
+
+avoid_cpu_eigh_deadlock()
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402

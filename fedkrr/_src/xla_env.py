@@ -1,26 +1,32 @@
-"""An entry-point setting for XLA on CPU (never applied by importing the library).
+"""Entry-point settings for XLA on CPU (never applied by importing the library).
 
-On small CPUs (2 cores), batched ``eigh`` under ``vmap`` can deadlock in jaxlib
-0.10: both workers of XLA's CPU thread pool wait inside the batched kernel for
-sub-tasks queued on the same pool. Vmapping over the ridge c reaches it, since
-the c = 0 branch of :func:`fedkrr.ridge_factor` runs ``eigh`` under ``vmap``.
-Entry points (the command lines, the test suite, the notebooks) call
-:func:`avoid_cpu_eigh_deadlock` before the first computation.
+On small CPUs (2 cores) with jaxlib 0.10, vmapped linear algebra can stall:
+batched ``eigh`` under ``vmap`` deadlocked with both workers of XLA's CPU
+thread pool waiting inside the batched kernel for sub-tasks queued on the same
+pool, and large vmapped rate sweeps sat idle for minutes under the
+concurrency-optimised scheduler. Vmapping over the ridge c reaches the first
+(the c = 0 branch of :func:`fedkrr.ridge_factor` runs ``eigh`` under ``vmap``),
+:func:`fedkrr.rate_grid` the second. Entry points (the command lines, the test
+suite, the benchmarks) call :func:`avoid_cpu_eigh_deadlock` before the first
+computation; it turns both off.
 """
 
 from __future__ import annotations
 
 import os
 
-FLAG = "--xla_cpu_multi_thread_eigen=false"
+FLAGS = ("--xla_cpu_multi_thread_eigen=false",
+         "--xla_cpu_enable_concurrency_optimized_scheduler=false")
 
 
 def avoid_cpu_eigh_deadlock() -> None:
-  """Adds ``--xla_cpu_multi_thread_eigen=false`` to ``XLA_FLAGS`` (if not already there).
+  """Adds :data:`FLAGS` to ``XLA_FLAGS`` (each unless the variable already names it).
 
   XLA reads the flags when its backend starts, so call this before the first
   JAX computation of the process.
   """
   flags = os.environ.get("XLA_FLAGS", "")
-  if "xla_cpu_multi_thread_eigen" not in flags:
-    os.environ["XLA_FLAGS"] = f"{flags} {FLAG}".strip()
+  for flag in FLAGS:
+    if flag.split("=")[0] not in flags:
+      flags = f"{flags} {flag}".strip()
+  os.environ["XLA_FLAGS"] = flags
