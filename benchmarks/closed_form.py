@@ -27,18 +27,10 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+from timing import best_time  # noqa: E402
 
 import fedkrr  # noqa: E402
 from fedkrr._src.synthetic import synthetic_regression  # noqa: E402
-
-
-def _time(fn, repeats: int) -> float:
-  best = float("inf")
-  for _ in range(repeats):
-    t0 = time.perf_counter()
-    jax.block_until_ready(fn())
-    best = min(best, time.perf_counter() - t0)
-  return best
 
 
 def main() -> None:
@@ -64,7 +56,7 @@ def main() -> None:
   pooled = problem.gram(0, problem.pooled_x(), problem.pooled_x())
   eigh = jax.jit(jnp.linalg.eigh)
   jax.block_until_ready(eigh(pooled))
-  t_eigh = _time(lambda: eigh(pooled), args.repeats)
+  t_eigh = best_time(lambda: eigh(pooled), args.repeats)
   print(f"one eigh of the {problem.num_points} x {problem.num_points} Gram matrix: "
         f"{t_eigh:.3f} s")
 
@@ -76,7 +68,7 @@ def main() -> None:
     t0 = time.perf_counter()
     exact = jax.block_until_ready(fedkrr.trajectory(problem, name, args.rounds, x_eval))
     t_cold = time.perf_counter() - t0
-    t_closed = _time(lambda name=name: fedkrr.trajectory(problem, name, args.rounds, x_eval),
+    t_closed = best_time(lambda name=name: fedkrr.trajectory(problem, name, args.rounds, x_eval),
                      args.repeats)
     # The literal runner: one pass (it is the slow side); the first fit compiles the learner,
     # so warm it up on one round first.

@@ -30,17 +30,9 @@ import time
 
 import jax
 import numpy as np
+from timing import best_time
 
 import neural
-
-
-def _time(fn, repeats: int) -> float:
-  best = float("inf")
-  for _ in range(repeats):
-    t0 = time.perf_counter()
-    jax.block_until_ready(fn())
-    best = min(best, time.perf_counter() - t0)
-  return best
 
 
 def _variables(models):
@@ -78,9 +70,9 @@ def main(argv=None) -> None:
     jax.block_until_ready(fn())
   print(f"warm-up (compilation and one run of each): {time.perf_counter() - t0:.1f} s")
 
-  t_vmap = _time(vmapped, args.repeats)
-  t_seq = _time(sequential, args.repeats)
-  t_one = _time(single, args.repeats)
+  t_vmap = best_time(vmapped, args.repeats)
+  t_seq = best_time(sequential, args.repeats)
+  t_one = best_time(single, args.repeats)
   print(f"vmapped round   (fit_batch, {args.agents} agents): {t_vmap:8.2f} s")
   print(f"sequential round (fit x {args.agents}):          {t_seq:8.2f} s")
   print(f"single agent    (fit x 1):                {t_one:8.2f} s")
