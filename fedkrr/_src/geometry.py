@@ -21,6 +21,7 @@ is the general one, which holds for any choice of the eigenvectors.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 import dataclasses
 
 import jax
@@ -161,6 +162,26 @@ def geometry(problem: FederatedProblem) -> Geometry:
   return Geometry(q.T, d, problem.ridge, tuple(problem.sizes))
 
 
+def prepare(problem: FederatedProblem, x_eval: Array, geo: Geometry | None,
+            what: str) -> tuple[Geometry, list[Callable[[Array], Array]]]:
+  """The common set-up of the closed forms built on the geometry (two agents only).
+
+  Returns:
+    The problem's :class:`Geometry` (``geo`` if given) and, per agent a, the
+    function ``targets -> g(x_eval)`` of agent a's fit on its own inputs
+    (``k_a(x_eval, X_a) / N (c I + K^a_aa)^+ targets``).
+  """
+  check_two_agents(problem, what)
+  geo = geometry(problem) if geo is None else geo
+  x_eval = jnp.asarray(x_eval, problem.ridge.dtype)
+  fits = []
+  for a, x in enumerate(problem.xs):
+    readout = problem.gram(a, x_eval, x)
+    factor = linalg.ridge_factor(problem.gram(a, x, x), problem.ridge)
+    fits.append(lambda targets, readout=readout, factor=factor: readout @ factor.solve(targets))
+  return geo, fits
+
+
 def akd_by_projections(problem: FederatedProblem, rounds: int, x_eval: Array,
                        geo: Geometry | None = None) -> Array:
   """AKD from agent 1, reconstructed from projections and contractions (Prop. III, eq. 12).
@@ -177,27 +198,16 @@ def akd_by_projections(problem: FederatedProblem, rounds: int, x_eval: Array,
   Returns:
     (T, n_eval[, C]) predictions, equal to ``fedkrr.trajectory(problem, "akd", T, x_eval)``.
   """
-  check_two_agents(problem, "Prop. III")
-  geo = geometry(problem) if geo is None else geo
-  x_eval = jnp.asarray(x_eval, problem.ridge.dtype)
-  y1 = problem.ys[0]
-  fits = []
-  for a in range(2):
-    gram = problem.gram(a, problem.xs[a], problem.xs[a])
-    fits.append((problem.gram(a, x_eval, problem.xs[a]),
-                 linalg.ridge_factor(gram, problem.ridge)))
+  geo, fits = prepare(problem, x_eval, geo, "Prop. III")
   a_op, p1t = geo.two_round_operator(), geo.p1.T
-  z = geo.v1 @ y1
+  z = geo.v1 @ problem.ys[0]
   preds = []
   for t in range(rounds):
     if t % 2 == 0:
-      targets = geo.v1.T @ z
-      readout, factor = fits[0]
+      preds.append(fits[0](geo.v1.T @ z))
     else:
-      targets = geo.v2.T @ (p1t @ z)
-      readout, factor = fits[1]
+      preds.append(fits[1](geo.v2.T @ (p1t @ z)))
       z = a_op @ z
-    preds.append(readout @ factor.solve(targets))
   return jnp.stack(preds)
 
 

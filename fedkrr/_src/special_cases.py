@@ -14,19 +14,16 @@ import jax.numpy as jnp
 from fedkrr._src import linalg
 from fedkrr._src.geometry import Geometry
 from fedkrr._src.geometry import check_two_agents
-from fedkrr._src.geometry import geometry
+from fedkrr._src.geometry import prepare
 from fedkrr._src.problem import FederatedProblem
 
 Array = jax.Array
 
 
-def _fit_readouts(problem: FederatedProblem, x_eval: Array):
-  """Per agent: (readout k_a(x_eval, X_a) / N, ridge factor of c I + K^a_aa)."""
-  out = []
-  for a in range(problem.num_agents):
-    gram = problem.gram(a, problem.xs[a], problem.xs[a])
-    out.append((problem.gram(a, x_eval, problem.xs[a]), linalg.ridge_factor(gram, problem.ridge)))
-  return out
+def _avgkd_coordinates(problem: FederatedProblem, geo: Geometry):
+  """App. D's ``z_1 = V_1 y_1``, ``z_2 = V~_2 y_2`` and the maps ``C_1 P~_2^T``, ``C~_2 P_1^T``."""
+  return (geo.v1 @ problem.ys[0], geo.v2_tilde @ problem.ys[1],
+          geo.c1 @ geo.p2_tilde.T, geo.c2_tilde @ geo.p1.T)
 
 
 def avgkd_by_projections(problem: FederatedProblem, rounds: int, x_eval: Array,
@@ -40,17 +37,11 @@ def avgkd_by_projections(problem: FederatedProblem, rounds: int, x_eval: Array,
   Returns:
     (T, 2, n_eval[, C]), the layout of ``fedkrr.trajectory(problem, "avgkd", ...)``.
   """
-  check_two_agents(problem, "Prop. V")
-  geo = geometry(problem) if geo is None else geo
-  x_eval = jnp.asarray(x_eval, problem.ridge.dtype)
-  fits = _fit_readouts(problem, x_eval)
-  z1, z2 = geo.v1 @ problem.ys[0], geo.v2_tilde @ problem.ys[1]
-  to_1, to_2 = geo.c1 @ geo.p2_tilde.T, geo.c2_tilde @ geo.p1.T
+  geo, fits = prepare(problem, x_eval, geo, "Prop. V")
+  z1, z2, to_1, to_2 = _avgkd_coordinates(problem, geo)
   u, w, preds = z1, z2, []
   for _ in range(rounds):
-    g1 = fits[0][0] @ fits[0][1].solve(geo.v1.T @ u)
-    g2 = fits[1][0] @ fits[1][1].solve(geo.v2_tilde.T @ w)
-    preds.append(jnp.stack([g1, g2]))
+    preds.append(jnp.stack([fits[0](geo.v1.T @ u), fits[1](geo.v2_tilde.T @ w)]))
     u, w = 0.5 * (z1 + to_1 @ w), 0.5 * (z2 + to_2 @ u)
   return jnp.stack(preds)
 
@@ -67,21 +58,16 @@ def avgkd_partial_sums_as_printed(problem: FederatedProblem, t: int, x_eval: Arr
   Returns:
     (n_eval[, C]).
   """
-  check_two_agents(problem, "Prop. V")
-  geo = geometry(problem) if geo is None else geo
-  x_eval = jnp.asarray(x_eval, problem.ridge.dtype)
-  (readout, factor), _ = _fit_readouts(problem, x_eval)
-  z1, z2 = geo.v1 @ problem.ys[0], geo.v2_tilde @ problem.ys[1]
-  a_op = geo.two_round_operator() / 4
-  b_op = geo.c2_tilde @ geo.p1.T @ geo.c1 @ geo.p2_tilde.T / 4
+  geo, fits = prepare(problem, x_eval, geo, "Prop. V")
+  z1, z2, to_1, to_2 = _avgkd_coordinates(problem, geo)
+  a_op, b_op = to_1 @ to_2 / 4, to_2 @ to_1 / 4
   first, term = jnp.zeros_like(z1), z1
   for _ in range(t):
     first, term = first + term, a_op @ term
   second, term = jnp.zeros_like(z2), z2
   for _ in range(t - 1):
     second, term = second + term, b_op @ term
-  coords = first / 2 + geo.c1 @ geo.p2_tilde.T @ second / 4
-  return readout @ factor.solve(geo.v1.T @ coords)
+  return fits[0](geo.v1.T @ (first / 2 + to_1 @ second / 4))
 
 
 def avgkd_limit_by_projections(problem: FederatedProblem, x_eval: Array,
@@ -94,20 +80,14 @@ def avgkd_limit_by_projections(problem: FederatedProblem, x_eval: Array,
   Returns:
     (2, n_eval[, C]), the layout of ``fedkrr.limit(problem, "avgkd", x).predictions``.
   """
-  check_two_agents(problem, "Prop. V")
-  geo = geometry(problem) if geo is None else geo
-  x_eval = jnp.asarray(x_eval, problem.ridge.dtype)
-  fits = _fit_readouts(problem, x_eval)
-  z1, z2 = geo.v1 @ problem.ys[0], geo.v2_tilde @ problem.ys[1]
-  to_1, to_2 = geo.c1 @ geo.p2_tilde.T, geo.c2_tilde @ geo.p1.T
+  geo, fits = prepare(problem, x_eval, geo, "Prop. V")
+  z1, z2, to_1, to_2 = _avgkd_coordinates(problem, geo)
   eye = jnp.eye(z1.shape[0], dtype=z1.dtype)
   pinv_a = jnp.linalg.pinv(eye - to_1 @ to_2 / 4)
   pinv_b = jnp.linalg.pinv(eye - to_2 @ to_1 / 4)
   u = pinv_a @ z1 / 2 + to_1 @ pinv_b @ z2 / 4
   w = pinv_b @ z2 / 2 + to_2 @ pinv_a @ z1 / 4
-  g1 = fits[0][0] @ fits[0][1].solve(geo.v1.T @ u)
-  g2 = fits[1][0] @ fits[1][1].solve(geo.v2_tilde.T @ w)
-  return jnp.stack([g1, g2])
+  return jnp.stack([fits[0](geo.v1.T @ u), fits[1](geo.v2_tilde.T @ w)])
 
 
 def avgkd_limit_by_system(problem: FederatedProblem, x_eval: Array) -> Array:
@@ -166,19 +146,15 @@ def pkd_by_projections(problem: FederatedProblem, rounds: int, x_eval: Array,
   Returns:
     (T, 2, n_eval[, C]), the layout of ``fedkrr.trajectory(problem, "pkd", ...)``.
   """
-  check_two_agents(problem, "App. E")
-  geo = geometry(problem) if geo is None else geo
-  x_eval = jnp.asarray(x_eval, problem.ridge.dtype)
-  fits = _fit_readouts(problem, x_eval)
+  geo, fits = prepare(problem, x_eval, geo, "App. E")
   bases = (geo.v1, geo.v2)
   projs = (geo.p1.T, geo.p2.T)
   z = [b @ y for b, y in zip(bases, problem.ys)]
   total = projs[0] @ z[0] + projs[1] @ z[1]  # gbar_1 * 2
-  preds = [jnp.stack([fits[a][0] @ fits[a][1].solve(problem.ys[a]) for a in range(2)])]
+  preds = [jnp.stack([fits[a](problem.ys[a]) for a in range(2)])]
   scale = 0.5
   for _ in range(1, rounds):
-    preds.append(jnp.stack([fits[a][0] @ fits[a][1].solve(scale * (bases[a].T @ total))
-                            for a in range(2)]))
+    preds.append(jnp.stack([fits[a](scale * (bases[a].T @ total)) for a in range(2)]))
     total = (projs[0] + projs[1]) @ total
     scale = scale / 2
   return jnp.stack(preds)
