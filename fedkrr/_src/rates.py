@@ -24,6 +24,7 @@ import numpy as np
 
 from fedkrr._src import closed_form
 from fedkrr._src import protocols
+from fedkrr._src.geometry import principal_cosines
 from fedkrr._src.kernels import RBF
 from fedkrr._src.problem import FederatedProblem
 
@@ -61,7 +62,6 @@ def degradation_rate(problem: FederatedProblem, start: int = 0) -> Array:
 def shared_kernel_rate(problem: FederatedProblem) -> Array:
   """``cos^2(phi)`` of the smallest principal angle (kernel of agent 1); equals
   :func:`degradation_rate` when both agents share that kernel (App. B)."""
-  from fedkrr._src.geometry import principal_cosines
   return principal_cosines(problem, 0)[0] ** 2
 
 
