@@ -39,6 +39,8 @@ from fedkrr._src.learner import fit_all
 from fedkrr._src.learner import krr_learners
 from fedkrr._src.linalg import RidgeFactor
 from fedkrr._src.linalg import ridge_factor
+from fedkrr._src.nn_kernels import ReluNNGP
+from fedkrr._src.nn_kernels import ReluNTK
 from fedkrr._src.problem import FederatedProblem
 from fedkrr._src.problem import ProblemError
 from fedkrr._src.problem import make_problem
@@ -56,6 +58,17 @@ from fedkrr._src.protocols import iterate
 from fedkrr._src.protocols import local_models
 from fedkrr._src.protocols import pkd
 from fedkrr._src.protocols import simulate
+from fedkrr._src.public_distillation import CoverageSweep
+from fedkrr._src.public_distillation import PublicDistillation
+from fedkrr._src.public_distillation import WeightedKRRLearner
+from fedkrr._src.public_distillation import coverage_sweep
+from fedkrr._src.public_distillation import plot_coverage
+from fedkrr._src.public_distillation import public_distillation
+from fedkrr._src.public_distillation import public_distillation_limit
+from fedkrr._src.public_distillation import public_distillation_round
+from fedkrr._src.public_distillation import public_distillation_simulate
+from fedkrr._src.public_distillation import public_distillation_trajectory
+from fedkrr._src.public_distillation import weighted_krr_learners
 from fedkrr._src.rate_plots import DegradationReport
 from fedkrr._src.rate_plots import RateCurves
 from fedkrr._src.rate_plots import akd_decay

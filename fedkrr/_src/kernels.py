@@ -25,6 +25,8 @@ import jax
 from jax import lax
 import jax.numpy as jnp
 
+from fedkrr._src.nn_kernels import ReluNNGP
+from fedkrr._src.nn_kernels import ReluNTK
 from fedkrr._src.pytree import pytree_dataclass
 
 Array = jax.Array
@@ -137,13 +139,15 @@ class CustomKernel:
     return {"name": "custom", "fn": getattr(self.fn, "__name__", repr(self.fn))}
 
 
-Kernel = Linear | Polynomial | RBF | Laplace | CustomKernel
+Kernel = Linear | Polynomial | RBF | Laplace | ReluNNGP | ReluNTK | CustomKernel
 
 BUILTIN_KERNELS: Mapping[str, type] = {
     "linear": Linear,
     "polynomial": Polynomial,
     "rbf": RBF,
     "laplace": Laplace,
+    "relu_nngp": ReluNNGP,
+    "relu_ntk": ReluNTK,
 }
 
 
@@ -185,6 +189,15 @@ def validate_kernel(kernel: Any, where: str = "kernel") -> None:
         raise KernelError(
             f"{where}: coef0 must be a finite number >= 0 (a negative offset does not "
             f"give a positive semi-definite kernel), got {kernel.coef0!r}")
+  elif isinstance(kernel, (ReluNNGP, ReluNTK)):
+    if not isinstance(kernel.depth, int) or isinstance(kernel.depth, bool) or kernel.depth < 0:
+      raise KernelError(f"{where}: depth must be an integer >= 0, got {kernel.depth!r}")
+    _check_positive(where, "weight_var", kernel.weight_var)
+    if not isinstance(kernel.bias_var, jax.core.Tracer):
+      b = jnp.asarray(kernel.bias_var)
+      if not bool(jnp.all(jnp.isfinite(b))) or not bool(jnp.all(b >= 0)):
+        raise KernelError(f"{where}: bias_var must be a finite number >= 0, "
+                          f"got {kernel.bias_var!r}")
   elif isinstance(kernel, (Linear, CustomKernel)):
     pass
   elif not callable(kernel):
@@ -210,12 +223,13 @@ def kernel_from_dict(spec: Mapping[str, Any], where: str = "kernel") -> Any:
         f"{where}: kernel {name!r} takes {sorted(allowed) or 'no parameters'}, "
         f"got unexpected {unknown}")
   for key, value in params.items():
-    if key == "degree":
+    if key in ("degree", "depth"):
       if not isinstance(value, int) or isinstance(value, bool):
         if isinstance(value, float) and value.is_integer():
           value = int(value)
         else:
-          raise KernelError(f"{where}: degree must be an integer >= 1, got {value!r}")
+          least = 1 if key == "degree" else 0
+          raise KernelError(f"{where}: {key} must be an integer >= {least}, got {value!r}")
       params[key] = value
     elif isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
       raise KernelError(f"{where}: {key} must be a finite number, got {value!r}")

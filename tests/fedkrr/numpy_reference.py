@@ -259,3 +259,40 @@ def local(xs, ys, kernels, ridge, x_eval) -> np.ndarray:
   """Each agent fitted on its own data only: (M, n_eval[, C])."""
   p = _Problem(xs, ys, kernels, ridge)
   return np.stack([p.fit(a, p.ys[a]).predict(x_eval) for a in range(p.m)])
+
+
+# ----------------------------------------------------------------------------- public distillation
+
+
+def public_distillation(xs, ys, kernels, ridge, reference, weight, rounds, x_eval,
+                        mixing=None) -> np.ndarray:
+  """Distillation through public inputs Z: (rounds, M, n_eval[, C]), [t, a] = agent a at t.
+
+  Round 0: local fits. Round t + 1: agent a minimises over ``g = k_a(., S) alpha / N`` on
+  ``S = [X_a; Z]``
+  ``(1/N) sum_{X_a} (g - y_a)^2 + (weight/N) sum_Z (g - m_a)^2 + c ||g||^2`` with
+  ``m_a = sum_b W[b, a] g_b^t(Z)`` (W = 11^T / M by default). Setting the gradient to
+  zero gives ``(D K + c I) alpha = D t`` with ``K = k_a(S, S) / N`` and
+  ``D = diag(1, .., 1, weight, .., weight)``, solved here as it stands (c > 0 only).
+  """
+  p = _Problem(xs, ys, kernels, ridge)
+  assert p.ridge > 0, "the reference solves the unsymmetric normal equations: c > 0"
+  z = np.asarray(reference, np.float64)
+  w = np.full((p.m, p.m), 1.0 / p.m) if mixing is None else np.asarray(mixing, np.float64)
+  models = [p.fit(a, p.ys[a]) for a in range(p.m)]
+  out = [np.stack([g.predict(x_eval) for g in models])]
+  for _ in range(1, rounds):
+    on_z = [g.predict(z) for g in models]
+    new = []
+    for a in range(p.m):
+      target_z = sum(w[b, a] * on_z[b] for b in range(p.m))
+      s = np.concatenate([p.xs[a], z], axis=0)
+      t = np.concatenate([p.ys[a], target_z], axis=0)
+      d = np.concatenate([np.ones(len(p.xs[a])), np.full(len(z), float(weight))])
+      gram = p.kernels[a](s, s) / p.n
+      alpha = np.linalg.solve(d[:, None] * gram + p.ridge * np.eye(len(s)),
+                              d.reshape((-1,) + (1,) * (t.ndim - 1)) * t)
+      new.append(Model(p.kernels[a], s, alpha, p.n))
+    models = new
+    out.append(np.stack([g.predict(x_eval) for g in models]))
+  return np.stack(out)

@@ -1,0 +1,154 @@
+"""Infinite-width kernels of fully connected ReLU networks (NNGP and NTK).
+
+The network (NTK parametrisation; Jacot et al. 2018, eq. 1; Lee et al. 2019,
+"Wide neural networks of any depth evolve as linear models", eq. 1) has
+``depth`` hidden layers of widths n_1, ..., n_L and a linear read-out:
+
+    h^1 = sqrt(weight_var / d) W^1 x + sqrt(bias_var) b^1
+    h^{l+1} = sqrt(weight_var / n_l) W^{l+1} relu(h^l) + sqrt(bias_var) b^{l+1}
+    f(x) = h^{L+1}(x),   every entry of W^l and b^l ~ N(0, 1),
+
+with d the input dimension. ``weight_var`` is the variance sigma_w^2 of a weight
+times its fan-in (2.0 is He's choice: it keeps E|h^l|^2 constant with depth),
+``bias_var`` the variance sigma_b^2 of a bias; the read-out layer uses the same
+two numbers. This is the convention of neural-tangents' ``stax.Dense(W_std,
+b_std, parameterization="ntk")`` with ``W_std^2 = weight_var``, ``b_std^2 =
+bias_var``.
+
+As the widths grow, f at initialisation tends to a Gaussian process with
+covariance ``Sigma^{L+1}`` (the NNGP kernel), and the empirical neural tangent
+kernel ``sum_theta df(x)/dtheta df(x')/dtheta`` tends to ``Theta^{L+1}`` (the
+NTK), both given by the arc-cosine recursion (Cho & Saul 2009; Arora et al.
+2019, "On exact computation with an infinitely wide neural net", eq. 7-8):
+
+    Sigma^1(x, x') = weight_var <x, x'> / d + bias_var,       Theta^1 = Sigma^1
+    cos u = Sigma^l(x, x') / sqrt(Sigma^l(x, x) Sigma^l(x', x'))
+    Sigma^{l+1}(x, x') = weight_var sqrt(Sigma^l(x, x) Sigma^l(x', x'))
+                         (sin u + (pi - u) cos u) / (2 pi) + bias_var
+    Sigmadot^{l+1}(x, x') = weight_var (pi - u) / (2 pi)
+    Theta^{l+1} = Sigma^{l+1} + Theta^l Sigmadot^{l+1}
+
+for l = 1..L. With ``depth = 0`` both kernels are the linear kernel
+``Sigma^1``. Cosines are clipped to [-1, 1] and the angle is computed as
+``atan2(sqrt(1 - cos^2), cos)`` with a square root whose gradient is 0 at 0,
+so the kernels and their gradients are finite at ``x1 == x2``; a zero input
+(with ``bias_var = 0``) has zero variance, and its row of the kernel is 0.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from fedkrr._src.pytree import pytree_dataclass
+
+Array = jax.Array
+
+
+def _safe_sqrt(v: Array) -> Array:
+  """``sqrt(max(v, 0))`` with value and gradient 0 (not NaN) at v <= 0."""
+  positive = v > 0
+  return jnp.where(positive, jnp.sqrt(jnp.where(positive, v, 1.0)), 0.0)
+
+
+def _relu_step(sigma: Array, var1: Array, var2: Array, weight_var, bias_var
+               ) -> tuple[Array, Array, Array, Array]:
+  """One arc-cosine step: ``(Sigma^{l+1}, Sigmadot^{l+1}, var1', var2')``.
+
+  ``sigma`` is Sigma^l (n1, n2); ``var1`` (n1,) and ``var2`` (n2,) its values
+  at (x1, x1) and (x2, x2).
+  """
+  norms = _safe_sqrt(var1[:, None] * var2[None, :])
+  positive = norms > 0
+  cos = jnp.where(positive, sigma / jnp.where(positive, norms, 1.0), 0.0)
+  cos = jnp.clip(cos, -1.0, 1.0)
+  sin = _safe_sqrt(1.0 - cos * cos)
+  angle = jnp.arctan2(sin, cos)
+  sigma_next = weight_var * norms * (sin + (math.pi - angle) * cos) / (2 * math.pi) + bias_var
+  sigma_dot = weight_var * (math.pi - angle) / (2 * math.pi)
+  # On the diagonal u = 0: E[relu(h)^2] = Sigma^l(x, x) / 2.
+  return sigma_next, sigma_dot, weight_var * var1 / 2 + bias_var, weight_var * var2 / 2 + bias_var
+
+
+@functools.partial(jax.jit, static_argnames="depth")
+def relu_kernels(x1: Array, x2: Array, depth: int, weight_var, bias_var
+                 ) -> tuple[Array, Array]:
+  """The NNGP and NTK Gram matrices ``(Sigma^{L+1}, Theta^{L+1})``, each (n1, n2).
+
+  Args:
+    x1: inputs (n1, d).
+    x2: inputs (n2, d).
+    depth: number of hidden ReLU layers L >= 0.
+    weight_var: sigma_w^2 > 0 (weight variance times fan-in).
+    bias_var: sigma_b^2 >= 0.
+  """
+  d = x1.shape[-1]
+  sigma = weight_var * (x1 @ x2.T) / d + bias_var
+  var1 = weight_var * jnp.sum(x1 * x1, axis=-1) / d + bias_var
+  var2 = weight_var * jnp.sum(x2 * x2, axis=-1) / d + bias_var
+  theta = sigma
+  for _ in range(depth):
+    sigma, sigma_dot, var1, var2 = _relu_step(sigma, var1, var2, weight_var, bias_var)
+    theta = sigma + theta * sigma_dot
+  return sigma, theta
+
+
+@pytree_dataclass
+class ReluNNGP:
+  """NNGP kernel ``Sigma^{L+1}`` of a ReLU MLP with ``depth`` = L hidden layers.
+
+  The covariance of the output of the randomly initialised network in the
+  infinite-width limit (see the module docstring for the parametrisation and
+  the recursion; Lee et al. 2018, "Deep neural networks as Gaussian
+  processes", eq. 5). ``depth`` is static; ``weight_var > 0`` and
+  ``bias_var >= 0`` are leaves.
+
+  Example:
+    >>> k = fedkrr.ReluNNGP(depth=2)
+    >>> gram = k(x1, x2)   # (n1, n2)
+  """
+
+  depth: int = dataclasses.field(default=1, metadata=dict(static=True))
+  weight_var: float | Array = 2.0
+  bias_var: float | Array = 0.0
+
+  def __call__(self, x1: Array, x2: Array) -> Array:
+    return relu_kernels(x1, x2, self.depth, self.weight_var, self.bias_var)[0]
+
+  def to_dict(self) -> dict[str, Any]:
+    return {"name": "relu_nngp", "depth": self.depth,
+            "weight_var": float(self.weight_var), "bias_var": float(self.bias_var)}
+
+
+@pytree_dataclass
+class ReluNTK:
+  """Neural tangent kernel ``Theta^{L+1}`` of a ReLU MLP with ``depth`` = L hidden layers.
+
+  The limit of the empirical NTK ``sum_theta <df(x)/dtheta, df(x')/dtheta>``
+  of the network in NTK parametrisation (module docstring) as all widths grow;
+  the same for every output logit, with zero cross-logit terms (Jacot et al.
+  2018, Theorem 1; Arora et al. 2019, eq. 7-8). Kernel ridge regression with
+  it is what the infinitely wide network trained to convergence on the squared
+  loss computes. ``depth`` is static; ``weight_var > 0`` and ``bias_var >= 0``
+  are leaves.
+
+  Example:
+    >>> k = fedkrr.ReluNTK(depth=2, weight_var=2.0, bias_var=0.1)
+    >>> problem = fedkrr.make_problem(xs, ys, k, ridge=1e-3)
+  """
+
+  depth: int = dataclasses.field(default=1, metadata=dict(static=True))
+  weight_var: float | Array = 2.0
+  bias_var: float | Array = 0.0
+
+  def __call__(self, x1: Array, x2: Array) -> Array:
+    return relu_kernels(x1, x2, self.depth, self.weight_var, self.bias_var)[1]
+
+  def to_dict(self) -> dict[str, Any]:
+    return {"name": "relu_ntk", "depth": self.depth,
+            "weight_var": float(self.weight_var), "bias_var": float(self.bias_var)}

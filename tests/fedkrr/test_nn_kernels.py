@@ -1,0 +1,131 @@
+"""Infinite-width ReLU kernels: a per-pair NumPy recursion, Monte Carlo, PSD, edge cases."""
+
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import fedkrr
+
+RNG = np.random.default_rng(0)
+X1 = RNG.normal(size=(6, 4))
+X2 = RNG.normal(size=(5, 4))
+
+
+def reference(a, b, depth, weight_var, bias_var):
+  """(NNGP, NTK) of one pair of points by the recursion written with math.acos."""
+  d = a.shape[0]
+  s_ab = weight_var * float(a @ b) / d + bias_var
+  s_aa = weight_var * float(a @ a) / d + bias_var
+  s_bb = weight_var * float(b @ b) / d + bias_var
+  ntk = s_ab
+  for _ in range(depth):
+    cos = min(1.0, max(-1.0, s_ab / math.sqrt(s_aa * s_bb)))
+    u = math.acos(cos)
+    s_ab = (weight_var * math.sqrt(s_aa * s_bb) * (math.sin(u) + (math.pi - u) * cos)
+            / (2 * math.pi) + bias_var)
+    ntk = s_ab + ntk * weight_var * (math.pi - u) / (2 * math.pi)
+    s_aa = weight_var * s_aa / 2 + bias_var
+    s_bb = weight_var * s_bb / 2 + bias_var
+  return s_ab, ntk
+
+
+def tol(*arrays):
+  return 1e-10 if all(np.asarray(a).dtype == np.float64 for a in arrays) else 1e-5
+
+
+@pytest.mark.parametrize("depth, weight_var, bias_var", [(0, 2.0, 0.0), (1, 2.0, 0.0),
+                                                         (3, 2.0, 0.1), (2, 1.3, 0.5)])
+def test_recursion_matches_per_pair_reference(depth, weight_var, bias_var):
+  x1, x2 = jnp.asarray(X1), jnp.asarray(X2)
+  nngp = fedkrr.ReluNNGP(depth, weight_var, bias_var)(x1, x2)
+  ntk = fedkrr.ReluNTK(depth, weight_var, bias_var)(x1, x2)
+  ref = np.array([[reference(a, b, depth, weight_var, bias_var) for b in X2] for a in X1])
+  assert nngp.shape == ntk.shape == (6, 5)
+  np.testing.assert_allclose(nngp, ref[..., 0], rtol=tol(nngp), atol=tol(nngp))
+  np.testing.assert_allclose(ntk, ref[..., 1], rtol=tol(ntk), atol=tol(ntk))
+
+
+def test_one_layer_matches_monte_carlo():
+  """Depth 1: E[relu(u) relu(v)] and E[relu'(u) relu'(v)] over (u, v) ~ N(0, Sigma^1)."""
+  weight_var, bias_var = 2.0, 0.3
+  a, b = X1[0], X1[1]
+  d = a.shape[0]
+  rng = np.random.default_rng(1)
+  w, beta = rng.normal(size=(400_000, d)), rng.normal(size=400_000)   # one hidden unit each
+  u = np.sqrt(weight_var / d) * w @ a + np.sqrt(bias_var) * beta
+  v = np.sqrt(weight_var / d) * w @ b + np.sqrt(bias_var) * beta
+  nngp_mc = weight_var * np.mean(np.maximum(u, 0) * np.maximum(v, 0)) + bias_var
+  dot_mc = weight_var * np.mean((u > 0) & (v > 0))
+  sigma1 = weight_var * float(a @ b) / d + bias_var
+  ntk_mc = nngp_mc + sigma1 * dot_mc
+  pair = jnp.asarray(np.stack([a, b]))
+  nngp = np.asarray(fedkrr.ReluNNGP(1, weight_var, bias_var)(pair, pair))[0, 1]
+  ntk = np.asarray(fedkrr.ReluNTK(1, weight_var, bias_var)(pair, pair))[0, 1]
+  # Monte-Carlo standard error ~ 1 / sqrt(4e5) relative: allow 1.5 %.
+  assert abs(nngp - nngp_mc) <= 0.015 * abs(nngp_mc)
+  assert abs(ntk - ntk_mc) <= 0.015 * abs(ntk_mc)
+
+
+@pytest.mark.parametrize("cls", [fedkrr.ReluNNGP, fedkrr.ReluNTK])
+def test_gram_is_symmetric_psd_and_finite_at_equal_and_zero_inputs(cls):
+  x = jnp.asarray(np.concatenate([X1, X1[:2], np.zeros((1, 4))]))   # duplicates, a zero
+  g = np.asarray(cls(depth=3)(x, x), dtype=np.float64)
+  assert np.all(np.isfinite(g))
+  np.testing.assert_allclose(g, g.T, atol=1e-6 * np.max(np.abs(g)))
+  assert np.linalg.eigvalsh(g)[0] > -1e-5 * np.max(np.abs(g))
+  np.testing.assert_allclose(g[-1], 0.0, atol=1e-12)   # zero input, no bias: zero variance
+  # With weight_var = 2 and no bias every layer keeps Sigma^1(x, x) = 2 |x|^2 / d, and
+  # Theta^{L+1}(x, x) = (L + 1) Sigma^1(x, x) (Sigmadot = 1 on the diagonal).
+  sigma1 = 2 * np.sum(X1 * X1, -1) / 4
+  expected = sigma1 if cls is fedkrr.ReluNNGP else 4 * sigma1
+  np.testing.assert_allclose(np.diag(g)[:6], expected, rtol=1e-5)
+
+
+def test_gradients_are_finite_at_equal_inputs():
+  x = jnp.asarray(X1)
+  grads = jax.jit(jax.grad(lambda x, w: fedkrr.ReluNTK(2, w, 0.1)(x, x).sum(), (0, 1)))(
+      x, jnp.asarray(2.0, x.dtype))
+  assert all(np.all(np.isfinite(np.asarray(g))) for g in grads)
+
+
+def test_vmap_over_weight_var():
+  x = jnp.asarray(X1)
+  ws = jnp.asarray([1.0, 2.0, 3.0])
+  batched = jax.vmap(lambda w: fedkrr.ReluNTK(2, w, 0.1)(x, x))(ws)
+  for i, w in enumerate(np.asarray(ws)):
+    np.testing.assert_allclose(batched[i], fedkrr.ReluNTK(2, float(w), 0.1)(x, x),
+                               rtol=tol(batched))
+
+
+@pytest.mark.parametrize("spec", [{"name": "relu_ntk", "depth": 2, "weight_var": 1.5,
+                                   "bias_var": 0.2},
+                                  {"name": "relu_nngp", "depth": 0}, {"name": "relu_ntk"}])
+def test_kernel_from_dict_round_trip(spec):
+  kernel = fedkrr.kernel_from_dict(spec)
+  again = fedkrr.kernel_from_dict(kernel.to_dict())
+  assert type(again) is type(kernel)
+  assert dataclasses.asdict(again) == dataclasses.asdict(kernel)
+  assert isinstance(again.depth, int)
+
+
+@pytest.mark.parametrize("spec, match", [
+    ({"name": "relu_ntk", "depth": -1}, "depth must be an integer >= 0"),
+    ({"name": "relu_ntk", "depth": 1.5}, "depth must be an integer >= 0"),
+    ({"name": "relu_nngp", "weight_var": 0.0}, "weight_var must be a finite number > 0"),
+    ({"name": "relu_nngp", "bias_var": -1.0}, "bias_var must be a finite number >= 0"),
+])
+def test_bad_specs_name_the_problem(spec, match):
+  with pytest.raises(fedkrr.KernelError, match=match):
+    fedkrr.kernel_from_dict(spec, "kernel_0")
+
+
+def test_usable_in_a_problem():
+  xs = [X1, X2]
+  ys = [np.sin(X1[:, 0]), np.cos(X2[:, 1])]
+  problem = fedkrr.make_problem(xs, ys, fedkrr.ReluNTK(depth=2), ridge=1e-2)
+  model = fedkrr.krr_learners(problem)[0].fit(problem.xs[0], problem.ys[0])
+  assert np.all(np.isfinite(np.asarray(model.predict(problem.xs[1]))))
