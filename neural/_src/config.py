@@ -289,7 +289,7 @@ class ConfigSpec:
         values.update(changes)
         names.append(name)
       values.update(overrides or {})
-      runs.append(("__".join(names), ExperimentConfig.from_dict(values)))
+      runs.append(("__".join(names), config_from_dict(values)))
     seen = set()
     for name, _ in runs:
       if name in seen:
@@ -303,7 +303,7 @@ def _axis_entries(axis: Any, where: str) -> list[tuple[str, dict[str, Any]]]:
     raise ConfigError(f"{where}: expected a non-empty object")
   if len(axis) == 1 and isinstance(next(iter(axis.values())), list):
     (field, values), = axis.items()
-    if field not in FIELDS:
+    if field not in FIELDS and field not in _method_fields():
       raise ConfigError(f"{where}: {field!r} is not a config field")
     return [(f"{field}={_fmt(v)}", {field: v}) for v in values]
   entries = []
@@ -312,6 +312,21 @@ def _axis_entries(axis: Any, where: str) -> list[tuple[str, dict[str, Any]]]:
       raise ConfigError(f"{where}.{name}: expected an object of config fields")
     entries.append((name, changes))
   return entries
+
+
+def config_from_dict(values: Mapping[str, Any]) -> Any:
+  """An ``ExperimentConfig``, or a method's config when ``values`` has a "method" field."""
+  if "method" in values:
+    from neural._src.methods import method_config_from_dict
+    return method_config_from_dict(values)
+  return ExperimentConfig.from_dict(values)
+
+
+def _method_fields() -> set[str]:
+  from neural._src.methods import get_method
+  from neural._src.methods import registered_methods
+  return {f.name for name in registered_methods()
+          for f in dataclasses.fields(get_method(name).config_cls)}
 
 
 def _fmt(value: Any) -> str:

@@ -81,14 +81,17 @@ class RunData(NamedTuple):
   num_classes: int
 
 
-def load_run_data(config: ExperimentConfig) -> RunData:
-  """Loads, subsets and partitions the data of ``config`` (all seeded by ``config.seed``)."""
-  from neural._src.data import load_dataset
-  from neural._src.data import one_hot
-  from neural._src.partitions import partition
+def load_train_test(config: Any, rng: np.random.Generator | None = None
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+  """``(x_train, y_train, x_test, y_test, num_classes)`` with the config's seeded subsets.
 
+  The training subset is drawn from ``rng`` (default ``default_rng(config.seed)``),
+  the test subset from ``default_rng([config.seed, 1])``. Works for any config
+  with the data fields of ``ExperimentConfig``.
+  """
+  from neural._src.data import load_dataset
+  rng = np.random.default_rng(config.seed) if rng is None else rng
   ds = load_dataset(config.dataset, config.data_dir, seed=config.seed)
-  rng = np.random.default_rng(config.seed)
   x_train, y_train = ds.x_train, ds.y_train
   if config.train_subset is not None and config.train_subset < len(y_train):
     keep = np.sort(rng.choice(len(y_train), size=config.train_subset, replace=False))
@@ -98,6 +101,19 @@ def load_run_data(config: ExperimentConfig) -> RunData:
     keep = np.sort(np.random.default_rng([config.seed, 1]).choice(
         len(y_test), size=config.test_subset, replace=False))
     x_test, y_test = x_test[keep], y_test[keep]
+  return (x_train, y_train, np.asarray(x_test, np.float32), np.asarray(y_test),
+          ds.num_classes)
+
+
+def split_agents(config: Any, x_train: np.ndarray, y_train: np.ndarray, num_classes: int,
+                 rng: np.random.Generator) -> tuple[tuple[np.ndarray, ...], ...]:
+  """``(xs, ys, labels)`` per agent by the config's partition (one-hot float32 ``ys``).
+
+  Raises:
+    ExperimentError: an agent got no training point.
+  """
+  from neural._src.data import one_hot
+  from neural._src.partitions import partition
   parts = partition(config.partition, y_train, config.agents, rng, **config.partition_params)
   for a, idx in enumerate(parts):
     if len(idx) == 0:
@@ -106,9 +122,15 @@ def load_run_data(config: ExperimentConfig) -> RunData:
                             f"or another partition")
   xs = tuple(np.asarray(x_train[idx], np.float32) for idx in parts)
   labels = tuple(np.asarray(y_train[idx]) for idx in parts)
-  ys = tuple(one_hot(lab, ds.num_classes) for lab in labels)
-  return RunData(xs, ys, labels, np.asarray(x_test, np.float32), np.asarray(y_test),
-                 ds.num_classes)
+  return xs, tuple(one_hot(lab, num_classes) for lab in labels), labels
+
+
+def load_run_data(config: Any) -> RunData:
+  """Loads, subsets and partitions the data of ``config`` (all seeded by ``config.seed``)."""
+  rng = np.random.default_rng(config.seed)
+  x_train, y_train, x_test, y_test, num_classes = load_train_test(config, rng)
+  xs, ys, labels = split_agents(config, x_train, y_train, num_classes, rng)
+  return RunData(xs, ys, labels, x_test, y_test, num_classes)
 
 
 def build_learners(config: ExperimentConfig, input_shape: tuple[int, ...],
@@ -280,7 +302,13 @@ def _atomic_write(path: Path, data: bytes) -> None:
   os.replace(tmp, path)
 
 
-def _check_workdir_config(workdir: Path, config: ExperimentConfig) -> None:
+def check_workdir_config(workdir: Path, config: Any,
+                         from_dict: Callable[[dict[str, Any]], Any] | None = None) -> None:
+  """Saves ``config`` in a new run directory, or checks it equals the one saved there.
+
+  ``from_dict`` reads the saved config (default ``ExperimentConfig.from_dict``).
+  """
+  from_dict = from_dict or ExperimentConfig.from_dict
   path = workdir / CONFIG_FILE
   if not path.exists():
     if (workdir / METRICS_FILE).exists() or (workdir / CHECKPOINT_FILE).exists():
@@ -289,19 +317,19 @@ def _check_workdir_config(workdir: Path, config: ExperimentConfig) -> None:
     _atomic_write(path, config.to_json().encode())
     return
   try:
-    saved = ExperimentConfig.from_json(path.read_text())
-  except ConfigError as e:
+    saved = from_dict(json.loads(path.read_text()))
+  except (ConfigError, json.JSONDecodeError, TypeError) as e:
     raise ExperimentError(f"workdir: {path} holds an unusable config ({e}); "
                           f"use another workdir") from None
   if saved != config:
     ours, theirs = config.to_dict(), saved.to_dict()
-    diff = [k for k in ours if ours[k] != theirs[k]]
-    shown = ", ".join(f"{k}={theirs[k]!r} there, {ours[k]!r} here" for k in diff[:3])
+    diff = [k for k in sorted(set(ours) | set(theirs)) if ours.get(k) != theirs.get(k)]
+    shown = ", ".join(f"{k}={theirs.get(k)!r} there, {ours.get(k)!r} here" for k in diff[:3])
     raise ExperimentError(f"workdir: {workdir} holds a run with a different config ({shown}); "
                           f"use another workdir, or the same config to resume")
 
 
-def _load_checkpoint(workdir: Path) -> dict[str, Any] | None:
+def load_checkpoint(workdir: Path) -> dict[str, Any] | None:
   path = workdir / CHECKPOINT_FILE
   if not path.exists():
     return None
@@ -309,12 +337,20 @@ def _load_checkpoint(workdir: Path) -> dict[str, Any] | None:
     return pickle.load(f)
 
 
-def _save_checkpoint(workdir: Path, checkpoint: dict[str, Any]) -> None:
+def save_checkpoint(workdir: Path, checkpoint: dict[str, Any]) -> None:
   _atomic_write(workdir / CHECKPOINT_FILE,
                 pickle.dumps(jax.device_get(checkpoint), protocol=pickle.HIGHEST_PROTOCOL))
 
 
-def _truncate_metrics(workdir: Path, rounds_done: int) -> None:
+def append_metrics(workdir: Path, rows: Sequence[dict[str, Any]]) -> None:
+  """Appends metric rows to ``metrics.jsonl`` (flushed and synced)."""
+  with open(workdir / METRICS_FILE, "a") as f:
+    f.write("".join(json.dumps(r) + "\n" for r in rows))
+    f.flush()
+    os.fsync(f.fileno())
+
+
+def truncate_metrics(workdir: Path, rounds_done: int) -> None:
   """Keeps only the metric rows of rounds < ``rounds_done`` (those of the checkpoint)."""
   path = workdir / METRICS_FILE
   if not path.exists():
@@ -385,10 +421,10 @@ def train_and_evaluate(config: ExperimentConfig, workdir: str | os.PathLike, *,
   """
   workdir = Path(workdir)
   workdir.mkdir(parents=True, exist_ok=True)
-  _check_workdir_config(workdir, config)
-  checkpoint = _load_checkpoint(workdir)
+  check_workdir_config(workdir, config)
+  checkpoint = load_checkpoint(workdir)
   done = 0 if checkpoint is None else int(checkpoint["round"])
-  _truncate_metrics(workdir, done)
+  truncate_metrics(workdir, done)
   rounds = total_rounds(config)
   if done >= rounds:
     _plot(workdir, config)
@@ -423,13 +459,10 @@ def train_and_evaluate(config: ExperimentConfig, workdir: str | os.PathLike, *,
         if hasattr(model, "variables"):
           inits[agent] = model.variables
       rows = evaluator.rows(t, state, out)
-      with open(workdir / METRICS_FILE, "a") as f:
-        f.write("".join(json.dumps(r) + "\n" for r in rows))
-        f.flush()
-        os.fsync(f.fileno())
+      append_metrics(workdir, rows)
       if on_round_end is not None:
         on_round_end(t)
-      _save_checkpoint(workdir, {"round": t + 1, "state": state, "inits": inits,
+      save_checkpoint(workdir, {"round": t + 1, "state": state, "inits": inits,
                                  "running": evaluator.running,
                                  "config": config.to_dict()})
       round_bar.update(1)
@@ -448,6 +481,14 @@ def _plot(workdir: Path, config: ExperimentConfig) -> None:
                  + f"; {','.join(config.agent_models)})")
 
 
+def _run_one(config: Any, workdir: Path, **kwargs) -> list[dict[str, Any]]:
+  """``train_and_evaluate`` for a KD-protocol config, ``run_method`` for a method's config."""
+  if isinstance(config, ExperimentConfig):
+    return train_and_evaluate(config, workdir, **kwargs)
+  from neural._src.methods import run_method
+  return run_method(config, workdir, **kwargs)
+
+
 def run_configs(runs: Sequence[tuple[str, ExperimentConfig]], workdir: str | os.PathLike, *,
                 progress: bool = False, description: str = "",
                 max_rounds: int | None = None) -> dict[str, list[dict[str, Any]]]:
@@ -461,8 +502,7 @@ def run_configs(runs: Sequence[tuple[str, ExperimentConfig]], workdir: str | os.
   """
   workdir = Path(workdir)
   if len(runs) == 1 and runs[0][0] == "":
-    return {"": train_and_evaluate(runs[0][1], workdir, progress=progress,
-                                   max_rounds=max_rounds)}
+    return {"": _run_one(runs[0][1], workdir, progress=progress, max_rounds=max_rounds)}
   workdir.mkdir(parents=True, exist_ok=True)
   names = [name for name, _ in runs]
   sweep = {"description": description, "runs": names}
@@ -478,8 +518,7 @@ def run_configs(runs: Sequence[tuple[str, ExperimentConfig]], workdir: str | os.
   for i, (name, config) in enumerate(runs):
     if progress:
       print(f"[{i + 1}/{len(runs)}] {name}", flush=True)
-    results[name] = train_and_evaluate(config, workdir / name, progress=progress,
-                                       max_rounds=max_rounds)
+    results[name] = _run_one(config, workdir / name, progress=progress, max_rounds=max_rounds)
   from neural._src.plots import plot_sweep
   plot_sweep(results, workdir / PLOT_FILE, title=description)
   return results

@@ -10,7 +10,16 @@ can be vmapped over agents without threading batch statistics.
 
 Each model has a width setting (channels of the first layer, or hidden units of
 the MLP) and a ``tiny=True`` variant for tests (smaller width and, for VGG and
-the ResNets, fewer layers).
+ResNet-18, fewer layers).
+
+Heterogeneous clients of the feature-sharing methods (Wu et al. 2023, FedDKC;
+Berdoz et al. 2022): a LeNet-5 style net ("lenet5") and the split ResNets
+"resnet2" ... "resnet20" (:class:`SplitResNet`: a shared-architecture
+feature extractor, :class:`ConvStem`, followed by a predictor of depth-dependent
+size, :class:`ResNetHead`). Every model also accepts ``return_features=True``
+and then returns ``(logits, features)``: the input of the last dense layer for
+CNN, MLP, VGG, ResNet and LeNet-5, and the extractor's feature map for the
+split ResNets (whose ``features``/``head`` methods split the forward pass).
 """
 
 from __future__ import annotations
@@ -21,7 +30,20 @@ import math
 import flax.linen as nn
 import jax.numpy as jnp
 
-MODELS = ("cnn", "mlp", "vgg", "resnet8", "resnet18")
+# Blocks per stage of the split ResNets: ResNet-d has (d - 2) / 2 basic blocks after
+# its one-conv extractor and before its dense layer (the 6n + 2 count of He et al.).
+# With width 16 on 32x32x3 inputs, ResNet2 ... ResNet12 have 634, 5,306, 19,994,
+# 43,222 and 61,786 parameters: Table 3 of Wu et al. (2023) lists 0.63K, 5.31K,
+# 19.99K, 43.23K, 61.79K. ResNet20 is the usual (3, 3, 3) (272K; Table 3: 167.31K).
+SPLIT_RESNETS = {
+    "resnet2": (),
+    "resnet4": (1,),
+    "resnet6": (1, 1),
+    "resnet10": (2, 2),
+    "resnet12": (2, 3),
+    "resnet20": (3, 3, 3),
+}
+MODELS = ("cnn", "mlp", "vgg", "resnet8", "resnet18", "lenet5") + tuple(SPLIT_RESNETS)
 NORMS = ("group", "none")
 
 
@@ -46,13 +68,13 @@ class CNN(nn.Module):
   width: int = 16
 
   @nn.compact
-  def __call__(self, x, train: bool = False):
+  def __call__(self, x, train: bool = False, return_features: bool = False):
     del train
     for channels in (self.width, 2 * self.width):
       x = nn.Conv(channels, (5, 5), padding="SAME")(x)
       x = nn.max_pool(nn.relu(x), (2, 2), strides=(2, 2))
     x = x.reshape((x.shape[0], -1))
-    return nn.Dense(self.num_classes)(x)
+    return _out(nn.Dense(self.num_classes)(x), x, return_features)
 
 
 class MLP(nn.Module):
@@ -73,12 +95,16 @@ class MLP(nn.Module):
   dropout: float = 0.2
 
   @nn.compact
-  def __call__(self, x, train: bool = False):
+  def __call__(self, x, train: bool = False, return_features: bool = False):
     x = x.reshape((x.shape[0], -1))
     for _ in range(self.depth):
       x = nn.relu(nn.Dense(self.width)(x))
       x = nn.Dropout(self.dropout, deterministic=not train)(x)
-    return nn.Dense(self.num_classes)(x)
+    return _out(nn.Dense(self.num_classes)(x), x, return_features)
+
+
+def _out(logits, features, return_features: bool):
+  return (logits, features) if return_features else logits
 
 
 def _num_groups(channels: int) -> int:
@@ -119,7 +145,7 @@ class VGG(nn.Module):
   norm: str = "group"
 
   @nn.compact
-  def __call__(self, x, train: bool = False):
+  def __call__(self, x, train: bool = False, return_features: bool = False):
     del train
     for item in self.plan:
       if item == "M":
@@ -129,7 +155,7 @@ class VGG(nn.Module):
         x = nn.Conv(channels, (3, 3), padding="SAME", use_bias=self.norm == "none")(x)
         x = nn.relu(_norm(self.norm, channels)(x))
     x = jnp.mean(x, axis=(1, 2))
-    return nn.Dense(self.num_classes)(x)
+    return _out(nn.Dense(self.num_classes)(x), x, return_features)
 
 
 class BasicBlock(nn.Module):
@@ -173,7 +199,7 @@ class ResNet(nn.Module):
   norm: str = "group"
 
   @nn.compact
-  def __call__(self, x, train: bool = False):
+  def __call__(self, x, train: bool = False, return_features: bool = False):
     del train
     x = nn.Conv(self.width, (3, 3), padding="SAME", use_bias=self.norm == "none")(x)
     x = nn.relu(_norm(self.norm, self.width)(x))
@@ -182,11 +208,132 @@ class ResNet(nn.Module):
         strides = 2 if i > 0 and b == 0 else 1
         x = BasicBlock(self.width * 2**i, strides, self.norm)(x)
     x = jnp.mean(x, axis=(1, 2))
-    return nn.Dense(self.num_classes)(x)
+    return _out(nn.Dense(self.num_classes)(x), x, return_features)
+
+
+class LeNet5(nn.Module):
+  """LeNet-5 style net: two 5x5 conv + ReLU + 2x2 max-pool layers, then dense 120 - 84 - C.
+
+  LeCun et al. (1998) with ReLU and max-pool in place of tanh and subsampling,
+  and 'SAME' padding so that any image size works (8x8 digits included). With
+  ``width`` w the convs have w and round(16 w / 6) channels and the hidden dense
+  layers 20 w and 14 w units: (6, 16, 120, 84) at the default w = 6. The
+  features (``return_features=True``) are the 14 w units before the last layer.
+
+  Attributes:
+    num_classes: size of the logits.
+    width: channels of the first conv layer (6 in LeNet-5).
+  """
+
+  num_classes: int
+  width: int = 6
+
+  @nn.compact
+  def __call__(self, x, train: bool = False, return_features: bool = False):
+    del train
+    for channels in (self.width, max(1, round(16 * self.width / 6))):
+      x = nn.Conv(channels, (5, 5), padding="SAME")(x)
+      x = nn.max_pool(nn.relu(x), (2, 2), strides=(2, 2), padding="SAME")
+    x = x.reshape((x.shape[0], -1))
+    x = nn.relu(nn.Dense(20 * self.width)(x))
+    x = nn.relu(nn.Dense(14 * self.width)(x))
+    return _out(nn.Dense(self.num_classes)(x), x, return_features)
+
+
+class ConvStem(nn.Module):
+  """Feature extractor of the split ResNets: 3x3 conv - norm - ReLU - 2x2 max-pool.
+
+  FedDKC's client extractor, "the foremost Conv+Batch+ReLU+MaxPool layers" (Wu
+  et al. 2023, Sec. 4.1), with GroupNorm (or none) for BatchNorm:
+  (B, H, W, C) -> (B, ceil(H/2), ceil(W/2), width).
+  """
+
+  width: int = 16
+  norm: str = "group"
+
+  @nn.compact
+  def __call__(self, x):
+    x = nn.Conv(self.width, (3, 3), padding="SAME", use_bias=self.norm == "none")(x)
+    x = nn.relu(_norm(self.norm, self.width)(x))
+    return nn.max_pool(x, (2, 2), strides=(2, 2), padding="SAME")
+
+
+class ResNetHead(nn.Module):
+  """Predictor on a feature map: stages of basic blocks, global average, dense.
+
+  Stage i has ``blocks[i]`` blocks of ``width * 2^i`` channels, stride 2 from
+  the second stage on; no blocks gives ``average - dense``. It is the
+  predictor of a client's :class:`SplitResNet` and, on its own, FedDKC's server
+  model, which reads the clients' features (ResNet-20: blocks (3, 3, 3)).
+
+  Attributes:
+    num_classes: size of the logits.
+    blocks: blocks per stage (may be empty).
+    width: channels of the first stage.
+    norm: "group" or "none".
+  """
+
+  num_classes: int
+  blocks: Sequence[int] = (3, 3, 3)
+  width: int = 16
+  norm: str = "group"
+
+  @nn.compact
+  def __call__(self, h, train: bool = False, return_features: bool = False):
+    del train
+    for i, num_blocks in enumerate(self.blocks):
+      for b in range(num_blocks):
+        strides = 2 if i > 0 and b == 0 else 1
+        h = BasicBlock(self.width * 2**i, strides, self.norm)(h)
+    h = jnp.mean(h, axis=(1, 2))
+    return _out(nn.Dense(self.num_classes)(h), h, return_features)
+
+
+class SplitResNet(nn.Module):
+  """ResNet-d as a feature extractor (:class:`ConvStem`) plus a predictor (:class:`ResNetHead`).
+
+  FedDKC's clients (Wu et al. 2023, Sec. 4.1, Table 3: ResNet2, 4, 6, 10, 12
+  and a ResNet20 server) share the extractor's architecture and differ in the
+  predictor: ResNet-d has (d - 2) / 2 basic blocks (see ``SPLIT_RESNETS``).
+  The paper gives neither widths nor the block layout; these are our choice.
+  Variables: ``{"params": {"extractor": ..., "predictor": ...}}``.
+
+  ``model.apply(v, x)`` gives logits; ``model.apply(v, x, return_features=True)``
+  gives ``(logits, H)`` with H the extractor's feature map;
+  ``model.apply(v, x, method="features")`` gives H and
+  ``model.apply(v, H, method="head")`` the logits from H.
+
+  Attributes:
+    num_classes: size of the logits.
+    blocks: blocks per stage of the predictor.
+    width: channels of the extractor and of the first stage.
+    norm: "group" or "none".
+  """
+
+  num_classes: int
+  blocks: Sequence[int] = (3, 3, 3)
+  width: int = 16
+  norm: str = "group"
+
+  def setup(self):
+    self.extractor = ConvStem(self.width, self.norm)
+    self.predictor = ResNetHead(self.num_classes, tuple(self.blocks), self.width, self.norm)
+
+  def features(self, x):
+    return self.extractor(x)
+
+  def head(self, h, train: bool = False):
+    return self.predictor(h, train)
+
+  def __call__(self, x, train: bool = False, return_features: bool = False):
+    h = self.extractor(x)
+    return _out(self.predictor(h, train), h, return_features)
 
 
 _DEFAULT_WIDTH = {"cnn": 16, "mlp": 512, "vgg": 64, "resnet8": 16, "resnet18": 64}
 _TINY_WIDTH = {"cnn": 4, "mlp": 32, "vgg": 4, "resnet8": 4, "resnet18": 4}
+_DEFAULT_WIDTH.update({"lenet5": 6, **{name: 16 for name in SPLIT_RESNETS}})
+_TINY_WIDTH.update({"lenet5": 2, **{name: 4 for name in SPLIT_RESNETS}})
 
 
 def get_model(name: str, num_classes: int, *, width: int | None = None, tiny: bool = False,
@@ -194,12 +341,14 @@ def get_model(name: str, num_classes: int, *, width: int | None = None, tiny: bo
   """The model called ``name`` (one of :data:`MODELS`).
 
   Args:
-    name: "cnn", "mlp", "vgg", "resnet8" or "resnet18".
+    name: "cnn", "mlp", "vgg", "resnet8", "resnet18", "lenet5" or a split ResNet
+      "resnet2", "resnet4", "resnet6", "resnet10", "resnet12", "resnet20".
     num_classes: size of the logits.
     width: channels of the first layer (hidden units for the MLP); ``None`` for
-      the default (16, 512, 64, 16, 64), or a small one if ``tiny``.
+      the default (16, 512, 64, 16, 64, 6, and 16 for the split ResNets), or a
+      small one if ``tiny``.
     tiny: a small variant for tests (small width; VGG with three conv layers,
-      ResNet-18 with one block per stage).
+      ResNet-18 with one block per stage; the split ResNets keep their depth).
     norm: "group" or "none" (VGG and ResNets; the CNN and the MLP have no norm).
 
   Returns:
@@ -230,4 +379,29 @@ def get_model(name: str, num_classes: int, *, width: int | None = None, tiny: bo
     return VGG(num_classes, width, _VGG_TINY if tiny else _VGG16, norm)
   if name == "resnet8":
     return ResNet(num_classes, (1, 1, 1), width, norm)
-  return ResNet(num_classes, (1, 1, 1, 1) if tiny else (2, 2, 2, 2), width, norm)
+  if name == "resnet18":
+    return ResNet(num_classes, (1, 1, 1, 1) if tiny else (2, 2, 2, 2), width, norm)
+  if name == "lenet5":
+    return LeNet5(num_classes, width)
+  return SplitResNet(num_classes, SPLIT_RESNETS[name], width, norm)
+
+
+def get_head(name: str, num_classes: int, *, width: int | None = None, tiny: bool = False,
+             norm: str = "group") -> ResNetHead:
+  """The predictor of the split ResNet ``name`` alone (FedDKC's server model reads features).
+
+  Args:
+    name: a key of ``SPLIT_RESNETS`` ("resnet2" ... "resnet20").
+    num_classes, width, tiny, norm: as in :func:`get_model`.
+
+  Returns:
+    A :class:`ResNetHead` mapping feature maps (B, h, w, c) to (B, num_classes) logits.
+
+  Raises:
+    ModelError: ``name`` is not a split ResNet, or a bad width, norm or num_classes.
+  """
+  if name not in SPLIT_RESNETS:
+    raise ModelError(f"name: expected a split ResNet, one of {tuple(SPLIT_RESNETS)}, "
+                     f"got {name!r}")
+  model = get_model(name, num_classes, width=width, tiny=tiny, norm=norm)
+  return ResNetHead(model.num_classes, model.blocks, model.width, model.norm)

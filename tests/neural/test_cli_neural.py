@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 from neural._src.cli import main
+from neural._src.config import shipped_configs
 
 FLAGS = ["--dataset", "digits", "--train-subset", "100", "--test-subset", "50",
          "--partition", "label-split", "--alpha", "0.5", "--agents", "2", "--models", "mlp",
@@ -60,4 +61,6 @@ def test_configs_lists_the_shipped_configs():
                           text=True, check=True)
   names = [line.split()[0] for line in result.stdout.splitlines()]
   assert "fig06_alpha_same_model" in names and "fig06_alpha_same_model_small" in names
-  assert len(names) == 22
+  assert sorted(names) == sorted(shipped_configs())   # one line per shipped config
+  new = {"ddist_small", "mhd_small", "repshare_small", "feddkc_small", "compare_small"}
+  assert new <= set(names)

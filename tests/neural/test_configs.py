@@ -15,6 +15,11 @@ from neural._src.experiment import run_configs
 FIGURES = ("Fig. 4", "Fig. 5", "Fig. 6", "Fig. 8", "Fig. 9", "Fig. 10", "Fig. 11", "Fig. 12",
            "Fig. 13", "Fig. 14", "Fig. 15")
 SMALL = sorted(name for name in shipped_configs() if name.endswith("_small"))
+# Configs of the other papers' methods ("method" in their fields): their smoke runs are in
+# each method's tests; here they are checked as a family (NAME_small and NAME_paper).
+METHOD_CONFIGS = sorted(name for name in shipped_configs() if "method" in load_spec(name).base)
+KD_SMALL = [name for name in SMALL if name not in METHOD_CONFIGS]
+EXTRA_SMALL = ("compare_small",)   # the main job's theory-vs-network config: no paper figure
 # One round of one epoch on a few points: the smoke test of every small config.
 QUICK = dict(rounds=1, epochs=1, train_subset=80, test_subset=40, batch_size=32)
 
@@ -109,7 +114,8 @@ def test_plain_config_file_loads(tmp_path):
 
 
 def test_every_figure_has_a_paper_and_a_small_config():
-  shipped = shipped_configs()
+  shipped = {name: path for name, path in shipped_configs().items()
+             if name not in METHOD_CONFIGS and name not in EXTRA_SMALL}
   figures = {}
   for name in shipped:
     spec = load_spec(name)
@@ -117,7 +123,7 @@ def test_every_figure_has_a_paper_and_a_small_config():
     figures.setdefault(spec.figure, set()).add(name.endswith("_small"))
   assert set(figures) == set(FIGURES)
   assert all(kinds == {True, False} for kinds in figures.values())
-  for name in SMALL:   # small versions use embedded data only
+  for name in KD_SMALL:   # small versions use embedded data only
     assert all(c.dataset in ("digits", "mnist-subset") for _, c in load_spec(name).expand())
   for name in set(shipped) - set(SMALL):   # paper scale: the paper's data and optimiser
     for _, c in load_spec(name).expand():
@@ -142,7 +148,23 @@ def test_paper_settings():
   assert all(c.agent_models == ("mlp", "forest") for _, c in load_spec("fig13_mlp_forest").expand())
 
 
-@pytest.mark.parametrize("name", SMALL)
+def test_every_method_config_has_a_paper_and_a_small_version():
+  families = {}
+  for name in METHOD_CONFIGS:
+    family, _, kind = name.rpartition("_")
+    assert kind in ("small", "paper"), name
+    families.setdefault(family, set()).add(kind)
+    spec = load_spec(name)
+    assert spec.description and spec.figure, name
+    runs = spec.expand()
+    assert len({c.method for _, c in runs}) >= 1
+    if kind == "small":
+      assert all(c.dataset in ("digits", "mnist-subset") for _, c in runs), name
+  assert all(kinds == {"small", "paper"} for kinds in families.values()), families
+  assert {"ddist", "mhd", "repshare", "feddkc"} <= set(families)
+
+
+@pytest.mark.parametrize("name", KD_SMALL)
 def test_small_config_runs_one_round(name, tmp_path):
   """Each small config for one round: its first run (all its runs are validated by expand).
 

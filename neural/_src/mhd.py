@@ -1,0 +1,852 @@
+"""Multi-headed distillation (MHD; Zhmoginov et al., 2023) over a communication graph.
+
+Each client i trains a model ``M_i`` = backbone ``xi_i(x)`` (the embedding that
+feeds the logits layer) + a main head ``h_i`` + a chain of m auxiliary heads
+``h_i^{aux,1..m}``, all reading the same embedding (Sec. 3.2, Fig. 2). Its loss
+(Eq. 1, 2, 4, 5), with ``h^(0) = h`` and ``h^(k) = h^{aux,k}``:
+
+    L_i = E_{(x,y)~D_i} CE(h_i^(0)(x), y)
+        + E_{x~D_*} [ nu_emb sum_{j in e_t(i)} || xi_i/|xi_i| - xi_j/|xi_j| ||^2
+                      + nu_aux sum_{k=1..m} -sum_c T^(k)_c(x) log h_i,c^(k)(x) ]
+    T^(k)(x) = h_{j*}^(k-1)(x),  j* = argmax_{j in e_t(i) u {i}} max_c h_{j,c}^(k-1)(x)
+
+so the main head alone sees private labels, aux head 1 distils from the main
+heads, aux head k from the heads k-1, each time from the single most confident
+candidate per public example (the client's own head k-1 included). ``D_*`` is
+the public unlabelled set.
+
+As in the paper's experiments (Sec. 4.1, "Algorithm 2"), clients do not query
+each other online: client i keeps a rolling pool ``P_i`` of ``N_P`` model
+checkpoints; every step it draws Delta of them as its teachers ``e_t(i)`` for one
+step on a fresh public batch. A round of this module is ``S_P`` local steps; at
+its end every client receives the new checkpoint of one random neighbour in the
+communication graph (``neural._src.graphs``), which replaces a random entry of
+its pool (an empty entry first). So the teachers are previous-round snapshots of
+neighbours, lagging by up to a few rounds, and what is sent is one snapshot per
+client and round (``comm_floats``); the prediction-exchange cost of the general
+formulation (Sec. 3.2, "Communication efficiency") is reported beside it.
+
+Baselines (Sec. 4, Table 1): ``"mhd-isolated"`` (each client on its private data
+only, "Separate") and ``"mhd-fedavg"`` (the same local training, the parameters of
+all clients averaged, weighted by their numbers of points, every ``S_P`` steps).
+
+The data follow Sec. 3.3: a fraction ``gamma_pub`` of the training set becomes the
+public set; the rest is dealt to the clients by :func:`skewed_label_split`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+from typing import NamedTuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from neural._src.methods import Method
+from neural._src.methods import MethodConfig
+from neural._src.methods import register_method
+from neural._src.methods import round_rng
+from neural._src.methods import test_scores
+
+Array = jax.Array
+
+MHD_METHODS = ("mhd", "mhd-isolated", "mhd-fedavg")
+ASSIGNMENTS = ("random", "even")
+TARGET_CHOICES = ("confident", "random")
+OPTIMIZERS = ("sgd", "adam")
+
+
+class MHDError(ValueError):
+  """A bad argument of the multi-headed distillation pieces (named in the message)."""
+
+
+# ---------------------------------------------------------------------------
+# Models
+
+
+class Penultimate(nn.Module):
+  """The embedding of a classifier: the input of the last ``nn.Dense`` it calls.
+
+  Every model of :func:`neural.get_model` ends in one dense layer on the
+  penultimate features; this wrapper runs the model and returns what entered
+  that layer (the paper's ``xi_i(x)``, "the embedding preceding the final logits
+  layer", Sec. 4.2.1). Wrap the model built with ``num_classes=1``: its unused
+  1-unit output layer is then the only waste.
+
+  Attributes:
+    inner: a module ``(B, ...) -> logits`` ending in ``nn.Dense``.
+  """
+
+  inner: nn.Module
+
+  @nn.compact
+  def __call__(self, x, train: bool = False):
+    inputs = []
+
+    def record(next_fun, args, kwargs, context):
+      if isinstance(context.module, nn.Dense) and context.method_name == "__call__":
+        inputs.append(args[0])
+      return next_fun(*args, **kwargs)
+
+    with nn.intercept_methods(record):
+      self.inner(x, train=train)
+    if not inputs:
+      raise MHDError(f"inner: {type(self.inner).__name__} calls no nn.Dense layer")
+    return inputs[-1]
+
+
+class MultiHeadModel(nn.Module):
+  """Backbone + main head + m auxiliary heads, all linear on one embedding (Fig. 2).
+
+  Attributes:
+    backbone: a module ``(B, ...) -> (B, D)`` embeddings.
+    num_classes: C, the size of every head.
+    num_aux_heads: m >= 0.
+
+  Returns (``__call__``):
+    ``(embedding (B, D), logits (m + 1, B, C))``; ``logits[0]`` is the main head,
+    ``logits[k]`` the auxiliary head k.
+  """
+
+  backbone: nn.Module
+  num_classes: int
+  num_aux_heads: int = 1
+
+  @nn.compact
+  def __call__(self, x, train: bool = False):
+    embedding = self.backbone(x, train=train)
+    heads = [nn.Dense(self.num_classes, name="main_head")(embedding)]
+    heads += [nn.Dense(self.num_classes, name=f"aux_head_{k}")(embedding)
+              for k in range(1, self.num_aux_heads + 1)]
+    return embedding, jnp.stack(heads)
+
+
+def mhd_model(name: str, num_classes: int, num_aux_heads: int, *, width: int | None = None,
+              tiny: bool = False) -> MultiHeadModel:
+  """A :class:`MultiHeadModel` on the embedding of ``neural.get_model(name)``.
+
+  Args:
+    name: a model of ``neural.MODELS`` ("cnn", "mlp", "vgg", "resnet8", "resnet18").
+    num_classes: C.
+    num_aux_heads: m >= 0.
+    width, tiny: as in ``neural.get_model``.
+
+  Raises:
+    MHDError: m < 0 or C < 1; ``ModelError`` for a bad name or width.
+  """
+  from neural._src.models import get_model
+  if int(num_aux_heads) < 0:
+    raise MHDError(f"num_aux_heads: expected an int >= 0, got {num_aux_heads}")
+  if int(num_classes) < 1:
+    raise MHDError(f"num_classes: expected an int >= 1, got {num_classes}")
+  backbone = Penultimate(get_model(name, 1, width=width, tiny=tiny))
+  return MultiHeadModel(backbone, int(num_classes), int(num_aux_heads))
+
+
+# ---------------------------------------------------------------------------
+# Losses and target choice (Sec. 3.2)
+
+
+def confidence(probs: Array) -> Array:
+  """``Lambda(h) = max_c h_c``: the top probability, shape ``probs.shape[:-1]`` (Eq. 4).
+
+  The paper writes ``arg max_k h_k(x)``; only the maximum value makes the
+  comparison of Q meaningful, so that is what is used.
+  """
+  return jnp.max(probs, axis=-1)
+
+
+def most_confident_target(candidates: Array, valid: Array | None = None
+                          ) -> tuple[Array, Array]:
+  """Per example, the prediction of the most confident valid candidate (Eq. 4, Q = indicator).
+
+  ``j*(b) = argmax_{j : valid[j]} max_c candidates[j, b, c]``; ties go to the
+  lowest j (the client itself when it is candidate 0).
+
+  Args:
+    candidates: (J, B, C) probability vectors of J candidate heads on B examples.
+    valid: (J,) booleans (``None``: all valid); at least one must be true.
+
+  Returns:
+    ``(targets (B, C), choice (B,) int32)`` with ``targets[b] = candidates[choice[b], b]``.
+  """
+  candidates = jnp.asarray(candidates)
+  if candidates.ndim != 3:
+    raise MHDError(f"candidates: expected shape (J, B, C), got {candidates.shape}")
+  if valid is None:
+    valid = jnp.ones(candidates.shape[:1], dtype=bool)
+  conf = jnp.where(valid[:, None], confidence(candidates), -jnp.inf)
+  choice = jnp.argmax(conf, axis=0).astype(jnp.int32)
+  targets = jnp.take_along_axis(candidates, choice[None, :, None], axis=0)[0]
+  return targets, choice
+
+
+def random_target(candidates: Array, valid: Array | None, key: Array) -> tuple[Array, Array]:
+  """The ablation of Sec. 4.2.2: a uniformly random valid candidate per example.
+
+  Same shapes as :func:`most_confident_target`.
+  """
+  candidates = jnp.asarray(candidates)
+  if valid is None:
+    valid = jnp.ones(candidates.shape[:1], dtype=bool)
+  scores = jax.random.uniform(key, candidates.shape[:2])
+  choice = jnp.argmax(jnp.where(valid[:, None], scores, -1.0), axis=0).astype(jnp.int32)
+  targets = jnp.take_along_axis(candidates, choice[None, :, None], axis=0)[0]
+  return targets, choice
+
+
+def chain_targets(own_probs: Array, teacher_probs: Array, teacher_valid: Array, *,
+                  choice: str = "confident", key: Array | None = None
+                  ) -> tuple[Array, Array]:
+  """The targets of aux heads 1..m (Eq. 5): head k's from the heads k-1 of self and teachers.
+
+  For k = 1..m the candidates are ``[own_probs[k-1], teacher_probs[0, k-1], ...,
+  teacher_probs[D-1, k-1]]`` (candidate 0 = the client itself, always valid),
+  and one is chosen per example by :func:`most_confident_target` (or
+  :func:`random_target` when ``choice="random"``). Targets carry no gradient.
+
+  Args:
+    own_probs: (m + 1, B, C) the client's head probabilities (main head first).
+    teacher_probs: (D, m + 1, B, C) of the D teachers on the same examples.
+    teacher_valid: (D,) booleans (a teacher drawn from an empty pool slot is invalid).
+    choice: "confident" or "random".
+    key: PRNG key, needed for ``choice="random"``.
+
+  Returns:
+    ``(targets (m, B, C), chosen (m, B))``; ``chosen[k-1, b]`` = 0 for the client
+    itself, j + 1 for teacher j.
+  """
+  if choice not in TARGET_CHOICES:
+    raise MHDError(f"choice: expected one of {TARGET_CHOICES}, got {choice!r}")
+  if own_probs.ndim != 3 or teacher_probs.ndim != 4 or teacher_probs.shape[1:] != own_probs.shape:
+    raise MHDError(f"own_probs, teacher_probs: expected shapes (m+1, B, C) and (D, m+1, B, C), "
+                   f"got {own_probs.shape} and {teacher_probs.shape}")
+  own_probs = jax.lax.stop_gradient(own_probs)
+  teacher_probs = jax.lax.stop_gradient(teacher_probs)
+  valid = jnp.concatenate([jnp.ones((1,), dtype=bool), jnp.asarray(teacher_valid, dtype=bool)])
+  targets, chosen = [], []
+  for k in range(1, own_probs.shape[0]):
+    cands = jnp.concatenate([own_probs[k - 1][None], teacher_probs[:, k - 1]])
+    if choice == "confident":
+      t, c = most_confident_target(cands, valid)
+    else:
+      if key is None:
+        raise MHDError("key: needed for choice='random'")
+      t, c = random_target(cands, valid, jax.random.fold_in(key, k))
+    targets.append(t)
+    chosen.append(c)
+  num_classes = own_probs.shape[-1]
+  batch = own_probs.shape[1]
+  if not targets:
+    return (jnp.zeros((0, batch, num_classes), own_probs.dtype),
+            jnp.zeros((0, batch), jnp.int32))
+  return jnp.stack(targets), jnp.stack(chosen)
+
+
+def aux_chain_loss(aux_logits: Array, targets: Array) -> Array:
+  """``sum_k mean_b -sum_c T^(k)_{b,c} log softmax(aux_logits[k-1])_{b,c}`` (Eq. 4, 5; no nu).
+
+  Args:
+    aux_logits: (m, B, C) logits of aux heads 1..m.
+    targets: (m, B, C) from :func:`chain_targets`.
+  """
+  if aux_logits.shape != targets.shape:
+    raise MHDError(f"aux_logits, targets: expected equal shapes, got {aux_logits.shape} and "
+                   f"{targets.shape}")
+  per_example = -jnp.sum(targets * jax.nn.log_softmax(aux_logits, axis=-1), axis=-1)
+  return jnp.sum(jnp.mean(per_example, axis=-1))
+
+
+def embedding_loss(embedding: Array, teacher_embeddings: Array,
+                   teacher_valid: Array | None = None, eps: float = 1e-12) -> Array:
+  """Normalised embedding distillation (Eq. 2 with ``psi^norm``; no nu_emb).
+
+  ``mean_b sum_{j valid} rho(|| e_b/|e_b| - f_{j,b}/|f_{j,b}| ||)`` with
+  ``rho(r) = r^2`` (the paper leaves rho open: any smooth increasing function).
+
+  Args:
+    embedding: (B, D) the client's embeddings ``xi_i(x)`` on public examples.
+    teacher_embeddings: (J, B, D) the teachers' ``xi_j(x)`` (no gradient flows into them).
+    teacher_valid: (J,) booleans, or ``None`` for all.
+    eps: added to the norms' squares.
+  """
+  if embedding.ndim != 2 or teacher_embeddings.ndim != 3 or \
+     teacher_embeddings.shape[1:] != embedding.shape:
+    raise MHDError(f"embedding, teacher_embeddings: expected shapes (B, D) and (J, B, D), got "
+                   f"{embedding.shape} and {teacher_embeddings.shape}")
+  if teacher_valid is None:
+    teacher_valid = jnp.ones(teacher_embeddings.shape[:1], dtype=bool)
+  unit = lambda e: e / jnp.sqrt(jnp.sum(e * e, axis=-1, keepdims=True) + eps)
+  teacher = jax.lax.stop_gradient(unit(teacher_embeddings))
+  sq = jnp.sum((unit(embedding)[None] - teacher) ** 2, axis=-1)          # (J, B)
+  sq = jnp.where(teacher_valid[:, None], sq, 0.0)
+  return jnp.mean(jnp.sum(sq, axis=0))
+
+
+# ---------------------------------------------------------------------------
+# Data split (Sec. 3.3)
+
+
+class SkewedSplit(NamedTuple):
+  """The result of :func:`skewed_label_split`.
+
+  Attributes:
+    parts: one sorted int64 index array per client (disjoint, covering all points).
+    primary: (K, C) booleans, ``primary[i, l]`` iff label l is primary for client i.
+  """
+
+  parts: list[np.ndarray]
+  primary: np.ndarray
+
+
+def primary_labels(num_classes: int, clients: int, rng: np.random.Generator, *,
+                   assignment: str = "random", labels_per_client: int | None = None,
+                   clients_per_label: int | None = None) -> np.ndarray:
+  """The primary label sets ``l_i`` of Sec. 3.3 as a (K, C) boolean matrix.
+
+  * ``"random"``: each client gets a uniformly random subset of
+    ``labels_per_client`` labels (the paper: 250 of ImageNet's 1000).
+  * ``"even"``: every label gets exactly ``clients_per_label`` primary clients
+    (the paper's m): labels are shuffled and label p gets the clients
+    ``(p m + r) mod K``, r < m, so the clients' numbers of primary labels
+    differ by at most one.
+
+  Raises:
+    MHDError: a count out of range or an unknown assignment.
+  """
+  if int(num_classes) < 1 or int(clients) < 1:
+    raise MHDError(f"num_classes, clients: expected ints >= 1, got {num_classes}, {clients}")
+  primary = np.zeros((clients, num_classes), dtype=bool)
+  if assignment == "random":
+    if labels_per_client is None or not 0 <= labels_per_client <= num_classes:
+      raise MHDError(f"labels_per_client: expected an int in 0..{num_classes}, got "
+                     f"{labels_per_client!r}")
+    for i in range(clients):
+      primary[i, rng.choice(num_classes, size=labels_per_client, replace=False)] = True
+  elif assignment == "even":
+    if clients_per_label is None or not 0 <= clients_per_label <= clients:
+      raise MHDError(f"clients_per_label: expected an int in 0..{clients}, got "
+                     f"{clients_per_label!r}")
+    for p, label in enumerate(rng.permutation(num_classes)):
+      for r in range(clients_per_label):
+        primary[(p * clients_per_label + r) % clients, label] = True
+  else:
+    raise MHDError(f"assignment: expected one of {ASSIGNMENTS}, got {assignment!r}")
+  return primary
+
+
+def assignment_probabilities(primary: np.ndarray, skew: float) -> np.ndarray:
+  """``P[l, i] = (1 + s [l in l_i]) / sum_j (1 + s [l in l_j])``, shape (C, K) (Sec. 3.3)."""
+  weights = 1.0 + float(skew) * np.asarray(primary, dtype=np.float64).T
+  return weights / np.sum(weights, axis=1, keepdims=True)
+
+
+def skewed_label_split(labels: np.ndarray, clients: int, rng: np.random.Generator, *,
+                       skew: float = 0.0, assignment: str = "random",
+                       labels_per_client: int | None = None,
+                       clients_per_label: int | None = None,
+                       primary: np.ndarray | None = None) -> SkewedSplit:
+  """The paper's skewed-label split of the private samples among K clients (Sec. 3.3).
+
+  Each client i gets primary labels ``l_i`` (:func:`primary_labels`, or the
+  given ``primary``); then every sample of label l goes, independently, to
+  client i with probability ``(1 + s [l in l_i]) / (K + s n_l)``, n_l = number of
+  clients with l primary (:func:`assignment_probabilities`). s = 0 is iid; as
+  s -> infinity label l goes only to its primary clients (uniformly to all if n_l = 0).
+
+  Args:
+    labels: (n,) int labels of the private samples.
+    clients: K >= 1.
+    rng: NumPy generator (labels' assignment first, then the samples').
+    skew: s >= 0.
+    assignment, labels_per_client, clients_per_label: see :func:`primary_labels`.
+    primary: a (K, C) boolean matrix to use instead of drawing one.
+
+  Returns:
+    A :class:`SkewedSplit`.
+
+  Raises:
+    MHDError: bad labels, skew or primary shape.
+  """
+  labels = np.asarray(labels)
+  if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer) or labels.size == 0 \
+     or labels.min() < 0:
+    raise MHDError(f"labels: expected a non-empty 1-D array of ints >= 0, got dtype "
+                   f"{labels.dtype} and shape {labels.shape}")
+  if not isinstance(rng, np.random.Generator):
+    raise MHDError(f"rng: expected a numpy.random.Generator, got {type(rng).__name__}")
+  if not (np.isfinite(skew) and skew >= 0):
+    raise MHDError(f"skew: expected a number >= 0, got {skew!r}")
+  num_classes = int(labels.max()) + 1
+  if primary is None:
+    primary = primary_labels(num_classes, clients, rng, assignment=assignment,
+                             labels_per_client=labels_per_client,
+                             clients_per_label=clients_per_label)
+  primary = np.asarray(primary, dtype=bool)
+  if primary.ndim != 2 or primary.shape[0] != clients or primary.shape[1] < num_classes:
+    raise MHDError(f"primary: expected shape ({clients}, >= {num_classes}), got {primary.shape}")
+  probs = assignment_probabilities(primary, skew)
+  owner = np.empty(labels.shape[0], dtype=np.int64)
+  for label in range(num_classes):
+    idx = np.flatnonzero(labels == label)
+    owner[idx] = rng.choice(clients, size=idx.size, p=probs[label])
+  parts = [np.flatnonzero(owner == i).astype(np.int64) for i in range(clients)]
+  return SkewedSplit(parts, primary)
+
+
+# ---------------------------------------------------------------------------
+# Config and data
+
+
+@dataclasses.dataclass(frozen=True)
+class MHDConfig(MethodConfig):
+  """Config of ``"mhd"`` and its baselines ``"mhd-isolated"``, ``"mhd-fedavg"``.
+
+  The shared ``partition`` fields are not used: the split is Sec. 3.3's
+  (``public_fraction``, ``skew``, ``label_assignment``, ...). ``agents`` is K.
+
+  Attributes:
+    model, width, tiny: the backbone (``neural.get_model`` names).
+    aux_heads: m, the number of auxiliary heads (4 in Table 1's best runs).
+    public_fraction: gamma_pub, the share of the training set made public (0.1).
+    skew: s (0 or 100 in the paper).
+    label_assignment: "random" (``labels_per_client`` each) or "even"
+      (``clients_per_label`` each).
+    graph: communication graph of ``neural._src.graphs`` ("complete", "ring", "random",
+      "directed-ring"); client i takes checkpoints of the clients that send to it.
+    graph_degree: the degree bound of the "random" graph.
+    pool_size: N_P (``None``: K, as in the paper).
+    teachers_per_step: Delta (1 in most of the paper's runs).
+    steps_per_round: S_P, local steps between pool updates (200) or FedAvg averagings (u).
+    batch_size, public_batch_size: private and public examples per step.
+    optimizer: "sgd" (momentum; the paper's) or "adam".
+    learning_rate, momentum, weight_decay: of the optimizer; the learning rate
+      decays by a cosine over all rounds when ``cosine``.
+    nu_emb, nu_aux: the loss weights (1 and 3 in the paper).
+    target_choice: "confident" (the method) or "random" (the ablation).
+  """
+
+  model: str = "mlp"
+  width: int | None = None
+  tiny: bool = True
+  aux_heads: int = 2
+  public_fraction: float = 0.1
+  skew: float = 0.0
+  label_assignment: str = "random"
+  labels_per_client: int | None = None
+  clients_per_label: int | None = None
+  graph: str = "complete"
+  graph_degree: int = 3
+  pool_size: int | None = None
+  teachers_per_step: int = 1
+  steps_per_round: int = 200
+  batch_size: int = 64
+  public_batch_size: int = 64
+  optimizer: str = "sgd"
+  learning_rate: float = 0.1
+  momentum: float = 0.9
+  weight_decay: float = 0.0
+  cosine: bool = True
+  nu_emb: float = 1.0
+  nu_aux: float = 3.0
+  target_choice: str = "confident"
+
+  def validate(self) -> None:
+    from neural._src.models import MODELS
+    super().validate()
+    self.need(self.method in MHD_METHODS, "method", f"one of {MHD_METHODS}")
+    self.need(self.model in MODELS, "model", f"one of {MODELS}")
+    self.need(self.width is None or self.width >= 1, "width", "None or an integer >= 1")
+    self.need(self.aux_heads >= 0, "aux_heads", "an integer >= 0")
+    self.need(0 < self.public_fraction < 1, "public_fraction", "a fraction in (0, 1)")
+    self.need(self.skew >= 0, "skew", "a number >= 0")
+    self.need(self.label_assignment in ASSIGNMENTS, "label_assignment", f"one of {ASSIGNMENTS}")
+    if self.label_assignment == "random":
+      self.need(self.labels_per_client is not None and self.labels_per_client >= 0,
+                "labels_per_client", "an integer >= 0 (label_assignment 'random')")
+    else:
+      self.need(self.clients_per_label is not None
+                and 0 <= self.clients_per_label <= self.agents, "clients_per_label",
+                f"an integer in 0..{self.agents} (label_assignment 'even')")
+    from neural._src.graphs import GRAPHS
+    self.need(self.graph in GRAPHS, "graph", f"one of {GRAPHS}")
+    self.need(self.graph_degree >= 1, "graph_degree", "an integer >= 1")
+    self.need(self.pool_size is None or self.pool_size >= 1, "pool_size",
+              "None or an integer >= 1")
+    self.need(1 <= self.teachers_per_step <= self.pool, "teachers_per_step",
+              f"an integer in 1..pool_size ({self.pool})")
+    self.need(self.steps_per_round >= 1, "steps_per_round", "an integer >= 1")
+    self.need(self.batch_size >= 1, "batch_size", "an integer >= 1")
+    self.need(self.public_batch_size >= 1, "public_batch_size", "an integer >= 1")
+    self.need(self.optimizer in OPTIMIZERS, "optimizer", f"one of {OPTIMIZERS}")
+    self.need(self.learning_rate > 0, "learning_rate", "a number > 0")
+    self.need(0 <= self.momentum < 1, "momentum", "a number in [0, 1)")
+    self.need(self.weight_decay >= 0, "weight_decay", "a number >= 0")
+    self.need(self.nu_emb >= 0, "nu_emb", "a number >= 0")
+    self.need(self.nu_aux >= 0, "nu_aux", "a number >= 0")
+    self.need(self.target_choice in TARGET_CHOICES, "target_choice", f"one of {TARGET_CHOICES}")
+
+  @property
+  def distills(self) -> bool:
+    return self.method == "mhd"
+
+  @property
+  def pool(self) -> int:
+    return self.agents if self.pool_size is None else self.pool_size
+
+
+class MHDData(NamedTuple):
+  """Data of an MHD run (all NumPy).
+
+  Attributes:
+    xs: (K, n_max, ...) private inputs, padded with zeros to the largest client.
+    ys: (K, n_max) int labels (padding 0).
+    counts: (K,) numbers of private points.
+    x_public: (n_pub, ...) the public unlabelled inputs.
+    x_test, y_test: the test set (its label distribution is the shared one).
+    num_classes: C.
+    primary: (K, C) primary-label matrix.
+    label_dist: (K, C) each client's private label distribution (for beta_priv).
+  """
+
+  xs: np.ndarray
+  ys: np.ndarray
+  counts: np.ndarray
+  x_public: np.ndarray
+  x_test: np.ndarray
+  y_test: np.ndarray
+  num_classes: int
+  primary: np.ndarray
+  label_dist: np.ndarray
+
+
+def load_mhd_data(config: MHDConfig) -> MHDData:
+  """Train/test data (config subsets), the public set, and the skewed split (Sec. 3.3).
+
+  Raises:
+    MHDError: a client got no private point.
+  """
+  from neural._src.experiment import load_train_test
+  rng = np.random.default_rng(config.seed)
+  x_train, y_train, x_test, y_test, num_classes = load_train_test(config, rng)
+  order = rng.permutation(len(y_train))
+  n_pub = max(1, int(round(config.public_fraction * len(y_train))))
+  public, private = np.sort(order[:n_pub]), np.sort(order[n_pub:])
+  primary = primary_labels(num_classes, config.agents, rng, assignment=config.label_assignment,
+                           labels_per_client=config.labels_per_client,
+                           clients_per_label=config.clients_per_label)
+  split = skewed_label_split(y_train[private], config.agents, rng, skew=config.skew,
+                             primary=primary)
+  counts = np.array([len(p) for p in split.parts])
+  if counts.min() == 0:
+    raise MHDError(f"agents: client {int(np.argmin(counts))} got no private point; use fewer "
+                   f"agents, more data or a smaller skew")
+  n_max = int(counts.max())
+  xs = np.zeros((config.agents, n_max, *x_train.shape[1:]), dtype=np.float32)
+  ys = np.zeros((config.agents, n_max), dtype=np.int32)
+  label_dist = np.zeros((config.agents, num_classes))
+  for i, part in enumerate(split.parts):
+    xs[i, :len(part)] = x_train[private[part]]
+    ys[i, :len(part)] = y_train[private[part]]
+    label_dist[i] = np.bincount(y_train[private[part]], minlength=num_classes) / len(part)
+  return MHDData(xs, ys, counts, np.asarray(x_train[public], np.float32),
+                 np.asarray(x_test, np.float32), np.asarray(y_test), int(num_classes),
+                 primary, label_dist)
+
+
+# ---------------------------------------------------------------------------
+# Training
+
+
+class MHDState(NamedTuple):
+  """State of an MHD run (stacked over the K clients; NumPy between rounds).
+
+  Attributes:
+    params: the clients' parameters, leading axis K.
+    opt_state: their optimizer states, leading axis K.
+    pool_params: (K, N_P, ...) the checkpoint pools P_i (``None`` for the baselines).
+    pool_owner: (K, N_P) int, which client each checkpoint is of (-1: empty slot).
+    pool_round: (K, N_P) int, the round it was taken at the end of (-1: empty).
+  """
+
+  params: Any
+  opt_state: Any
+  pool_params: Any
+  pool_owner: np.ndarray
+  pool_round: np.ndarray
+
+
+def _model(config: MHDConfig, num_classes: int) -> MultiHeadModel:
+  return mhd_model(config.model, num_classes, config.aux_heads, width=config.width,
+                   tiny=config.tiny)
+
+
+def _optimizer(config: MHDConfig) -> optax.GradientTransformation:
+  total = config.rounds * config.steps_per_round
+  lr = (optax.cosine_decay_schedule(config.learning_rate, total) if config.cosine
+        else config.learning_rate)
+  if config.optimizer == "sgd":
+    opt = optax.sgd(lr, momentum=config.momentum or None)
+  else:
+    opt = optax.adam(lr)
+  return optax.chain(optax.add_decayed_weights(config.weight_decay), opt)
+
+
+def _pick_slots(key: Array, valid: Array, num: int) -> tuple[Array, Array]:
+  """``num`` distinct random pool slots, valid ones first; and whether each is valid."""
+  scores = jax.random.uniform(key, valid.shape) + valid.astype(jnp.float32)
+  slots = jnp.argsort(-scores)[:num]
+  return slots, valid[slots]
+
+
+def _client_loss(model, config: MHDConfig, params, xp, yp, xu, teacher_emb, teacher_probs,
+                 teacher_valid, key):
+  """One client's loss on a private batch (xp, yp) and a public batch xu (Eq. 1)."""
+  dropout_key, choice_key = jax.random.split(key)
+  num_classes = model.num_classes
+  if not config.distills:
+    _, logits = model.apply({"params": params}, xp, train=True, rngs={"dropout": dropout_key})
+    labels = jax.nn.one_hot(yp, num_classes, dtype=jnp.float32)
+    return -jnp.mean(jnp.sum(labels * jax.nn.log_softmax(logits[0]), axis=-1))
+  nb = xp.shape[0]
+  emb, logits = model.apply({"params": params}, jnp.concatenate([xp, xu]), train=True,
+                            rngs={"dropout": dropout_key})
+  labels = jax.nn.one_hot(yp, num_classes, dtype=jnp.float32)
+  ce = -jnp.mean(jnp.sum(labels * jax.nn.log_softmax(logits[0, :nb]), axis=-1))
+  # The client's own candidates, like its teachers', come from the model in eval mode (no
+  # dropout), so the most-confident choice compares like with like; no gradient flows there.
+  _, own_logits = model.apply({"params": jax.lax.stop_gradient(params)}, xu, train=False)
+  own_probs = jax.nn.softmax(own_logits, axis=-1)
+  targets, _ = chain_targets(own_probs, teacher_probs, teacher_valid,
+                             choice=config.target_choice, key=choice_key)
+  loss = ce + config.nu_aux * aux_chain_loss(logits[1:, nb:], targets)
+  return loss + config.nu_emb * embedding_loss(emb[nb:], teacher_emb, teacher_valid)
+
+
+def _client_round(model, config: MHDConfig, tx, params, opt_state, pool_params, pool_valid,
+                  x, y, n, x_public, key):
+  """S_P local steps of one client (vmapped over clients)."""
+  n_pub = x_public.shape[0]
+
+  def step(carry, s):
+    params, opt_state = carry
+    k_priv, k_pub, k_pool, k_loss = jax.random.split(jax.random.fold_in(key, s), 4)
+    u = jax.random.uniform(k_priv, (config.batch_size,))
+    idx = jnp.minimum((u * n).astype(jnp.int32), n - 1)
+    xp, yp = x[idx], y[idx]
+    xu = teacher_emb = teacher_probs = teacher_valid = None
+    if config.distills:
+      xu = x_public[jax.random.randint(k_pub, (config.public_batch_size,), 0, n_pub)]
+      slots, teacher_valid = _pick_slots(k_pool, pool_valid, config.teachers_per_step)
+
+      def teach(slot):
+        p = jax.tree.map(lambda a: a[slot], pool_params)
+        e, lg = model.apply({"params": p}, xu, train=False)
+        return e, jax.nn.softmax(lg, axis=-1)
+
+      teacher_emb, teacher_probs = jax.lax.stop_gradient(jax.vmap(teach)(slots))
+    grads = jax.grad(functools.partial(_client_loss, model, config))(
+        params, xp, yp, xu, teacher_emb, teacher_probs, teacher_valid, k_loss)
+    updates, opt_state = tx.update(grads, opt_state, params)
+    return (optax.apply_updates(params, updates), opt_state), None
+
+  (params, opt_state), _ = jax.lax.scan(step, (params, opt_state),
+                                        jnp.arange(config.steps_per_round))
+  return params, opt_state
+
+
+@functools.partial(jax.jit, static_argnames=("model", "config"))
+def _round_jit(params, opt_state, pool_params, pool_valid, xs, ys, counts, x_public, keys, *,
+               model, config):
+  tx = _optimizer(config)
+  fn = functools.partial(_client_round, model, config, tx)
+  in_axes = (0, 0, 0 if config.distills else None, 0, 0, 0, 0, None, 0)
+  return jax.vmap(fn, in_axes=in_axes)(params, opt_state, pool_params, pool_valid, xs, ys,
+                                       counts, x_public, keys)
+
+
+@functools.partial(jax.jit, static_argnames=("model",))
+def _heads_jit(params, x, *, model):
+  def one(p):
+    return jax.nn.softmax(model.apply({"params": p}, x, train=False)[1], axis=-1)
+  return jax.vmap(one)(params)
+
+
+def head_probabilities(model: MultiHeadModel, params: Any, x: Array,
+                       batch_size: int = 512) -> np.ndarray:
+  """Softmax of every head of every client, shape (K, m + 1, n, C), in chunks of x."""
+  x = np.asarray(x, dtype=np.float32)
+  n = x.shape[0]
+  out = []
+  for start in range(0, n, batch_size):
+    chunk = x[start:start + batch_size]
+    pad = batch_size - chunk.shape[0] if n > batch_size else 0
+    chunk = np.concatenate([chunk, np.zeros((pad, *x.shape[1:]), np.float32)])
+    out.append(np.asarray(_heads_jit(params, chunk, model=model))[:, :, :chunk.shape[0] - pad])
+  return np.concatenate(out, axis=2)
+
+
+def private_accuracy(probs: np.ndarray, y_test: np.ndarray, label_dist: np.ndarray) -> float:
+  """beta_priv: per-class test accuracy weighted by a client's label distribution (Sec. 4.2.1).
+
+  ``sum_c p_i(c) acc_c`` = the accuracy on the test set re-sampled to the
+  client's private label distribution (classes absent from the test set count 0).
+  """
+  correct = np.argmax(probs, axis=-1) == y_test
+  num_classes = label_dist.shape[0]
+  hits = np.bincount(y_test, weights=correct, minlength=num_classes)
+  totals = np.bincount(y_test, minlength=num_classes)
+  per_class = np.where(totals > 0, hits / np.maximum(totals, 1), 0.0)
+  return float(np.sum(label_dist * per_class))
+
+
+def _num_floats(tree: Any) -> int:
+  return int(sum(np.size(leaf) for leaf in jax.tree.leaves(tree)))
+
+
+def _to_numpy(tree: Any) -> Any:
+  return jax.tree.map(np.asarray, jax.device_get(tree))
+
+
+def teacher_adjacency(config: MHDConfig) -> np.ndarray:
+  """(K, K) booleans: ``T[i, j]`` iff client i may take checkpoints of client j (e_t(i)).
+
+  The graph comes from ``neural._src.graphs`` (``config.graph``, the random one
+  seeded by ``config.seed``). There ``A[j, i]`` means j sends to i, so ``T = A^T``.
+  """
+  from neural._src import graphs
+  rng = np.random.default_rng([config.seed, 2])
+  graph = graphs.make_graph(config.graph, config.agents, degree=config.graph_degree, rng=rng)
+  return np.array(graph.adjacency, dtype=bool).T
+
+
+@functools.partial(jax.jit, static_argnames=("model",))
+def _init_jit(key, x0, *, model):
+  return model.init({"params": key}, x0, train=False)["params"]
+
+
+def init_mhd(config: MHDConfig, data: MHDData) -> MHDState:
+  """Fresh clients (each its own init key) with empty checkpoint pools."""
+  model = _model(config, data.num_classes)
+  keys = jax.random.split(jax.random.fold_in(jax.random.PRNGKey(config.seed), 10**6),
+                          config.agents)
+  x0 = jnp.zeros((1, *data.xs.shape[2:]), jnp.float32)
+  if config.method == "mhd-fedavg":   # one initialisation for all, as FedAvg starts
+    keys = jnp.broadcast_to(keys[:1], keys.shape)
+  # One client at a time through one compiled init (a vmapped init compiles slowly).
+  params = [_init_jit(k, x0, model=model) for k in keys]
+  params = jax.tree.map(lambda *leaves: jnp.stack(leaves), *params)
+  opt_one = _optimizer(config).init(jax.tree.map(lambda a: a[0], params))
+  opt_state = jax.tree.map(lambda a: jnp.broadcast_to(a, (config.agents, *jnp.shape(a))),
+                           opt_one)
+  pool = None
+  if config.distills:
+    pool = jax.tree.map(lambda a: jnp.zeros((a.shape[0], config.pool, *a.shape[1:]), a.dtype),
+                        params)
+  empty = -np.ones((config.agents, config.pool), dtype=np.int64)
+  return MHDState(_to_numpy(params), _to_numpy(opt_state), _to_numpy(pool), empty, empty.copy())
+
+
+def update_pools(pool_params: Any, pool_owner: np.ndarray, pool_round: np.ndarray, params: Any,
+                 adjacency: np.ndarray, t: int, rng: np.random.Generator):
+  """End of round t: each client gets the snapshot of one random neighbour (Sec. 4.1).
+
+  Client i draws j uniformly from ``{j : adjacency[i, j], j != i}`` and puts
+  ``params[j]`` into an empty slot of ``P_i`` if there is one, else over a
+  uniformly random slot. Clients without neighbours get nothing.
+
+  Returns:
+    ``(pool_params, pool_owner, pool_round, sources)`` (new arrays; ``sources[i]``
+    = j, or -1).
+  """
+  pool_params = jax.tree.map(np.array, pool_params)
+  pool_owner, pool_round = pool_owner.copy(), pool_round.copy()
+  num_clients = pool_owner.shape[0]
+  sources = -np.ones(num_clients, dtype=np.int64)
+  for i in range(num_clients):
+    neighbours = np.flatnonzero(adjacency[i] & (np.arange(num_clients) != i))
+    if neighbours.size == 0:
+      continue
+    j = int(rng.choice(neighbours))
+    empty = np.flatnonzero(pool_owner[i] < 0)
+    slot = int(empty[0]) if empty.size else int(rng.integers(pool_owner.shape[1]))
+    for dst, src in zip(jax.tree.leaves(pool_params), jax.tree.leaves(params)):
+      dst[i, slot] = src[j]
+    pool_owner[i, slot], pool_round[i, slot] = j, t
+    sources[i] = j
+  return pool_params, pool_owner, pool_round, sources
+
+
+def step_mhd(config: MHDConfig, data: MHDData, state: MHDState, t: int
+             ) -> tuple[MHDState, list[dict[str, Any]]]:
+  """Round t: S_P local steps per client, then the pool update (or FedAvg), then metrics."""
+  model = _model(config, data.num_classes)
+  keys = jax.random.split(round_rng(config.seed, t), config.agents)
+  pool_valid = jnp.asarray(state.pool_owner >= 0)
+  # The baselines train alike: one compiled program serves both.
+  local = config if config.distills else config.replace(method="mhd-isolated")
+  params, opt_state = _round_jit(state.params, state.opt_state, state.pool_params, pool_valid,
+                                 jnp.asarray(data.xs), jnp.asarray(data.ys),
+                                 jnp.asarray(data.counts, jnp.int32),
+                                 jnp.asarray(data.x_public), keys, model=model, config=local)
+  params = _to_numpy(params)
+  n_params = _num_floats(jax.tree.map(lambda a: a[0], params))
+  comm = np.zeros(config.agents, dtype=np.int64)
+  pool_params, pool_owner, pool_round = state.pool_params, state.pool_owner, state.pool_round
+  if config.method == "mhd-fedavg":
+    w = data.counts / np.sum(data.counts)
+    params = jax.tree.map(lambda a: np.broadcast_to(
+        np.tensordot(w, a.astype(np.float64), axes=1).astype(a.dtype), a.shape).copy(), params)
+    comm[:] = 2 * n_params            # upload the local model, download the average
+  elif config.distills:
+    rng = np.random.default_rng([config.seed, 3, t])
+    pool_params, pool_owner, pool_round, sources = update_pools(
+        pool_params, pool_owner, pool_round, params, teacher_adjacency(config), t, rng)
+    for i, j in enumerate(sources):   # j sends its snapshot, i receives it
+      if j >= 0:
+        comm[i] += n_params
+        comm[j] += n_params
+  state = MHDState(params, _to_numpy(opt_state), pool_params, pool_owner, pool_round)
+  return state, _rows(config, data, model, params, comm)
+
+
+def prediction_floats(config: MHDConfig, embedding_dim: int, num_classes: int) -> int:
+  """Floats a client would receive per round if teachers sent predictions instead (Sec. 3.2).
+
+  Per step and teacher: the heads 0..m-1 on the public batch (m C numbers per
+  example), plus the embedding (D) when ``nu_emb > 0``: ``S_P Delta B_pub (m C + D)``.
+  """
+  if not config.distills:
+    return 0
+  per_example = config.aux_heads * num_classes + (embedding_dim if config.nu_emb > 0 else 0)
+  return config.steps_per_round * config.teachers_per_step * config.public_batch_size * \
+      per_example
+
+
+def _rows(config, data, model, params, comm) -> list[dict[str, Any]]:
+  probs = head_probabilities(model, params, data.x_test)         # (K, m+1, n, C)
+  emb_dim = int(jax.eval_shape(lambda p: model.apply({"params": p}, data.x_test[:1])[0],
+                               jax.tree.map(lambda a: a[0], params)).shape[-1])
+  pred = prediction_floats(config, emb_dim, data.num_classes)
+  rows = []
+  for i in range(config.agents):
+    heads = [float(np.mean(np.argmax(p, -1) == data.y_test)) for p in probs[i]]
+    private = [private_accuracy(p, data.y_test, data.label_dist[i]) for p in probs[i]]
+    row = {"agent": i, "model": config.model, **test_scores(probs[i, 0], data.y_test),
+           "head_accuracies": heads, "private_accuracies": private,
+           "best_aux_accuracy": max(heads[1:]) if config.distills and len(heads) > 1 else None,
+           "comm_floats": int(comm[i]), "prediction_floats": pred}
+    rows.append(row)
+  return rows
+
+
+for _name, _text in (
+    ("mhd", "multi-headed distillation through checkpoint pools (Zhmoginov et al., 2023)"),
+    ("mhd-isolated", "MHD's baseline: each client on its private data only"),
+    ("mhd-fedavg", "MHD's baseline: parameter averaging of all clients every S_P steps")):
+  register_method(Method(_name, MHDConfig, init_mhd, step_mhd, load_mhd_data, _text))
