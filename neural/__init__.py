@@ -7,6 +7,16 @@ with the paper's configurations. Public names are listed here by hand; the
 implementation lives in ``neural._src``.
 """
 
+from neural._src.compare import CompareError
+from neural._src.compare import Comparison
+from neural._src.compare import TheoryCurves
+from neural._src.compare import TheoryProblem
+from neural._src.compare import compare
+from neural._src.compare import geometric_rate
+from neural._src.compare import matched_ridge
+from neural._src.compare import mlp_ntk
+from neural._src.compare import theory_curves
+from neural._src.compare import theory_problem
 from neural._src.config import RUN_PROTOCOLS
 from neural._src.config import ConfigError
 from neural._src.config import ConfigSpec
@@ -66,6 +76,9 @@ from neural._src.learners import FlaxLearner
 from neural._src.learners import FlaxModel
 from neural._src.learners import LearnerError
 from neural._src.learners import flax_learners
+from neural._src.linearized import LinearizedError
+from neural._src.linearized import LinearizedLearner
+from neural._src.linearized import LinearizedModel
 from neural._src.methods import Method
 from neural._src.methods import MethodConfig
 from neural._src.methods import get_method
@@ -95,6 +108,9 @@ from neural._src.models import ResNetHead
 from neural._src.models import SplitResNet
 from neural._src.models import get_head
 from neural._src.models import get_model
+from neural._src.ntk import NTKError
+from neural._src.ntk import empirical_ntk
+from neural._src.ntk import ntk_kernel
 from neural._src.partitions import PARTITIONS
 from neural._src.partitions import PartitionError
 from neural._src.partitions import dirichlet_classes

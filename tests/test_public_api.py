@@ -32,5 +32,20 @@ def test_importing_fedkrr_leaves_x64_alone():
   assert out.stdout.strip() == "False"
 
 
-def test_neural_skeleton_imports():
+def test_neural_public_names_import():
   assert neural.__version__
+  names = [n for n in dir(neural) if not n.startswith("_")]
+  for name in ["get_model", "train_and_evaluate", "fedavg", "flax_learners", "ForestLearner",
+               "empirical_ntk", "ntk_kernel", "LinearizedLearner", "compare", "kkr", "skr",
+               "make_graph", "metropolis_weights", "most_confident_target", "contrastive_loss",
+               "relay", "run_method", "registered_methods"]:
+    assert name in names, name
+  assert {"d-distillation", "d-sgd", "silo-sgd", "mhd", "mhd-isolated", "mhd-fedavg", "repshare",
+          "repshare-fd", "repshare-fedavg", "repshare-independent", "feddkc"} == set(
+              neural.registered_methods())
+
+
+def test_fedkrr_bridge_and_twin_names_import():
+  for name in ["ReluNNGP", "ReluNTK", "public_distillation_trajectory",
+               "public_distillation_limit", "public_distillation_simulate", "coverage_sweep"]:
+    assert hasattr(fedkrr, name), name

@@ -25,6 +25,7 @@ import jax
 from jax import lax
 import jax.numpy as jnp
 
+from fedkrr._src.nn_kernels import PARAMETRIZATIONS
 from fedkrr._src.nn_kernels import ReluNNGP
 from fedkrr._src.nn_kernels import ReluNTK
 from fedkrr._src.pytree import pytree_dataclass
@@ -193,6 +194,13 @@ def validate_kernel(kernel: Any, where: str = "kernel") -> None:
     if not isinstance(kernel.depth, int) or isinstance(kernel.depth, bool) or kernel.depth < 0:
       raise KernelError(f"{where}: depth must be an integer >= 0, got {kernel.depth!r}")
     _check_positive(where, "weight_var", kernel.weight_var)
+    if kernel.parametrization not in PARAMETRIZATIONS:
+      raise KernelError(f"{where}: parametrization must be one of {PARAMETRIZATIONS}, "
+                        f"got {kernel.parametrization!r}")
+    if kernel.parametrization == "standard" and (
+        not isinstance(kernel.width, int) or isinstance(kernel.width, bool) or kernel.width < 1):
+      raise KernelError(f"{where}: width must be the hidden width, an integer >= 1, in the "
+                        f"standard parametrisation, got {kernel.width!r}")
     if not isinstance(kernel.bias_var, jax.core.Tracer):
       b = jnp.asarray(kernel.bias_var)
       if not bool(jnp.all(jnp.isfinite(b))) or not bool(jnp.all(b >= 0)):
@@ -223,12 +231,18 @@ def kernel_from_dict(spec: Mapping[str, Any], where: str = "kernel") -> Any:
         f"{where}: kernel {name!r} takes {sorted(allowed) or 'no parameters'}, "
         f"got unexpected {unknown}")
   for key, value in params.items():
-    if key in ("degree", "depth"):
+    if key == "parametrization":
+      if value not in PARAMETRIZATIONS:
+        raise KernelError(f"{where}: parametrization must be one of {PARAMETRIZATIONS}, "
+                          f"got {value!r}")
+    elif key == "width" and value is None:
+      pass
+    elif key in ("degree", "depth", "width"):
       if not isinstance(value, int) or isinstance(value, bool):
         if isinstance(value, float) and value.is_integer():
           value = int(value)
         else:
-          least = 1 if key == "degree" else 0
+          least = 0 if key == "depth" else 1
           raise KernelError(f"{where}: {key} must be an integer >= {least}, got {value!r}")
       params[key] = value
     elif isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):

@@ -29,7 +29,27 @@ NTK), both given by the arc-cosine recursion (Cho & Saul 2009; Arora et al.
     Theta^{l+1} = Sigma^{l+1} + Theta^l Sigmadot^{l+1}
 
 for l = 1..L. With ``depth = 0`` both kernels are the linear kernel
-``Sigma^1``. Cosines are clipped to [-1, 1] and the angle is computed as
+``Sigma^1``.
+
+Standard parametrisation (``parametrization="standard"``): the layers of Flax's
+``nn.Dense`` and PyTorch's ``nn.Linear``, ``h^{l+1} = W^{l+1} relu(h^l) + b^{l+1}``
+with weights of variance ``weight_var / fan-in`` at initialisation (Flax's
+default: 1) and biases of variance ``bias_var`` (Flax: 0). The forward kernels
+Sigma^l are the same, but the gradient with respect to the raw weights of a layer
+is not scaled by ``1 / sqrt(fan-in)`` and every bias contributes 1, so the NTK
+grows with the hidden ``width`` n (Lee et al. 2019, Sec. 2.3 and App. F) and only
+``Theta / n`` has a limit. With all hidden layers of width n, the expected NTK
+at initialisation is, as n grows,
+
+    Theta_s^1 = <x, x'> + 1
+    Theta_s^{l+1} = n (Sigma^{l+1} - bias_var) / weight_var + 1 + Theta_s^l Sigmadot^{l+1}
+
+(n (Sigma^{l+1} - bias_var) / weight_var is ``<relu(h^l(x)), relu(h^l(x'))>``, the
+read-out gradient), and the read-out kernel that :class:`ReluNNGP` gives is that
+term alone, ``n (Sigma^{L+1} - bias_var) / weight_var + 1`` (``<x, x'> + 1`` for
+depth 0). These are the kernels to compare with the empirical NTK of a
+``neural`` MLP (``neural.empirical_ntk``) and to match its weight decay with a
+ridge. Cosines are clipped to [-1, 1] and the angle is computed as
 ``atan2(sqrt(1 - cos^2), cos)`` with a square root whose gradient is 0 at 0,
 so the kernels and their gradients are finite at ``x1 == x2``; a zero input
 (with ``bias_var = 0``) has zero variance, and its row of the kernel is 0.
@@ -75,10 +95,18 @@ def _relu_step(sigma: Array, var1: Array, var2: Array, weight_var, bias_var
   return sigma_next, sigma_dot, weight_var * var1 / 2 + bias_var, weight_var * var2 / 2 + bias_var
 
 
-@functools.partial(jax.jit, static_argnames="depth")
-def relu_kernels(x1: Array, x2: Array, depth: int, weight_var, bias_var
+PARAMETRIZATIONS = ("ntk", "standard")
+
+
+@functools.partial(jax.jit, static_argnames=("depth", "parametrization", "width"))
+def relu_kernels(x1: Array, x2: Array, depth: int, weight_var, bias_var,
+                 parametrization: str = "ntk", width: int | None = None
                  ) -> tuple[Array, Array]:
-  """The NNGP and NTK Gram matrices ``(Sigma^{L+1}, Theta^{L+1})``, each (n1, n2).
+  """The read-out (NNGP) and NTK Gram matrices, each (n1, n2).
+
+  ``(Sigma^{L+1}, Theta^{L+1})`` in the NTK parametrisation; in the standard one
+  the read-out kernel ``n (Sigma^{L+1} - bias_var) / weight_var + 1`` and
+  ``Theta_s^{L+1}`` (module docstring).
 
   Args:
     x1: inputs (n1, d).
@@ -86,16 +114,26 @@ def relu_kernels(x1: Array, x2: Array, depth: int, weight_var, bias_var
     depth: number of hidden ReLU layers L >= 0.
     weight_var: sigma_w^2 > 0 (weight variance times fan-in).
     bias_var: sigma_b^2 >= 0.
+    parametrization: "ntk" or "standard".
+    width: the hidden width n (standard parametrisation only).
   """
   d = x1.shape[-1]
-  sigma = weight_var * (x1 @ x2.T) / d + bias_var
+  dot = x1 @ x2.T
+  sigma = weight_var * dot / d + bias_var
   var1 = weight_var * jnp.sum(x1 * x1, axis=-1) / d + bias_var
   var2 = weight_var * jnp.sum(x2 * x2, axis=-1) / d + bias_var
-  theta = sigma
+  if parametrization == "ntk":
+    theta = sigma
+    for _ in range(depth):
+      sigma, sigma_dot, var1, var2 = _relu_step(sigma, var1, var2, weight_var, bias_var)
+      theta = sigma + theta * sigma_dot
+    return sigma, theta
+  readout = theta = dot + 1.0
   for _ in range(depth):
     sigma, sigma_dot, var1, var2 = _relu_step(sigma, var1, var2, weight_var, bias_var)
-    theta = sigma + theta * sigma_dot
-  return sigma, theta
+    readout = width * (sigma - bias_var) / weight_var + 1.0
+    theta = readout + theta * sigma_dot
+  return readout, theta
 
 
 @pytree_dataclass
@@ -106,7 +144,10 @@ class ReluNNGP:
   infinite-width limit (see the module docstring for the parametrisation and
   the recursion; Lee et al. 2018, "Deep neural networks as Gaussian
   processes", eq. 5). ``depth`` is static; ``weight_var > 0`` and
-  ``bias_var >= 0`` are leaves.
+  ``bias_var >= 0`` are leaves. With ``parametrization="standard"`` and the
+  hidden ``width`` (static) it is the read-out kernel of a standard-parametrised
+  MLP, ``n (Sigma^{L+1} - bias_var) / weight_var + 1``: KRR with it is training
+  the last layer alone (module docstring).
 
   Example:
     >>> k = fedkrr.ReluNNGP(depth=2)
@@ -116,13 +157,15 @@ class ReluNNGP:
   depth: int = dataclasses.field(default=1, metadata=dict(static=True))
   weight_var: float | Array = 2.0
   bias_var: float | Array = 0.0
+  parametrization: str = dataclasses.field(default="ntk", metadata=dict(static=True))
+  width: int | None = dataclasses.field(default=None, metadata=dict(static=True))
 
   def __call__(self, x1: Array, x2: Array) -> Array:
-    return relu_kernels(x1, x2, self.depth, self.weight_var, self.bias_var)[0]
+    return relu_kernels(x1, x2, self.depth, self.weight_var, self.bias_var,
+                        self.parametrization, self.width)[0]
 
   def to_dict(self) -> dict[str, Any]:
-    return {"name": "relu_nngp", "depth": self.depth,
-            "weight_var": float(self.weight_var), "bias_var": float(self.bias_var)}
+    return _to_dict("relu_nngp", self)
 
 
 @pytree_dataclass
@@ -135,7 +178,9 @@ class ReluNTK:
   2018, Theorem 1; Arora et al. 2019, eq. 7-8). Kernel ridge regression with
   it is what the infinitely wide network trained to convergence on the squared
   loss computes. ``depth`` is static; ``weight_var > 0`` and ``bias_var >= 0``
-  are leaves.
+  are leaves. With ``parametrization="standard"`` and the hidden ``width``
+  (static) it is the expected NTK at initialisation of a standard-parametrised
+  MLP (Flax's ``nn.Dense``), ``Theta_s^{L+1}`` of the module docstring.
 
   Example:
     >>> k = fedkrr.ReluNTK(depth=2, weight_var=2.0, bias_var=0.1)
@@ -145,10 +190,20 @@ class ReluNTK:
   depth: int = dataclasses.field(default=1, metadata=dict(static=True))
   weight_var: float | Array = 2.0
   bias_var: float | Array = 0.0
+  parametrization: str = dataclasses.field(default="ntk", metadata=dict(static=True))
+  width: int | None = dataclasses.field(default=None, metadata=dict(static=True))
 
   def __call__(self, x1: Array, x2: Array) -> Array:
-    return relu_kernels(x1, x2, self.depth, self.weight_var, self.bias_var)[1]
+    return relu_kernels(x1, x2, self.depth, self.weight_var, self.bias_var,
+                        self.parametrization, self.width)[1]
 
   def to_dict(self) -> dict[str, Any]:
-    return {"name": "relu_ntk", "depth": self.depth,
-            "weight_var": float(self.weight_var), "bias_var": float(self.bias_var)}
+    return _to_dict("relu_ntk", self)
+
+
+def _to_dict(name: str, kernel: Any) -> dict[str, Any]:
+  out = {"name": name, "depth": kernel.depth, "weight_var": float(kernel.weight_var),
+         "bias_var": float(kernel.bias_var)}
+  if kernel.parametrization != "ntk":
+    out.update(parametrization=kernel.parametrization, width=kernel.width)
+  return out

@@ -1,13 +1,16 @@
-"""The ``neural`` command line: ``neural run`` (one run or a sweep), ``neural configs``.
+"""The ``neural`` command line: ``neural run`` (one run or a sweep), ``neural compare``,
+``neural configs``.
 
 Errors are one line on stderr (``neural: error: ...``) and exit code 2. The
-networks compute in float32; the command does not enable JAX's float64 mode.
+networks compute in float32; ``neural run`` does not enable JAX's float64 mode,
+``neural compare`` does (for the closed-form theory; the networks stay float32).
 """
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+import json
 import sys
 from typing import Any
 
@@ -78,10 +81,30 @@ def _parser() -> argparse.ArgumentParser:
   run.add_argument("--seed", type=int, metavar="S")
   run.add_argument("--forest-trees", type=int, metavar="T")
   run.add_argument("--forest-max-depth", type=int, metavar="D")
+  run.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", dest="sets",
+                   help="set any config field (a method's too); VALUE is JSON or a plain "
+                        "string, e.g. --set topology=ring --set lambdas=[1,2]; repeatable")
   run.add_argument("--max-rounds", type=int, metavar="K",
                    help="stop after K rounds in this call (resume later)")
   run.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
                    help="progress bars over rounds and agents (default on)")
+  compare = sub.add_parser(
+      "compare", help="a KD run beside its closed-form kernel twin (fedkrr)",
+      description="Runs (or resumes) a KD experiment (akd, avgkd, pkd, ekd, backfit-*) into "
+                  "--workdir, computes the fedkrr closed form of the same protocol on the same "
+                  "data with each agent's kernel (empirical NTK at initialisation by default) "
+                  "and the ridge matched to the weight decay, and writes compare.json, "
+                  "compare.md and compare.png there. Takes the flags of `neural run`.")
+  for action in run._actions:   # the flags of `neural run`, but --max-rounds
+    if action.dest not in ("help", "max_rounds"):
+      compare._add_action(action)
+  compare.add_argument("--kernel", default="ntk",
+                       help="ntk (empirical NTK at initialisation; default), nngp or relu-ntk "
+                            "(infinite-width ReLU MLP), rbf (cheap stand-in)")
+  compare.add_argument("--ridge", type=float, metavar="C",
+                       help="the ridge c (default: matched to the weight decay, C wd / 2)")
+  compare.add_argument("--max-points", type=int, default=2000, metavar="N",
+                       help="refuse runs with more training plus test points (default 2000)")
   sub.add_parser("configs", help="list the shipped paper configs",
                  description="Lists the configs shipped with the package (paper figures at "
                              "paper scale and as small CPU versions): name, number of runs, "
@@ -97,6 +120,14 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
       out[name] = getattr(args, name)
   if args.models is not None:
     out["models"] = [m.strip() for m in args.models.split(",")]
+  for item in getattr(args, "sets", None) or []:
+    field, eq, text = item.partition("=")
+    if not eq or not field.strip():
+      raise ValueError(f"--set: expected FIELD=VALUE, got {item!r}")
+    try:
+      out[field.strip()] = json.loads(text)
+    except json.JSONDecodeError:
+      out[field.strip()] = text
   return out
 
 
@@ -121,6 +152,31 @@ def _run(args: argparse.Namespace) -> int:
   return 0
 
 
+def _compare(args: argparse.Namespace) -> int:
+  import jax
+  jax.config.update("jax_enable_x64", True)   # the theory in float64; networks stay float32
+  from neural._src.compare import compare
+  from neural._src.config import ConfigSpec
+  from neural._src.config import load_spec
+
+  spec = load_spec(args.config) if args.config else ConfigSpec(base={})
+  runs = spec.expand(overrides_from_args(args))
+  if len(runs) != 1:
+    raise ValueError(f"--config: compare takes one run, the config is a sweep of {len(runs)} "
+                     f"(pick one with flags, or write a config without a grid)")
+  result = compare(runs[0][1], args.workdir, kernel=args.kernel, progress=args.progress,
+                   ridge=args.ridge, max_points=args.max_points)
+  print(f"{args.workdir}: {result.kernel} kernel, ridge c = {result.ridge:.4g}, spectral "
+        f"radius {result.spectral_radius:.4f} per round")
+  for series in result.rates:
+    last = [r for r in result.rows if r["series"] == series][-1]
+    net = last["network_accuracy"]
+    print(f"  {series}: round {last['round']} test accuracy theory "
+          f"{last['theory_accuracy']:.3f}, network {'-' if net is None else f'{net:.3f}'}")
+  print(f"  wrote {', '.join(result.paths.values())}")
+  return 0
+
+
 def _agent(agent: Any) -> str:
   return f"agent {agent}" if isinstance(agent, int) else str(agent)
 
@@ -139,6 +195,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   try:
     if args.command == "run":
       return _run(args)
+    if args.command == "compare":
+      return _compare(args)
     return _configs()
   except (ValueError, OSError) as e:   # ConfigError, DataError, ... are ValueErrors
     message = " ".join(str(e).split())

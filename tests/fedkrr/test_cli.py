@@ -1,6 +1,5 @@
-"""The ``fedkrr`` command: run on problem files, errors on bad files, the demo."""
+"""The ``fedkrr`` command: run on problem files, errors on bad files (demo: test_report.py)."""
 
-import json
 import os
 import subprocess
 import sys
@@ -150,14 +149,3 @@ def test_float32_run_from_a_shell(problem_file, tmp_path, assert_close):
   assert preds.dtype == np.float32
   problem, x_eval = load_problem(problem_file)
   assert_close(preds, fedkrr.trajectory(problem, "ekd", 4, x_eval), dtype=np.float32)
-
-
-def test_demo_smoke(tmp_path, x64):
-  assert main(["demo", "--out", str(tmp_path), "--rounds", "3"]) == 0
-  summary = json.loads((tmp_path / "summary.json").read_text())
-  assert {r["protocol"] for r in summary["protocols"]} == set(fedkrr.PROTOCOLS)
-  assert max(r["max_rel_gap"] for r in summary["protocols"]) <= 1e-9
-  for name in ["problem.npz", "summary.md", "test_mse.png"] + \
-      [f"trajectory_{p}.npz" for p in fedkrr.PROTOCOLS]:
-    assert (tmp_path / name).stat().st_size > 0
-  load_problem(tmp_path / "problem.npz")

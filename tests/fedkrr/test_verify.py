@@ -53,3 +53,15 @@ def test_cli_rejects_unknown_prefix_and_bad_seeds(capsys):
   assert main(["verify", "--seeds", "0"]) == 2
   with pytest.raises(SystemExit):
     main(["verify", "--seeds", "x"])
+
+
+def test_quick_mode_checks_the_smallest_instance_only(monkeypatch):
+  seen = []
+  check = dataclasses.replace(verify.CHECKS[0], id="x-sizes", sizes=((3, 2), (9, 8)),
+                              residual_fn=lambda seed, sizes: seen.append((seed, sizes)) or 0.0)
+  monkeypatch.setattr(verify, "CHECKS", (check,))
+  verify.run_checks(seeds=(0, 1), only="x-", quick=True)
+  assert seen == [(0, (3, 2)), (1, (3, 2))]
+  seen.clear()
+  verify.run_checks(seeds=(0,), only="x-")
+  assert seen == [(0, (3, 2)), (0, (9, 8))]

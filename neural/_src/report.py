@@ -1,0 +1,320 @@
+"""The main job (``fedkrr demo --out DIR``): theory and experiment in one report.
+
+Four parts, each in its own subdirectory of ``DIR``, then ``DIR/report.md``:
+
+1. ``verify/``: every statement of Afonin & Karimireddy that ``fedkrr verify``
+   checks, on its smallest instance (``verify.json``, a table in the report);
+2. ``toy/``: the toy experiment of Fig. 3 (App. A), linear regression with AKD,
+   AvgKD and EKD (``toy.png``, ``toy.csv``);
+3. ``closed-forms/``: every protocol's closed form against its literal
+   round-by-round runner on an embedded synthetic problem (``test_mse.png``);
+4. ``mnist/``: AKD, AvgKD and EKD replayed with neural networks on the embedded
+   MNIST subset on the CPU, each next to its closed-form twin with the networks'
+   neural tangent kernels (``neural.compare``; ``mnist/<protocol>/compare.png``
+   and ``mnist/side_by_side.png``).
+
+The report ends with a reading generated from the numbers, not written in advance.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+import platform
+import time
+from typing import Any
+
+import numpy as np
+
+PARTS = ("verify", "toy", "closed-forms", "mnist")
+MNIST_CONFIG = "compare_small"
+REPORT_FILE = "report.md"
+
+
+@dataclasses.dataclass(frozen=True)
+class MainJobSettings:
+  """What the main job runs (defaults: the README's command, < 5 min on 2 CPU cores).
+
+  Attributes:
+    parts: a subset of ``PARTS``, run in that order.
+    rounds: rounds of the synthetic closed-form part.
+    toy_rounds: rounds of the toy experiment (the paper: 250).
+    verify_only: run only the checks whose id starts so (``None``: all 27).
+    protocols: the protocols replayed on MNIST.
+    mnist_config: the shipped config (or file) of the MNIST replay; its protocol
+      is replaced by each of ``protocols``.
+    mnist_overrides: config fields changed for the MNIST replay (tests use it).
+    kernel: the theory's kernel option of ``neural.compare``.
+    seed: the seed of every part.
+  """
+
+  parts: tuple[str, ...] = PARTS
+  rounds: int = 40
+  toy_rounds: int = 250
+  verify_only: str | None = None
+  protocols: tuple[str, ...] = ("akd", "avgkd", "ekd")
+  mnist_config: str = MNIST_CONFIG
+  mnist_overrides: tuple[tuple[str, Any], ...] = ()
+  kernel: str = "ntk"
+  seed: int = 0
+
+  def __post_init__(self):
+    unknown = [p for p in self.parts if p not in PARTS]
+    if unknown or not self.parts:
+      raise ValueError(f"--parts: expected names from {', '.join(PARTS)}, got "
+                       f"{', '.join(self.parts) or 'nothing'}")
+    if self.rounds < 1 or self.toy_rounds < 2:
+      raise ValueError(f"--rounds: expected an integer >= 1, got {self.rounds}")
+
+
+def run_main_job(out_dir: str | os.PathLike, settings: MainJobSettings = MainJobSettings(),
+                 progress: bool = True) -> Path:
+  """Runs the parts of ``settings`` into ``out_dir`` and writes ``report.md``.
+
+  Returns:
+    The path of the report.
+
+  Raises:
+    ValueError: bad settings (``ConfigError`` for a bad MNIST config).
+  """
+  out = Path(out_dir)
+  out.mkdir(parents=True, exist_ok=True)
+  sections, readings, timings = [], [], {}
+  steps = {"verify": _verify, "toy": _toy, "closed-forms": _closed_forms, "mnist": _mnist}
+  start = time.perf_counter()
+  for i, part in enumerate(settings.parts):
+    print(f"[{i + 1}/{len(settings.parts)}] {_TITLES[part]}", flush=True)
+    t0 = time.perf_counter()
+    section, reading = steps[part](out / part, settings, progress)
+    timings[part] = time.perf_counter() - t0
+    print(f"      done in {timings[part]:.0f} s", flush=True)
+    sections.append(f"## {i + 1}. {_TITLES[part]}\n\n{section}")
+    readings.extend(reading)
+  total = time.perf_counter() - start
+  path = out / REPORT_FILE
+  path.write_text(_report(settings, sections, readings, timings, total))
+  (out / "timings.json").write_text(json.dumps({**timings, "total": total}, indent=2) + "\n")
+  print(f"wrote {path} ({total:.0f} s in all)", flush=True)
+  return path
+
+
+_TITLES = {
+    "verify": "The propositions, checked numerically",
+    "toy": "The toy experiment of Fig. 3 (linear regression)",
+    "closed-forms": "Closed forms against literal round-by-round runs",
+    "mnist": "Theory vs experiment: KD protocols with networks on the MNIST subset",
+}
+
+
+def _report(settings, sections, readings, timings, total) -> str:
+  import jax
+  head = [
+      "# Model-agnostic federated learning by distillation: theory and experiment",
+      "",
+      "Afonin & Karimireddy, *Towards Model-Agnostic Federated Learning Using Knowledge "
+      "Distillation* (ICLR 2022). Written by `fedkrr demo` on "
+      f"{time.strftime('%Y-%m-%d %H:%M')} ({platform.machine()}, "
+      f"{jax.default_backend()}, JAX {jax.__version__}, "
+      f"{'float64' if jax.config.read('jax_enable_x64') else 'float32'} theory), "
+      f"in {total:.0f} s: " + ", ".join(f"{p} {s:.0f} s" for p, s in timings.items()) + ".",
+      "",
+      "## What it shows",
+      "",
+      *[f"- {r}" for r in readings],
+      "",
+  ]
+  return "\n".join(head) + "\n" + "\n\n".join(sections) + "\n"
+
+
+# ---------------------------------------------------------------------------
+# Parts: each returns (markdown section, reading bullets)
+
+
+def _verify(out: Path, settings: MainJobSettings, progress: bool):
+  from fedkrr._src import verify
+  out.mkdir(parents=True, exist_ok=True)
+  rows = verify.run_checks(seeds=(settings.seed,), only=settings.verify_only,
+                           progress=progress, quick=True)
+  verify.write_json(rows, out / "verify.json")
+  failed = verify.failures(rows)
+  findings = [r for r in rows if r.kind == "claim" and not r.holds]
+  held = len(rows) - len(failed) - len(findings)
+  section = (f"Each statement on its smallest instance, seed {settings.seed} "
+             f"(`fedkrr verify` checks two sizes and two seeds). An *identity* is algebra the "
+             f"toolkit relies on (a failure is a bug); a *claim* is the paper's statement "
+             f"(a failure is a finding about the paper).\n\n"
+             f"{verify.format_table(rows)}\n\nRows: [verify/verify.json](verify/verify.json).")
+  reading = [f"**Propositions**: {held} of {len(rows)} statements hold on these instances; "
+             f"{len(failed)} identities failed"
+             + (f"; claims that do not hold as printed: "
+                f"{', '.join(r.id for r in findings)}" if findings else "") + "."]
+  return section, reading
+
+
+def _toy(out: Path, settings: MainJobSettings, progress: bool):
+  import jax
+
+  from fedkrr._src import toy
+  result = toy.toy_experiment(jax.random.key(settings.seed),
+                              toy.ToyConfig(rounds=settings.toy_rounds))
+  toy.write_toy(result, out)
+  lines = toy.toy_summary(result)
+  section = ("Linear regression (d = 100, n = 150, 60 % of the points with agent 0): the "
+             "loss on all n training points per round, as in the paper's figure; the dashed "
+             "line is the centralised model.\n\n"
+             "![toy experiment](toy/toy.png)\n\n" + "\n".join(f"- {line}" for line in lines))
+  panels = range(len(result.config.panels))
+  central = [float(result.central[p]) for p in panels]
+  zero = float(result.zero)
+  ekd_gap = max(abs(float(np.asarray(result.ekd[p])[-1]) / central[p] - 1) for p in panels)
+  akd_end = [float(np.asarray(result.akd[p])[0, -1]) for p in panels]
+  akd_to_zero = max(abs(a / zero - 1) for a in akd_end)
+  avgkd_above = all(float(np.asarray(result.avgkd[p])[a, -1]) > central[p]
+                    for p in panels for a in range(np.asarray(result.avgkd[p]).shape[0]))
+  akd_note = ("within 1 %: it has degraded to the zero model, as Prop. II predicts"
+              if akd_to_zero < 0.01 else
+              "not yet within 1 %: Prop. II says it gets there with more rounds")
+  parts = [
+      f"AKD's last loss is {min(akd_end):.3g}-{max(akd_end):.3g} against the zero model's "
+      f"{zero:.3g} ({akd_note})",
+      f"AvgKD's agents end {'above' if avgkd_above else 'not always above'} the "
+      f"centralised loss (Prop. V: a limit that is not the centralised model)",
+      f"EKD ends within {ekd_gap:.2%} of the centralised loss in every panel "
+      f"(Prop. VII: with one shared kernel EKD's limit is the centralised model)"]
+  return section, ["**Toy (Fig. 3)**: " + "; ".join(parts) + "."]
+
+
+def _closed_forms(out: Path, settings: MainJobSettings, progress: bool):
+  from fedkrr._src.demo import run_demo
+  run_demo(str(out), rounds=settings.rounds, seed=settings.seed)
+  summary = json.loads((out / "summary.json").read_text())
+  table = (out / "summary.md").read_text()
+  worst = max(r["max_rel_gap"] for r in summary["protocols"])
+  section = ("Two agents (120 and 80 points, RBF and Laplace kernels, c = 1e-3) on an "
+             f"embedded synthetic regression problem, {settings.rounds} rounds; the closed "
+             "form of every round against the literal protocol run with KRR learners.\n\n"
+             f"![closed forms](closed-forms/test_mse.png)\n\n{table}\n"
+             f"Largest relative gap between closed form and literal run: {worst:.1e}.")
+  reading = [f"**Closed forms** reproduce the literal round-by-round runs of all "
+             f"{len(summary['protocols'])} protocols to {worst:.1e} (relative)."]
+  return section, reading
+
+
+def _mnist(out: Path, settings: MainJobSettings, progress: bool):
+  from neural._src.compare import compare
+  from neural._src.config import load_spec
+  out.mkdir(parents=True, exist_ok=True)
+  (_, base), = load_spec(settings.mnist_config).expand(
+      {"seed": settings.seed, **dict(settings.mnist_overrides)})
+  results = {}
+  for protocol in settings.protocols:
+    print(f"      {protocol}: network run and its closed-form twin", flush=True)
+    results[protocol] = compare(base.replace(protocol=protocol), out / protocol,
+                                kernel=settings.kernel, progress=progress)
+  _plot_side_by_side(results, out / "side_by_side.png")
+  c = base
+  theory_kernel = {
+      "ntk": "each agent's empirical NTK at its initialisation",
+      "nngp": "each agent's analytic read-out (NNGP) kernel of its width",
+      "relu-ntk": "each agent's analytic NTK of its width",
+      "rbf": "an RBF kernel (a stand-in, not the networks' kernel)"}[settings.kernel]
+  loss = {"mse": "squared loss on the softmax", "ce": "cross-entropy"}.get(c.loss, c.loss)
+  lines = [f"{c.agents} agents ({', '.join(c.agent_models)}, width {c.width}) on "
+           f"{c.train_subset} training points of the {c.dataset} set, partition "
+           f"{c.partition} {c.partition_params or ''}, {c.rounds} rounds of {c.epochs} epochs "
+           f"(Adam, {loss}, weight decay {c.weight_decay:g}); test set of "
+           f"{c.test_subset} points. Theory: the closed form of the same protocol on the same "
+           f"split with {theory_kernel} (kernel option `{settings.kernel}`), ridge matched to "
+           f"the weight decay.",
+           "", "![side by side](mnist/side_by_side.png)", "",
+           "| protocol | series | theory acc. (first / last) | network acc. (first / last) | "
+           "mean abs. gap | spectral radius | fitted rate, theory | fitted rate, network |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+  reading = []
+  for protocol, comp in results.items():
+    for series, rate in comp.rates.items():
+      th, nn = _paired(comp.rows, series)
+      gap = f"{np.mean(np.abs(np.subtract(th, nn))):.3f}" if nn else "-"
+      lines.append(f"| {protocol} | {series} | {th[0]:.3f} / {th[-1]:.3f} | "
+                   f"{_num(nn[0] if nn else None)} / {_num(nn[-1] if nn else None)} | {gap} | "
+                   f"{rate['spectral_radius']:.4f} | {_num(rate['theory_fit_sq_error'])} | "
+                   f"{_num(rate['network_fit_sq_error'])} |")
+    reading.append(_mnist_reading(protocol, comp, int(c.test_subset)))
+  lines += ["", "The first and last columns are taken on the rounds where both the theory and "
+            "the network have a value; the gap is the mean over those rounds.", "",
+            "Per-round tables: " + ", ".join(f"[{p}](mnist/{p}/compare.md)" for p in results)
+            + "."]
+  return "\n".join(lines), reading
+
+
+def _num(value: Any) -> str:
+  return "-" if value is None else f"{value:.3f}"
+
+
+def _paired(rows: list[dict[str, Any]], series: str) -> tuple[list[float], list[float]]:
+  """The theory's and the network's test accuracies of ``series`` on the rounds where both
+  exist (the network list is empty if it has none)."""
+  ours = [r for r in rows if r["series"] == series]
+  both = [r for r in ours if r["network_accuracy"] is not None]
+  if not both:
+    return [r["theory_accuracy"] for r in ours], []
+  return [r["theory_accuracy"] for r in both], [r["network_accuracy"] for r in both]
+
+
+def _mnist_reading(protocol: str, comp: Any, num_test: int) -> str:
+  """One line per protocol from the numbers: direction of each curve, first to last round,
+  counted as level below 5 test points of change, and the mean gap between the curves."""
+  level = 5.0 / max(num_test, 1)
+  trend = lambda a, b: "falls" if b < a - level else ("rises" if b > a + level else "stays level")
+  text = f"**{protocol.upper()} on MNIST**"
+  if comp.degradation_rate is not None:
+    text += f" (degradation rate rho = {comp.degradation_rate:.4f} per cycle)"
+  parts, agree = [], []
+  for series in comp.rates:
+    th, nn = _paired(comp.rows, series)
+    part = f"{series}: theory {trend(th[0], th[-1])} ({th[0]:.3f} -> {th[-1]:.3f})"
+    if nn:
+      part += (f", network {trend(nn[0], nn[-1])} ({nn[0]:.3f} -> {nn[-1]:.3f}), mean gap "
+               f"{np.mean(np.abs(np.subtract(th, nn))):.3f}")
+      agree.append(trend(th[0], th[-1]) == trend(nn[0], nn[-1]))
+    parts.append(part)
+  text += ": " + "; ".join(parts)
+  if agree:
+    text += (". The theory and the network move the same way" if all(agree) else
+             ". The theory and the network move differently in "
+             f"{agree.count(False)} of {len(agree)} series (a change under {level:.3f}, five "
+             f"test points, counts as level)")
+  return text + "."
+
+
+def _plot_side_by_side(results: dict[str, Any], path: Path) -> None:
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  fig, axes = plt.subplots(1, len(results), figsize=(4.2 * len(results), 3.6), squeeze=False)
+  for ax, (protocol, comp) in zip(axes[0], results.items()):
+    for i, series in enumerate(comp.rates):
+      rows = [r for r in comp.rows if r["series"] == series]
+      t = [r["round"] for r in rows]
+      color = f"C{i}"
+      ax.plot(t, [r["theory_accuracy"] for r in rows], "--", color=color,
+              label=f"{series}: theory")
+      net = [(r["round"], r["network_accuracy"]) for r in rows
+             if r["network_accuracy"] is not None]
+      if net:
+        ax.plot(*zip(*net), "o-", color=color, markersize=3, label=f"{series}: network")
+    ax.set_title(protocol.upper())
+    ax.set_xlabel("round")
+    ax.set_ylabel("test accuracy")
+    ax.legend(fontsize=7)
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
+
+
+def parse_parts(text: str) -> tuple[str, ...]:
+  """``"verify,toy"`` -> ``("verify", "toy")``."""
+  return tuple(p.strip() for p in text.split(",") if p.strip())

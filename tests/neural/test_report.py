@@ -1,0 +1,59 @@
+"""The main job (``fedkrr demo``): each part's files and the report, at tiny scale."""
+
+import json
+
+import numpy as np
+import pytest
+
+import fedkrr
+from fedkrr._src.cli import main
+from fedkrr._src.problem_io import load_problem
+from neural._src.report import MainJobSettings
+from neural._src.report import run_main_job
+
+
+def test_closed_form_part_through_the_command(tmp_path, x64, capsys):
+  assert main(["demo", "--out", str(tmp_path), "--parts", "closed-forms", "--rounds", "3"]) == 0
+  part = tmp_path / "closed-forms"
+  summary = json.loads((part / "summary.json").read_text())
+  assert {r["protocol"] for r in summary["protocols"]} == set(fedkrr.PROTOCOLS)
+  assert max(r["max_rel_gap"] for r in summary["protocols"]) <= 1e-9
+  for name in ["problem.npz", "summary.md", "test_mse.png"] + \
+      [f"trajectory_{p}.npz" for p in fedkrr.PROTOCOLS]:
+    assert (part / name).stat().st_size > 0
+  load_problem(part / "problem.npz")
+  report = (tmp_path / "report.md").read_text()
+  assert "## 1. Closed forms against literal round-by-round runs" in report
+  assert "![closed forms](closed-forms/test_mse.png)" in report
+  assert "[1/1]" in capsys.readouterr().out
+
+
+def test_every_part_at_tiny_scale(tmp_path, x64):
+  settings = MainJobSettings(
+      parts=("verify", "toy", "mnist"), toy_rounds=5, verify_only="prop3-idempotent",
+      protocols=("akd", "avgkd"), kernel="rbf",
+      mnist_overrides=(("train_subset", 40), ("test_subset", 30), ("rounds", 2),
+                       ("epochs", 1), ("width", 16)))
+  path = run_main_job(tmp_path, settings, progress=False)
+  report = path.read_text()
+  for part, figure in [("verify", "verify.json"), ("toy", "toy.png"),
+                       ("mnist", "side_by_side.png"), ("mnist/akd", "compare.png"),
+                       ("mnist/avgkd", "compare.md")]:
+    assert (tmp_path / part / figure).stat().st_size > 0, (part, figure)
+  rows = json.loads((tmp_path / "verify" / "verify.json").read_text())
+  assert [r["id"] for r in rows] == ["prop3-idempotent"] and rows[0]["holds"]
+  assert "1 of 1 statements hold" in report
+  assert "**AKD on MNIST**" in report and "**AVGKD on MNIST**" in report
+  assert report.count("| akd |") >= 1 and report.count("| avgkd |") >= 2
+  timings = json.loads((tmp_path / "timings.json").read_text())
+  assert set(timings) == {"verify", "toy", "mnist", "total"}
+  assert np.isclose(timings["total"], sum(timings[p] for p in ("verify", "toy", "mnist")),
+                    rtol=0.05)
+
+
+def test_bad_parts_are_refused(tmp_path, capsys):
+  with pytest.raises(ValueError, match="--parts: expected names from verify, toy"):
+    MainJobSettings(parts=("verify", "plots"))
+  assert main(["demo", "--out", str(tmp_path), "--parts", "nope"]) == 2
+  assert "--parts" in capsys.readouterr().err
+  assert not (tmp_path / "report.md").exists()
