@@ -13,7 +13,9 @@ one-hot targets), for the same rounds and starting agent, with
     of the agent's network at the initialisation of round 0 of the run: the
     variables that agent's learner draws from ``round_key(seed, 0, a)``
     (Jacot et al. 2018; Lee et al. 2019). Rounds t > 0 of the run start from
-    other fresh initialisations; the theory keeps the round-0 kernel;
+    other fresh initialisations (in AKD every agent but the start one first
+    trains in a later round, so from another draw); the theory keeps the
+    round-0 draw's kernel for every round;
   - ``"nngp"`` / ``"relu-ntk"``: the analytic kernels of a ReLU MLP of the
     agent's depth and width in the standard parametrisation of Flax's
     ``nn.Dense`` (:class:`fedkrr.ReluNNGP`, :class:`fedkrr.ReluNTK` with
