@@ -7,7 +7,11 @@ tests that need float64 are then skipped. Tolerances are keyed by dtype in
 
 import os
 
-from fedkrr._src.xla_env import avoid_cpu_eigh_deadlock
+# The suite runs in two pytest-xdist workers (pyproject.toml): on a GPU, let each worker
+# allocate as it needs instead of both reserving most of the memory up front.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
+from fedkrr._src.xla_env import avoid_cpu_eigh_deadlock  # noqa: E402
 
 avoid_cpu_eigh_deadlock()  # before the first computation (see fedkrr/_src/xla_env.py)
 

@@ -40,8 +40,9 @@ def test_neural_public_names_import():
                "make_graph", "metropolis_weights", "most_confident_target", "contrastive_loss",
                "relay", "run_method", "registered_methods"]:
     assert name in names, name
+  # Subset: tests may register methods of their own (tests/neural/test_methods.py).
   assert {"d-distillation", "d-sgd", "silo-sgd", "mhd", "mhd-isolated", "mhd-fedavg", "repshare",
-          "repshare-fd", "repshare-fedavg", "repshare-independent", "feddkc"} == set(
+          "repshare-fd", "repshare-fedavg", "repshare-independent", "feddkc"} <= set(
               neural.registered_methods())
 
 
