@@ -140,19 +140,24 @@ class ExperimentConfig:
 
   @classmethod
   def from_json(cls, text: str) -> ExperimentConfig:
-    try:
-      values = json.loads(text)
-    except json.JSONDecodeError as e:
-      raise ConfigError(f"config: not valid JSON ({e})") from None
-    if not isinstance(values, dict):
-      raise ConfigError("config: expected a JSON object of config fields")
-    return cls.from_dict(values)
+    return cls.from_dict(json_fields(text))
 
   def replace(self, **changes) -> ExperimentConfig:
     return self.from_dict({**self.to_dict(), **changes})
 
 
 FIELDS = tuple(f.name for f in dataclasses.fields(ExperimentConfig))
+
+
+def json_fields(text: str) -> dict[str, Any]:
+  """The JSON object of config fields in ``text``; ``ConfigError`` if it is not one."""
+  try:
+    values = json.loads(text)
+  except json.JSONDecodeError as e:
+    raise ConfigError(f"config: not valid JSON ({e})") from None
+  if not isinstance(values, dict):
+    raise ConfigError("config: expected a JSON object of config fields")
+  return values
 
 # Expected kind of each field: "int", "float", "bool", "str", optional with "?".
 _KINDS = {

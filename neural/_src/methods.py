@@ -41,6 +41,7 @@ import jax
 import numpy as np
 
 from neural._src.config import ConfigError
+from neural._src.config import json_fields
 
 # Modules that register methods when imported (lazily, by ``get_method``).
 METHOD_MODULES = (
@@ -149,13 +150,7 @@ class MethodConfig:
 
   @classmethod
   def from_json(cls, text: str) -> MethodConfig:
-    try:
-      values = json.loads(text)
-    except json.JSONDecodeError as e:
-      raise ConfigError(f"config: not valid JSON ({e})") from None
-    if not isinstance(values, dict):
-      raise ConfigError("config: expected a JSON object of config fields")
-    return cls.from_dict(values)
+    return cls.from_dict(json_fields(text))
 
   def replace(self, **changes) -> MethodConfig:
     return self.from_dict({**self.to_dict(), **changes})
