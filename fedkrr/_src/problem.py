@@ -162,12 +162,7 @@ def make_problem(xs: Sequence[Any], ys: Sequence[Any], kernels: Any, ridge: floa
     kernels = (kernels,) * m
   kernels = tuple(kernels_lib.as_kernel(k, f"kernels[{a}]") for a, k in enumerate(kernels))
 
-  try:
-    c = float(ridge)
-  except (TypeError, ValueError):
-    raise ProblemError(f"ridge: expected a number >= 0, got {ridge!r}") from None
-  if not np.isfinite(c) or c < 0:
-    raise ProblemError(f"ridge: expected a finite number >= 0, got {ridge!r}")
+  c = check_nonnegative(ridge, "ridge")
 
   x_arrays, y_arrays = [], []
   for a in range(m):
@@ -199,6 +194,17 @@ def make_problem(xs: Sequence[Any], ys: Sequence[Any], kernels: Any, ridge: floa
     if isinstance(k, kernels_lib.CustomKernel):
       _check_gram(problem, a, f"kernels[{a}]")
   return problem
+
+
+def check_nonnegative(value: Any, name: str) -> float:
+  """``value`` as a float; ``ProblemError`` naming ``name`` unless a finite number >= 0."""
+  try:
+    number = float(value)
+  except (TypeError, ValueError):
+    raise ProblemError(f"{name}: expected a number >= 0, got {value!r}") from None
+  if not np.isfinite(number) or number < 0:
+    raise ProblemError(f"{name}: expected a finite number >= 0, got {value!r}")
+  return number
 
 
 def _first_dim(previous: list, x: Array) -> int:

@@ -56,6 +56,7 @@ from fedkrr._src.learner import KRRModel
 from fedkrr._src.problem import FederatedProblem
 from fedkrr._src.problem import ProblemError
 from fedkrr._src.problem import check_eval_points
+from fedkrr._src.problem import check_nonnegative
 from fedkrr._src.protocols import check_rounds
 from fedkrr._src.pytree import pytree_dataclass
 
@@ -130,12 +131,7 @@ def check_weight(weight: Any) -> None:
     if jnp.ndim(weight) != 0:
       raise ProblemError(f"weight: expected a scalar, got shape {jnp.shape(weight)}")
     return
-  try:
-    value = float(weight)
-  except (TypeError, ValueError):
-    raise ProblemError(f"weight: expected a number >= 0, got {weight!r}") from None
-  if not np.isfinite(value) or value < 0:
-    raise ProblemError(f"weight: expected a finite number >= 0, got {weight!r}")
+  check_nonnegative(weight, "weight")
 
 
 def check_mixing(mixing: Any, num_agents: int, dtype, atol: float = 1e-6) -> Array:
