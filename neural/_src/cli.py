@@ -21,7 +21,7 @@ _FLAGS = {
     "agents": int, "width": int, "norm": str, "protocol": str, "start": int,
     "rounds": int, "epochs": int, "batch_size": int, "learning_rate": float,
     "weight_decay": float, "loss": str, "seed": int, "forest_trees": int,
-    "forest_max_depth": int,
+    "forest_max_depth": int, "step_loop": str, "agent_batching": str,
 }
 
 
@@ -81,6 +81,12 @@ def _parser() -> argparse.ArgumentParser:
   run.add_argument("--seed", type=int, metavar="S")
   run.add_argument("--forest-trees", type=int, metavar="T")
   run.add_argument("--forest-max-depth", type=int, metavar="D")
+  run.add_argument("--step-loop", choices=("auto", "scan", "python"),
+                   help="local training as one compiled loop per epoch (scan), one jitted step "
+                        "per mini-batch (python), or by backend and model (auto, the default)")
+  run.add_argument("--agent-batching", choices=("auto", "vmap", "sequential"),
+                   help="agents of one architecture trained as one vmapped program, one after "
+                        "the other, or by backend and model (auto, the default)")
   run.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", dest="sets",
                    help="set any config field (a method's too); VALUE is JSON or a plain "
                         "string, e.g. --set topology=ring --set lambdas=[1,2]; repeatable")

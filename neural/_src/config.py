@@ -74,6 +74,11 @@ class ExperimentConfig:
       error of the softmax vs the targets, "ce": soft cross-entropy).
     seed: seed of the data subset, the partition and every initialisation.
     forest_trees, forest_max_depth: random-forest settings (models "forest").
+    step_loop: how local training runs its steps: "scan" (one compiled loop per
+      epoch), "python" (one jitted step per mini-batch) or "auto" (by backend and
+      model, see ``neural.train_loop``).
+    agent_batching: agents of one architecture trained together as one vmapped
+      program ("vmap"), one after the other ("sequential"), or "auto".
   """
 
   dataset: str = "digits"
@@ -102,6 +107,8 @@ class ExperimentConfig:
   seed: int = 0
   forest_trees: int = 100
   forest_max_depth: int | None = None
+  step_loop: str = "auto"
+  agent_batching: str = "auto"
 
   def __post_init__(self):
     for name, value in _normalised(self).items():
@@ -167,7 +174,7 @@ _KINDS = {
     "tiny": "bool", "norm": "str", "protocol": "str", "start": "int", "rounds": "int",
     "epochs": "int", "batch_size": "int", "learning_rate": "float", "weight_decay": "float",
     "loss": "str", "warm_start": "bool", "seed": "int", "forest_trees": "int",
-    "forest_max_depth": "int?",
+    "forest_max_depth": "int?", "step_loop": "str", "agent_batching": "str",
 }
 
 
@@ -223,6 +230,8 @@ def _validate(c: ExperimentConfig) -> None:
   from neural._src.data import DATASETS
   from neural._src.models import MODELS
   from neural._src.partitions import PARTITIONS
+  from neural._src.train_loop import AGENT_BATCHING
+  from neural._src.train_loop import STEP_LOOPS
 
   def need(ok: bool, name: str, expected: str):
     if not ok:
@@ -245,6 +254,9 @@ def _validate(c: ExperimentConfig) -> None:
   need(c.test_subset is None or c.test_subset >= 1, "test_subset", "None or an integer >= 1")
   need(c.width is None or c.width >= 1, "width", "None or an integer >= 1")
   need(c.forest_trees >= 1, "forest_trees", "an integer >= 1")
+  need(c.step_loop in STEP_LOOPS, "step_loop", f"one of {', '.join(STEP_LOOPS)}")
+  need(c.agent_batching in AGENT_BATCHING, "agent_batching",
+       f"one of {', '.join(AGENT_BATCHING)}")
   need(c.forest_max_depth is None or c.forest_max_depth >= 1, "forest_max_depth",
        "None or an integer >= 1")
   names = MODELS + (FOREST,)

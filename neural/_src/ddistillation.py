@@ -50,6 +50,10 @@ from neural._src.methods import MethodConfig
 from neural._src.methods import register_method
 from neural._src.methods import round_rng
 from neural._src.methods import test_scores
+from neural._src.optimizers import OptimizerConfig
+from neural._src.optimizers import make_optimizer
+from neural._src.train_loop import train_loop
+from neural._src.training import per_example_loss
 
 METHODS = ("d-distillation", "d-sgd", "silo-sgd")
 Z_INITS = ("uniform", "model")
@@ -275,11 +279,13 @@ class DDistData(NamedTuple):
 
 
 class DDistState(NamedTuple):
-  """``params``: stacked per-device variables; ``z``: (N, Q, K) or None; ``comm``: (N,) totals."""
+  """``params``: stacked per-device variables; ``z``: (N, Q, K) or None; ``comm``: (N,) totals;
+  ``opt_state``: the stacked SGD states (their step count drives eta_t)."""
 
   params: Any
   z: Any
   comm: np.ndarray
+  opt_state: Any = None
 
 
 def make_graph_and_weights(config: DDistConfig) -> tuple[np.ndarray, np.ndarray]:
@@ -363,62 +369,83 @@ def init_ddist(config: DDistConfig, data: DDistData) -> DDistState:
       z = jnp.full((config.agents, q, k), 1.0 / k, jnp.float32)
     else:
       z = jax.vmap(lambda p: jax.nn.softmax(model.apply(p, data.x_ref)))(params)
-  return DDistState(_to_numpy(params), _to_numpy(z), np.zeros(config.agents, np.int64))
+  opt_state = jax.vmap(make_optimizer(_step_size(config)).init)(params)
+  return DDistState(_to_numpy(params), _to_numpy(z), np.zeros(config.agents, np.int64),
+                    _to_numpy(opt_state))
 
 
 # ---------------------------------------------------------------------------
-# One round (jitted scan over iterations)
+# One round: ``steps_per_round`` iterations of ``neural.train_loop``
 
 
-@functools.lru_cache(maxsize=16)
-def _round_fn(model, method: str, loss: str, steps: int, batch: int, network_batch: int):
-  """The jitted ``(params, z, data..., key, t_start, hyper) -> (params, z)`` of one round."""
-  from neural._src.training import per_example_loss
+def _reference_batch(shared_key, q: int, b: int):
+  """The common reference batch S^r_t: b of the Q reference points, without replacement."""
+  return jax.random.choice(shared_key, q, (b,), replace=False)
 
-  def private_loss(p, x, y, size):
-    """(M_n / |S^p|) sum_{S^p} L(s(theta, x), y): the first term of eq. 5."""
-    logits = model.apply(p, x)
-    targets = jax.nn.one_hot(y, logits.shape[-1], dtype=jnp.float32)
-    return size / x.shape[0] * jnp.sum(per_example_loss(logits, targets, loss))
 
-  def run(params, z, xs, labels, sizes, x_ref, weights, key, t_start, hyper):
-    beta, eta0, power, t0, z_scale = hyper
-    num_devices = labels.shape[0]
-    q = x_ref.shape[0]
+def _step_size(config: DDistConfig) -> OptimizerConfig:
+  """Plain SGD (eq. 5: theta <- theta - eta_t grad), eta_t = eta0 (t0 / (t + t0))^a (Theorem 3)."""
+  return OptimizerConfig("sgd", config.eta0, schedule="polynomial", power=config.eta_power,
+                         t0=config.eta_t0)
 
-    def one(carry, k):
-      params, z = carry
-      t = (t_start + k).astype(jnp.float32)
-      eta = eta0 * (t0 / (t + t0)) ** power
-      key_t = jax.random.fold_in(key, k)
-      ref_key, priv_key = jax.random.split(key_t)
-      u = jax.random.uniform(priv_key, (num_devices, batch))
-      idx = jnp.minimum((u * sizes[:, None]).astype(jnp.int32), sizes[:, None] - 1)
-      xb = jax.vmap(lambda x, i: x[i])(xs, idx)
-      yb = jnp.take_along_axis(labels, idx, axis=1)
-      sizes_f = sizes.astype(jnp.float32)
-      if method == "d-distillation":
-        ref_idx = jax.random.choice(ref_key, q, (network_batch,), replace=False)
-        x_r = x_ref[ref_idx]
-        z_b = z[:, ref_idx]
-        scale = beta * q / (num_devices * network_batch)
 
-        def objective(p, x, y, size, z_n):
-          s = jax.nn.softmax(model.apply(p, x_r))
-          return private_loss(p, x, y, size) + scale * distillation_regulariser(s, z_n), s
+@dataclasses.dataclass(frozen=True)
+class _DeviceLoss:
+  """J^n of eq. 5 for one device (``batch.context``: its size M_n and soft-decisions z^n).
 
-        grads, s = jax.vmap(jax.grad(objective, has_aux=True))(params, xb, yb, sizes_f, z_b)
-        params = jax.tree.map(lambda a, g: a - eta * g, params, grads)
-        z = z.at[:, ref_idx].set(z_update(z_b, s, weights, beta, z_scale * eta))
-      else:
-        grads = jax.vmap(jax.grad(private_loss))(params, xb, yb, sizes_f)
-        params = jax.tree.map(lambda a, g: a - eta * g, gossip(weights, params), grads)
-      return (params, z), None
+  ``(M_n / |S^p|) sum_{S^p} L(s(theta, x), y)`` plus, for D-Distillation,
+  ``beta Q / (N b) sum_{x in S^r} ||s(theta, x) - z^n(x)||^2`` on the step's common
+  reference batch (then the aux output is s on S^r, for eq. 6).
+  """
 
-    (params, z), _ = jax.lax.scan(one, (params, z), jnp.arange(steps))
-    return params, z
+  model: Any
+  distills: bool
+  loss: str
+  network_batch_size: int
+  beta: float
 
-  return jax.jit(run)
+  def __call__(self, params, batch):
+    logits = self.model.apply(params, batch.data["x"])
+    targets = jax.nn.one_hot(batch.data["y"], logits.shape[-1], dtype=jnp.float32)
+    size = batch.context["size"]
+    private = size / logits.shape[0] * jnp.sum(per_example_loss(logits, targets, self.loss))
+    if not self.distills:
+      return private
+    x_ref = batch.shared["x_ref"]
+    q, num_devices = x_ref.shape[0], batch.shared["weights"].shape[0]
+    ref = _reference_batch(batch.shared_key, q, self.network_batch_size)
+    s = jax.nn.softmax(self.model.apply(params, x_ref[ref]))
+    scale = self.beta * q / (num_devices * self.network_batch_size)
+    return private + scale * distillation_regulariser(s, batch.context["z"][ref]), s
+
+
+@dataclasses.dataclass(frozen=True)
+class _Gossip:
+  """The communication of every iteration (``neural.train_loop``'s communicate step).
+
+  D-Distillation: eq. 6 on the common reference batch, with the step's eta_t.
+  D-SGD (and Silo-SGD, W = I): combine then adapt,
+  ``theta^n <- sum_m W[m, n] theta^m_t - eta_t grad`` = ``W theta_t + (theta_sgd - theta_t)``.
+  """
+
+  distills: bool
+  network_batch_size: int
+  beta: float
+  z_step_scale: float
+  step_size: OptimizerConfig
+
+  def __call__(self, ex):
+    weights = ex.shared["weights"]
+    if not self.distills:
+      mixed = gossip(weights, ex.params_before)
+      return jax.tree.map(lambda m, new, old: m + (new - old), mixed, ex.params,
+                          ex.params_before), ex.context
+    eta = self.step_size.learning_rate_at()(ex.step)
+    ref = _reference_batch(ex.shared_key, ex.shared["x_ref"].shape[0], self.network_batch_size)
+    z = ex.context["z"]
+    z = z.at[:, ref].set(z_update(z[:, ref], ex.aux, weights, self.beta,
+                                  self.z_step_scale * eta))
+    return ex.params, {**ex.context, "z": z}
 
 
 @functools.lru_cache(maxsize=16)
@@ -434,18 +461,28 @@ def step_ddist(config: DDistConfig, data: DDistData, state: DDistState, t: int
   private batches), so a resumed run repeats the same numbers.
   """
   model = _model(config, data.num_classes)
-  # Silo-SGD is D-SGD with W = I (one compiled program for both baselines).
-  kind = "d-distillation" if config.method == "d-distillation" else "sgd"
+  distills = config.method == "d-distillation"
   this_round = t % data.weights.shape[0]   # the graph of round t (time-varying if B > 1)
   weights = np.eye(config.agents, dtype=np.float32) if config.method == "silo-sgd" \
       else data.weights[this_round]
-  run = _round_fn(model, kind, config.loss, config.steps_per_round, config.batch_size,
-                  config.network_batch_size)
-  hyper = tuple(jnp.float32(v) for v in (config.distill_beta, config.eta0, config.eta_power,
-                                         config.eta_t0, config.z_step_scale))
-  t_start = jnp.int32(t * config.steps_per_round)
-  params, z = run(state.params, state.z, data.xs, data.labels, data.sizes, data.x_ref,
-                  jnp.asarray(weights), round_rng(config.seed, t), t_start, hyper)
+  context = {"size": jnp.asarray(data.sizes, jnp.float32)}
+  if distills:
+    context["z"] = jnp.asarray(state.z)
+  key = round_rng(config.seed, t)
+  mask = np.arange(data.xs.shape[1])[None, :] < data.sizes[:, None]
+  out = train_loop(
+      _DeviceLoss(model, distills, config.loss, config.network_batch_size, config.distill_beta),
+      state.params, {"x": data.xs, "y": data.labels}, optimizer=_step_size(config),
+      key=jax.random.split(key, config.agents), shared_key=jax.random.fold_in(key, config.agents),
+      batch_size=config.batch_size, steps=config.steps_per_round, mask=mask, context=context,
+      shared={"x_ref": jnp.asarray(data.x_ref), "weights": jnp.asarray(weights)},
+      opt_state=state.opt_state, stacked=True, has_aux=distills,
+      communicate=_Gossip(distills, config.network_batch_size, config.distill_beta,
+                          config.z_step_scale, _step_size(config)),
+      first_step=t * config.steps_per_round, step_loop=config.step_loop,
+      agent_batching=config.agent_batching)
+  params, opt_state = out.params, out.opt_state
+  z = out.context["z"] if distills else None
   probs = np.asarray(_proba_fn(model)(params, jnp.asarray(data.x_test)))
   sent = comm_floats(config.method, data.adjacency[this_round].sum(axis=1),
                      network_batch_size=config.network_batch_size,
@@ -464,7 +501,7 @@ def step_ddist(config: DDistConfig, data: DDistData, state: DDistState, t: int
   mean = {key: float(np.mean([r[key] for r in rows]))
           for key in ("test_accuracy", "test_loss", "comm_floats", "comm_floats_total")}
   rows.append({"agent": "mean", "model": config.model, **mean, **extra})
-  return DDistState(_to_numpy(params), _to_numpy(z), comm), rows
+  return DDistState(_to_numpy(params), _to_numpy(z), comm, _to_numpy(opt_state)), rows
 
 
 _DESCRIPTIONS = {

@@ -144,7 +144,8 @@ def build_learners(config: ExperimentConfig, input_shape: tuple[int, ...],
   train_config = TrainConfig(epochs=config.epochs, batch_size=config.batch_size,
                              learning_rate=config.learning_rate,
                              weight_decay=config.weight_decay, loss=config.loss,
-                             warm_start=config.warm_start or config.protocol == "fedavg")
+                             warm_start=config.warm_start or config.protocol == "fedavg",
+                             step_loop=config.step_loop, agent_batching=config.agent_batching)
   key = jax.random.PRNGKey(config.seed)
   learners = []
   for name in config.agent_models:

@@ -37,7 +37,6 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 from neural._src.methods import Method
 from neural._src.methods import MethodConfig
@@ -48,7 +47,10 @@ from neural._src.models import NORMS
 from neural._src.models import SPLIT_RESNETS
 from neural._src.models import get_head
 from neural._src.models import get_model
-from neural._src.training import _shuffle
+from neural._src.optimizers import OptimizerConfig
+from neural._src.optimizers import make_optimizer
+from neural._src.train_loop import train_loop
+from neural._src.train_loop import weighted_mean
 from neural._src.training import init_variables
 
 Array = jax.Array
@@ -399,24 +401,10 @@ class FedDKCState(NamedTuple):
   server_logits: tuple[np.ndarray, ...]
 
 
-@dataclasses.dataclass(frozen=True)
-class _Opt:
-  name: str
-  learning_rate: float
-  momentum: float
-  weight_decay: float
-
-  def make(self) -> optax.GradientTransformation:
-    """L2 decay added to the gradient, then SGD (momentum) or Adam (PyTorch style)."""
-    if self.name == "sgd":
-      step = optax.sgd(self.learning_rate, momentum=self.momentum or None)
-    else:
-      step = optax.adam(self.learning_rate)
-    return optax.chain(optax.add_decayed_weights(self.weight_decay), step)
-
-
-def _opt(config: FedDKCConfig) -> _Opt:
-  return _Opt(config.optimizer, config.learning_rate, config.momentum, config.weight_decay)
+def _opt(config: FedDKCConfig) -> OptimizerConfig:
+  """L2 decay added to the gradient, then SGD (momentum) or Adam (PyTorch style)."""
+  return OptimizerConfig(config.optimizer, config.learning_rate, config.weight_decay,
+                         config.momentum if config.optimizer == "sgd" else 0.0)
 
 
 def _models(config: FedDKCConfig, num_classes: int) -> tuple[list[nn.Module], nn.Module]:
@@ -437,43 +425,30 @@ def _pad(a: np.ndarray, n: int) -> np.ndarray:
   return np.concatenate([a, np.zeros((n - a.shape[0], *a.shape[1:]), dtype=a.dtype)])
 
 
-@functools.partial(jax.jit, static_argnames=("model", "opt", "epochs", "batch_size"))
-def _fit(params, opt_state, x, onehot, target, mask, key, kd_weight, *, model, opt, epochs,
-         batch_size):
-  """``epochs`` passes of mini-batch descent on ``CE + kd_weight * KL(target || p)``.
+@dataclasses.dataclass(frozen=True)
+class _DistillLoss:
+  """``CE + kd_weight * KL(target || p)`` over a mini-batch (``batch.shared``: kd_weight).
 
   Eq. 1 for a client (x: images, target: softmax(z^S)) and Eq. 8 for the server
-  (x: features H^k, target: the refined knowledge c^k). Masked points are never
-  used; the data are reshuffled every epoch from ``key``.
+  (x: features H^k, target: the refined knowledge c^k).
   """
-  n = x.shape[0]
-  num_batches = n // batch_size
-  tx = opt.make()
 
-  def batch_loss(p, xb, yb, tb, wb):
-    logits = model.apply({"params": p}, xb, train=True).astype(jnp.float32)
-    losses = distillation_loss(logits, yb, tb, kd_weight)
-    return jnp.sum(wb * losses) / jnp.maximum(jnp.sum(wb), 1.0)
+  model: nn.Module
 
-  def update(carry, batch):
-    p, s = carry
-    idx, wb = batch
-    grads = jax.grad(batch_loss)(p, x[idx], onehot[idx], target[idx], wb)
-    updates, s = tx.update(grads, s, p)
-    return optax.apply_updates(p, updates), s
+  def __call__(self, params, batch):
+    logits = self.model.apply({"params": params}, batch.data["x"], train=True)
+    losses = distillation_loss(logits.astype(jnp.float32), batch.data["y"],
+                               batch.data["target"], batch.shared)
+    return weighted_mean(losses, batch.weights)
 
-  def step(carry, batch):
-    # Padding-only mini-batches (the tail: masked points are shuffled last) are skipped.
-    return jax.lax.cond(jnp.sum(batch[1]) > 0, update, lambda c, b: c, carry, batch), None
 
-  def epoch(carry, epoch_key):
-    order = _shuffle(epoch_key, mask)
-    weights = mask[order].astype(jnp.float32)
-    batches = (order.reshape(num_batches, batch_size), weights.reshape(num_batches, batch_size))
-    return jax.lax.scan(step, carry, batches)[0], None
-
-  (params, opt_state), _ = jax.lax.scan(epoch, (params, opt_state), jax.random.split(key, epochs))
-  return params, opt_state
+def _fit(params, opt_state, x, onehot, target, mask, key, kd_weight, *, model, config, epochs):
+  """``epochs`` shuffled passes of :class:`_DistillLoss` through ``neural.train_loop``."""
+  out = train_loop(_DistillLoss(model), params, {"x": x, "y": onehot, "target": target},
+                   optimizer=_opt(config), key=key, batch_size=config.batch_size, epochs=epochs,
+                   mask=mask, shared=kd_weight, opt_state=opt_state,
+                   step_loop=config.step_loop, agent_batching=config.agent_batching)
+  return out.params, out.opt_state
 
 
 @functools.partial(jax.jit, static_argnames=("model", "method"))
@@ -521,7 +496,7 @@ def _init_key(seed: int) -> Array:
 @functools.partial(jax.jit, static_argnames=("model", "opt", "shape"))
 def _init_jit(key, *, model, opt, shape):
   params = init_variables(model, key, shape)["params"]
-  return params, opt.make().init(params)
+  return params, make_optimizer(opt).init(params)
 
 
 def init(config: FedDKCConfig, data) -> FedDKCState:
@@ -572,7 +547,6 @@ def step(config: FedDKCConfig, data, state: FedDKCState, t: int
   """Round t of Algorithm 1: local distillation, upload, refinement, global distillation."""
   num_classes = data.num_classes
   clients, server = _models(config, num_classes)
-  opt = _opt(config)
   bs = config.batch_size
   key = round_rng(config.seed, t)
   kd_weight = jnp.float32(config.kd_weight)
@@ -588,8 +562,8 @@ def step(config: FedDKCConfig, data, state: FedDKCState, t: int
     mask = np.arange(size) < n
     client_params[k], client_opt[k] = _fit(
         client_params[k], client_opt[k], _pad(x, size), _pad(y, size), _pad(teacher, size),
-        mask, jax.random.fold_in(key, k), kd_weight, model=model, opt=opt,
-        epochs=config.client_epochs, batch_size=bs)
+        mask, jax.random.fold_in(key, k), kd_weight, model=model, config=config,
+        epochs=config.client_epochs)
     logits, h = _chunked(client_params[k], x, model=model, method="both", size=chunk)
     uploads.append((h, logits, y))
   # Global distillation (Eq. 8), client by client (steps 1.4-1.7).
@@ -601,7 +575,7 @@ def step(config: FedDKCConfig, data, state: FedDKCState, t: int
     server_params, server_opt = _fit(
         server_params, server_opt, _pad(h, size), _pad(y, size), _pad(target, size),
         np.arange(size) < n, jax.random.fold_in(key, config.agents + k), kd_weight,
-        model=server, opt=opt, epochs=config.server_epochs, batch_size=bs)
+        model=server, config=config, epochs=config.server_epochs)
     server_logits.append(np.asarray(
         _chunked(server_params, h, model=server, method="logits", size=chunk), np.float32))
   state = jax.device_get(FedDKCState(tuple(client_params), tuple(client_opt), server_params,

@@ -71,6 +71,8 @@ class MethodConfig:
     agents: number of agents (clients, devices) >= 2.
     rounds: communication rounds >= 1.
     seed: seed of the data subset, the split and every random draw.
+    step_loop, agent_batching: how ``neural.train_loop`` runs local training
+      ("auto": by backend and model; the numbers do not depend on it).
   """
 
   method: str = ""
@@ -86,6 +88,8 @@ class MethodConfig:
   agents: int = 2
   rounds: int = 10
   seed: int = 0
+  step_loop: str = "auto"
+  agent_batching: str = "auto"
 
   def __post_init__(self):
     for f in dataclasses.fields(self):
@@ -109,6 +113,11 @@ class MethodConfig:
     self.need(self.agents >= 2, "agents", "an integer >= 2")
     self.need(self.rounds >= 1, "rounds", "an integer >= 1")
     self.need(self.seed >= 0, "seed", "an integer >= 0")
+    from neural._src.train_loop import AGENT_BATCHING
+    from neural._src.train_loop import STEP_LOOPS
+    self.need(self.step_loop in STEP_LOOPS, "step_loop", f"one of {', '.join(STEP_LOOPS)}")
+    self.need(self.agent_batching in AGENT_BATCHING, "agent_batching",
+              f"one of {', '.join(AGENT_BATCHING)}")
     self.need(self.train_subset is None or self.train_subset >= self.agents, "train_subset",
               f"None or an integer >= agents ({self.agents})")
     self.need(self.test_subset is None or self.test_subset >= 1, "test_subset",

@@ -45,13 +45,15 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 from neural._src.methods import Method
 from neural._src.methods import MethodConfig
 from neural._src.methods import register_method
 from neural._src.methods import round_rng
 from neural._src.methods import test_scores
+from neural._src.optimizers import OptimizerConfig
+from neural._src.optimizers import make_optimizer
+from neural._src.train_loop import train_loop
 
 Array = jax.Array
 
@@ -586,15 +588,12 @@ def _model(config: MHDConfig, num_classes: int) -> MultiHeadModel:
                    tiny=config.tiny)
 
 
-def _optimizer(config: MHDConfig) -> optax.GradientTransformation:
-  total = config.rounds * config.steps_per_round
-  lr = (optax.cosine_decay_schedule(config.learning_rate, total) if config.cosine
-        else config.learning_rate)
-  if config.optimizer == "sgd":
-    opt = optax.sgd(lr, momentum=config.momentum or None)
-  else:
-    opt = optax.adam(lr)
-  return optax.chain(optax.add_decayed_weights(config.weight_decay), opt)
+def _optimizer(config: MHDConfig) -> OptimizerConfig:
+  """SGD with momentum (the paper's) or Adam, L2 decay, cosine decay over all rounds."""
+  cosine = dict(schedule="cosine", decay_steps=config.rounds * config.steps_per_round)
+  return OptimizerConfig(config.optimizer, config.learning_rate, config.weight_decay,
+                         config.momentum if config.optimizer == "sgd" else 0.0,
+                         **(cosine if config.cosine else {}))
 
 
 def _pick_slots(key: Array, valid: Array, num: int) -> tuple[Array, Array]:
@@ -628,46 +627,51 @@ def _client_loss(model, config: MHDConfig, params, xp, yp, xu, teacher_emb, teac
   return loss + config.nu_emb * embedding_loss(emb[nb:], teacher_emb, teacher_valid)
 
 
-def _client_round(model, config: MHDConfig, tx, params, opt_state, pool_params, pool_valid,
-                  x, y, n, x_public, key):
-  """S_P local steps of one client (vmapped over clients)."""
-  n_pub = x_public.shape[0]
+@dataclasses.dataclass(frozen=True)
+class _MHDLoss:
+  """One client's loss at one step, as ``neural.train_loop`` calls it.
 
-  def step(carry, s):
-    params, opt_state = carry
-    k_priv, k_pub, k_pool, k_loss = jax.random.split(jax.random.fold_in(key, s), 4)
-    u = jax.random.uniform(k_priv, (config.batch_size,))
-    idx = jnp.minimum((u * n).astype(jnp.int32), n - 1)
-    xp, yp = x[idx], y[idx]
+  ``batch.data``: the private mini-batch ``{"x", "y"}``; ``batch.context``: the
+  client's checkpoint pool ``(params (N_P, ...), valid (N_P,))``; ``batch.shared``:
+  the public inputs. The step's public batch and its Delta teachers are drawn from
+  ``batch.key``.
+  """
+
+  model: MultiHeadModel
+  config: MHDConfig
+
+  def __call__(self, params, batch):
+    config = self.config
+    pub_key, pool_key, loss_key = jax.random.split(batch.key, 3)
     xu = teacher_emb = teacher_probs = teacher_valid = None
     if config.distills:
-      xu = x_public[jax.random.randint(k_pub, (config.public_batch_size,), 0, n_pub)]
-      slots, teacher_valid = _pick_slots(k_pool, pool_valid, config.teachers_per_step)
+      pool_params, pool_valid = batch.context
+      x_public = batch.shared
+      xu = x_public[jax.random.randint(pub_key, (config.public_batch_size,), 0,
+                                       x_public.shape[0])]
+      slots, teacher_valid = _pick_slots(pool_key, pool_valid, config.teachers_per_step)
 
       def teach(slot):
-        p = jax.tree.map(lambda a: a[slot], pool_params)
-        e, lg = model.apply({"params": p}, xu, train=False)
+        e, lg = self.model.apply({"params": jax.tree.map(lambda a: a[slot], pool_params)}, xu,
+                                 train=False)
         return e, jax.nn.softmax(lg, axis=-1)
 
       teacher_emb, teacher_probs = jax.lax.stop_gradient(jax.vmap(teach)(slots))
-    grads = jax.grad(functools.partial(_client_loss, model, config))(
-        params, xp, yp, xu, teacher_emb, teacher_probs, teacher_valid, k_loss)
-    updates, opt_state = tx.update(grads, opt_state, params)
-    return (optax.apply_updates(params, updates), opt_state), None
-
-  (params, opt_state), _ = jax.lax.scan(step, (params, opt_state),
-                                        jnp.arange(config.steps_per_round))
-  return params, opt_state
+    return _client_loss(self.model, config, params, batch.data["x"], batch.data["y"], xu,
+                        teacher_emb, teacher_probs, teacher_valid, loss_key)
 
 
-@functools.partial(jax.jit, static_argnames=("model", "config"))
-def _round_jit(params, opt_state, pool_params, pool_valid, xs, ys, counts, x_public, keys, *,
-               model, config):
-  tx = _optimizer(config)
-  fn = functools.partial(_client_round, model, config, tx)
-  in_axes = (0, 0, 0 if config.distills else None, 0, 0, 0, 0, None, 0)
-  return jax.vmap(fn, in_axes=in_axes)(params, opt_state, pool_params, pool_valid, xs, ys,
-                                       counts, x_public, keys)
+def _local_steps(config: MHDConfig, model, state: MHDState, data: MHDData, keys):
+  """S_P local steps of every client (private batches drawn with replacement)."""
+  local = config if config.distills else config.replace(method="mhd-isolated")
+  context = (state.pool_params, jnp.asarray(state.pool_owner >= 0)) if config.distills else None
+  mask = np.arange(data.xs.shape[1])[None, :] < np.asarray(data.counts)[:, None]
+  out = train_loop(_MHDLoss(model, local), state.params, {"x": data.xs, "y": data.ys},
+                   optimizer=_optimizer(config), key=keys, batch_size=config.batch_size,
+                   steps=config.steps_per_round, mask=mask, context=context,
+                   shared=jnp.asarray(data.x_public), opt_state=state.opt_state, stacked=True,
+                   step_loop=config.step_loop, agent_batching=config.agent_batching)
+  return out.params, out.opt_state
 
 
 @functools.partial(jax.jit, static_argnames=("model",))
@@ -741,7 +745,7 @@ def init_mhd(config: MHDConfig, data: MHDData) -> MHDState:
   # One client at a time through one compiled init (a vmapped init compiles slowly).
   params = [_init_jit(k, x0, model=model) for k in keys]
   params = jax.tree.map(lambda *leaves: jnp.stack(leaves), *params)
-  opt_one = _optimizer(config).init(jax.tree.map(lambda a: a[0], params))
+  opt_one = make_optimizer(_optimizer(config)).init(jax.tree.map(lambda a: a[0], params))
   opt_state = jax.tree.map(lambda a: jnp.broadcast_to(a, (config.agents, *jnp.shape(a))),
                            opt_one)
   pool = None
@@ -787,13 +791,7 @@ def step_mhd(config: MHDConfig, data: MHDData, state: MHDState, t: int
   """Round t: S_P local steps per client, then the pool update (or FedAvg), then metrics."""
   model = _model(config, data.num_classes)
   keys = jax.random.split(round_rng(config.seed, t), config.agents)
-  pool_valid = jnp.asarray(state.pool_owner >= 0)
-  # The baselines train alike: one compiled program serves both.
-  local = config if config.distills else config.replace(method="mhd-isolated")
-  params, opt_state = _round_jit(state.params, state.opt_state, state.pool_params, pool_valid,
-                                 jnp.asarray(data.xs), jnp.asarray(data.ys),
-                                 jnp.asarray(data.counts, jnp.int32),
-                                 jnp.asarray(data.x_public), keys, model=model, config=local)
+  params, opt_state = _local_steps(config, model, state, data, keys)
   params = _to_numpy(params)
   n_params = _num_floats(jax.tree.map(lambda a: a[0], params))
   comm = np.zeros(config.agents, dtype=np.int64)

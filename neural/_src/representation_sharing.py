@@ -53,7 +53,6 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 from neural._src.methods import Method
 from neural._src.methods import MethodConfig
@@ -62,9 +61,9 @@ from neural._src.methods import round_rng
 from neural._src.methods import test_scores
 from neural._src.models import BasicBlock
 from neural._src.models import _norm
+from neural._src.optimizers import make_optimizer
+from neural._src.train_loop import train_loop
 from neural._src.training import TrainConfig
-from neural._src.training import _shuffle
-from neural._src.training import make_optimizer
 
 Array = jax.Array
 
@@ -625,44 +624,28 @@ def local_loss(model: FeatureClassifier, loss: _Loss, params: Any, x: Array, lab
   return jnp.sum(weights * total) / jnp.maximum(jnp.sum(weights), 1.0)
 
 
-def _local_update(model, loss, tx, batch_size, epochs, params, opt_state, x, labels, mask,
-                  download, key):
-  """LOCALUPDATE for one client: ``epochs`` shuffled passes of mini-batch Adam."""
-  n = x.shape[0]
-  num_batches = n // batch_size        # n is padded to a multiple of batch_size
+@dataclasses.dataclass(frozen=True)
+class _LocalLoss:
+  """:func:`local_loss` as ``neural.train_loop`` calls it (``batch.context``: the download)."""
 
-  def step(carry, batch):
-    p, o = carry
-    idx, wb, k = batch
-    grads = jax.grad(local_loss, argnums=2)(model, loss, p, x[idx], labels[idx], wb,
-                                            download, k)
-    updates, new_o = tx.update(grads, o, p)
-    new_p = optax.apply_updates(p, updates)
-    active = jnp.sum(wb) > 0
-    keep = lambda new, old: jnp.where(active, new, old)
-    return (jax.tree_util.tree_map(keep, new_p, p), jax.tree_util.tree_map(keep, new_o, o)), None
+  model: FeatureClassifier
+  loss: _Loss
 
-  def epoch(carry, k):
-    k_shuffle, k_batches = jax.random.split(k)
-    order = _shuffle(k_shuffle, mask)
-    weights = mask[order].astype(jnp.float32)
-    keys = jax.random.split(k_batches, num_batches)
-    batches = (order.reshape(num_batches, batch_size),
-               weights.reshape(num_batches, batch_size), keys)
-    return jax.lax.scan(step, carry, batches)[0], None
-
-  (params, opt_state), _ = jax.lax.scan(epoch, (params, opt_state),
-                                        jax.random.split(key, epochs))
-  return params, opt_state
+  def __call__(self, params, batch):
+    return local_loss(self.model, self.loss, params, batch.data["x"], batch.data["y"],
+                      batch.weights, batch.context, batch.key)
 
 
-@functools.partial(jax.jit, static_argnames=("model", "loss", "train_config"))
 def _update_all(params, opt_state, x, labels, mask, downloads, keys, *, model, loss,
-                train_config):
-  tx = make_optimizer(train_config)
-  fn = functools.partial(_local_update, model, loss, tx, train_config.batch_size,
-                         train_config.epochs)
-  return jax.vmap(fn)(params, opt_state, x, labels, mask, downloads, keys)
+                config: RepShareConfig):
+  """LOCALUPDATE of every client: ``epochs`` shuffled passes of mini-batch Adam."""
+  train_config = _train_config(config)
+  out = train_loop(_LocalLoss(model, loss), params, {"x": x, "y": labels},
+                   optimizer=train_config.optimizer_config(), key=keys,
+                   batch_size=config.batch_size, epochs=config.epochs, mask=mask,
+                   context=downloads, opt_state=opt_state, stacked=True,
+                   step_loop=config.step_loop, agent_batching=config.agent_batching)
+  return out.params, out.opt_state
 
 
 def _chunked(fn, x, chunk: int):
@@ -818,8 +801,7 @@ def _step(config: RepShareConfig, data: RepShareData, state: RepShareState, t: i
   downloads = state.downloads if state.downloads is not None else _no_teacher(n, c)
   params, opt_state = _update_all(state.params, state.opt_state, data.x, data.labels,
                                   data.mask, downloads, jax.random.split(k_train, n),
-                                  model=model, loss=_loss_of(config),
-                                  train_config=_train_config(config))
+                                  model=model, loss=_loss_of(config), config=config)
   up = down = 0
   new_downloads = None
   if config.method in ("repshare", "repshare-fd"):

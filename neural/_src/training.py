@@ -1,12 +1,8 @@
-"""Jitted training of one Flax model, or of many same-architecture models as one vmapped program.
+"""Training of a Flax classifier on soft targets: the paper's neural agent (App. A).
 
 The paper's setting (Afonin & Karimireddy, App. A): Adam, learning rate 1e-3,
 L2 weight decay 3e-4 added to the gradient *before* Adam, as PyTorch's
-``torch.optim.Adam(weight_decay=...)`` does (not AdamW's decoupled decay):
-
-    g <- grad + wd * p;  m <- b1 m + (1 - b1) g;  v <- b2 v + (1 - b2) g^2
-    p <- p - lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
-
+``torch.optim.Adam(weight_decay=...)`` does (see :func:`neural.make_optimizer`).
 Losses, on per-example softmax probabilities ``s = softmax(logits)`` (C classes):
 
 * ``"mse"``: ``mean_c (s_c - t_c)^2``, averaged over the batch: PyTorch's
@@ -15,13 +11,11 @@ Losses, on per-example softmax probabilities ``s = softmax(logits)`` (C classes)
   to the theoretical setting");
 * ``"ce"``: soft cross-entropy ``-sum_c t_c log s_c``, averaged over the batch.
 
-The data are shuffled every epoch from an explicit key and cut into
-``ceil(n / batch_size)`` mini-batches (the last one partial, averaged over its
-own points like a PyTorch ``DataLoader``). A per-example ``mask`` removes points:
-they are shuffled to the end and never used, and a mini-batch without any point
-makes no optimiser step at all. So an agent whose data are padded to a larger n
-with a mask follows exactly the schedule of the unpadded run with the same key,
-which is what lets :func:`train_batch` stack agents with different numbers of points.
+:func:`train` and :func:`train_batch` run :func:`neural.train_loop` (the one
+training scaffold) with :class:`SoftmaxLoss`: shuffled epochs of mini-batches,
+the last one partial, a per-example ``mask`` that removes points (a padded agent
+follows the schedule of its unpadded run with the same key), and agents stacked
+on a leading axis trained together or one after the other.
 
 Everything is float32, whether or not JAX's x64 mode is on.
 """
@@ -36,16 +30,19 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
+
+from neural._src.optimizers import OptimizerConfig
+from neural._src.train_loop import AGENT_BATCHING
+from neural._src.train_loop import STEP_LOOPS
+from neural._src.train_loop import Batch
+from neural._src.train_loop import TrainError
+from neural._src.train_loop import train_loop
+from neural._src.train_loop import weighted_mean
 
 Array = jax.Array
 Variables = Any   # a Flax variables dict {"params": ...}
 
 LOSSES = ("mse", "ce")
-
-
-class TrainError(ValueError):
-  """A bad training setting or bad training data."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,13 +52,17 @@ class TrainConfig:
   Attributes:
     epochs: passes over the data.
     batch_size: points per mini-batch.
-    learning_rate: Adam's step size (1e-3 in the paper).
-    weight_decay: L2 coefficient added to the gradient before Adam (3e-4 in the
-      paper, 0 for its 'no regularisation' runs).
+    learning_rate: the optimiser's step size (1e-3 in the paper).
+    weight_decay: L2 coefficient added to the gradient before the optimiser (3e-4
+      in the paper, 0 for its 'no regularisation' runs).
     loss: "mse" (squared error of the softmax output, the paper's default) or
       "ce" (soft cross-entropy, App. H.3).
     warm_start: if true, a learner with ``init`` variables starts from them
       instead of a fresh initialisation.
+    optimizer: "adam" (the paper's) or "sgd".
+    momentum: heavy-ball momentum of "sgd".
+    step_loop, agent_batching: how :func:`neural.train_loop` runs the steps and
+      stacked agents ("auto": by backend and model; the numbers do not depend on it).
   """
 
   epochs: int = 20
@@ -70,6 +71,10 @@ class TrainConfig:
   weight_decay: float = 3e-4
   loss: str = "mse"
   warm_start: bool = False
+  optimizer: str = "adam"
+  momentum: float = 0.0
+  step_loop: str = "auto"
+  agent_batching: str = "auto"
 
   def __post_init__(self):
     if int(self.epochs) < 0:
@@ -82,15 +87,20 @@ class TrainConfig:
       raise TrainError(f"weight_decay: expected a number >= 0, got {self.weight_decay}")
     if self.loss not in LOSSES:
       raise TrainError(f"loss: expected one of {LOSSES}, got {self.loss!r}")
+    if self.step_loop not in STEP_LOOPS:
+      raise TrainError(f"step_loop: expected one of {STEP_LOOPS}, got {self.step_loop!r}")
+    if self.agent_batching not in AGENT_BATCHING:
+      raise TrainError(f"agent_batching: expected one of {AGENT_BATCHING}, got "
+                       f"{self.agent_batching!r}")
+    self.optimizer_config()   # checks optimizer and momentum
 
-
-def make_optimizer(config: TrainConfig) -> optax.GradientTransformation:
-  """PyTorch-style Adam with L2 weight decay added to the gradient (see module docstring)."""
-  return optax.chain(
-      optax.add_decayed_weights(config.weight_decay),
-      optax.scale_by_adam(b1=0.9, b2=0.999, eps=1e-8),
-      optax.scale(-config.learning_rate),
-  )
+  def optimizer_config(self) -> OptimizerConfig:
+    """The :class:`neural.OptimizerConfig` of these settings."""
+    try:
+      return OptimizerConfig(self.optimizer, float(self.learning_rate), float(self.weight_decay),
+                             float(self.momentum))
+    except ValueError as e:
+      raise TrainError(str(e)) from None
 
 
 def per_example_loss(logits: Array, targets: Array, loss: str) -> Array:
@@ -102,6 +112,26 @@ def per_example_loss(logits: Array, targets: Array, loss: str) -> Array:
   raise TrainError(f"loss: expected one of {LOSSES}, got {loss!r}")
 
 
+@dataclasses.dataclass(frozen=True)
+class SoftmaxLoss:
+  """The loss of :func:`train`: the mini-batch mean of :func:`per_example_loss`.
+
+  ``batch.data`` holds ``"x"`` (inputs) and ``"t"`` (targets); ``batch.context``
+  the model's variables other than its parameters (none for ``neural``'s models);
+  dropout draws from ``batch.key``.
+  """
+
+  model: nn.Module
+  loss: str = "mse"
+
+  def __call__(self, params, batch: Batch) -> Array:
+    variables = {"params": params, **(batch.context or {})}
+    logits = self.model.apply(variables, batch.data["x"], train=True,
+                              rngs={"dropout": batch.key})
+    return weighted_mean(per_example_loss(logits.astype(jnp.float32), batch.data["t"],
+                                          self.loss), batch.weights)
+
+
 def _float32(tree):
   return jax.tree_util.tree_map(lambda a: jnp.asarray(a, dtype=jnp.float32), tree)
 
@@ -110,74 +140,6 @@ def init_variables(model: nn.Module, key: Array, input_shape: tuple[int, ...]) -
   """Fresh float32 variables of ``model`` for inputs of shape ``(B,) + input_shape``."""
   x = jnp.zeros((1, *tuple(input_shape)), dtype=jnp.float32)
   return _float32(model.init({"params": key}, x, train=False))
-
-
-def _shuffle(key: Array, mask: Array) -> Array:
-  """A permutation of 0..n-1 with the masked-in points first, in random order.
-
-  Point i's sort key is drawn from ``fold_in(key, i)``, so the order of the
-  points 0..n_a-1 does not depend on how many padded points follow them.
-  """
-  n = mask.shape[0]
-  index = jnp.arange(n, dtype=jnp.int32)
-  bits = jax.vmap(lambda i: jax.random.bits(jax.random.fold_in(key, i), dtype=jnp.uint32))(index)
-  invalid = jnp.logical_not(mask).astype(jnp.int32)
-  return jax.lax.sort((invalid, bits, index), num_keys=3)[2]
-
-
-def _train_one(model: nn.Module, config: TrainConfig, variables: Variables, x: Array,
-               targets: Array, mask: Array, key: Array) -> Variables:
-  """Trains one model (a pure function of arrays; ``model``, ``config`` static)."""
-  n = x.shape[0]
-  batch_size = int(config.batch_size)
-  num_batches = -(-n // batch_size)
-  slots = num_batches * batch_size
-  tx = make_optimizer(config)
-  params = variables["params"]
-  others = {k: v for k, v in variables.items() if k != "params"}
-
-  def batch_loss(p, xb, tb, wb, dropout_key):
-    logits = model.apply({"params": p, **others}, xb, train=True, rngs={"dropout": dropout_key})
-    losses = per_example_loss(logits.astype(jnp.float32), tb, config.loss)
-    return jnp.sum(wb * losses) / jnp.maximum(jnp.sum(wb), 1.0)
-
-  def step(carry, batch):
-    p, opt_state = carry
-    idx, wb, dropout_key = batch
-    grads = jax.grad(batch_loss)(p, x[idx], targets[idx], wb, dropout_key)
-    updates, new_opt_state = tx.update(grads, opt_state, p)
-    new_p = optax.apply_updates(p, updates)
-    active = jnp.sum(wb) > 0   # an empty mini-batch (padding only) makes no step
-    keep = lambda new, old: jnp.where(active, new, old)
-    return (jax.tree_util.tree_map(keep, new_p, p),
-            jax.tree_util.tree_map(keep, new_opt_state, opt_state)), None
-
-  def epoch(carry, epoch_key):
-    shuffle_key, dropout_key = jax.random.split(epoch_key)
-    order = _shuffle(shuffle_key, mask)
-    order = jnp.concatenate([order, jnp.zeros((slots - n,), dtype=order.dtype)])
-    weights = jnp.where(jnp.arange(slots) < n, mask[order], False).astype(jnp.float32)
-    dropout_keys = jax.vmap(lambda b: jax.random.fold_in(dropout_key, b))(
-        jnp.arange(num_batches))
-    batches = (order.reshape(num_batches, batch_size),
-               weights.reshape(num_batches, batch_size), dropout_keys)
-    carry, _ = jax.lax.scan(step, carry, batches)
-    return carry, None
-
-  carry = (params, tx.init(params))
-  if config.epochs > 0:
-    carry, _ = jax.lax.scan(epoch, carry, jax.random.split(key, config.epochs))
-  return {**others, "params": carry[0]}
-
-
-@functools.partial(jax.jit, static_argnames=("model", "config"))
-def _train_jit(variables, x, targets, mask, key, *, model, config):
-  return _train_one(model, config, variables, x, targets, mask, key)
-
-
-@functools.partial(jax.jit, static_argnames=("model", "config"))
-def _train_vmap_jit(variables, x, targets, mask, key, *, model, config):
-  return jax.vmap(functools.partial(_train_one, model, config))(variables, x, targets, mask, key)
 
 
 def _check_data(x, targets, mask, batch_axes: int):
@@ -209,9 +171,20 @@ def _pad_to_batches(x, targets, mask, batch_size: int, axis: int):
           jnp.pad(mask, widths(mask), constant_values=False))
 
 
+def _fit(model, variables, x, targets, mask, key, config: TrainConfig, stacked: bool):
+  variables = _float32(variables)
+  params = variables["params"]
+  others = {k: v for k, v in variables.items() if k != "params"} or None
+  out = train_loop(SoftmaxLoss(model, config.loss), params, {"x": x, "t": targets},
+                   optimizer=config.optimizer_config(), key=key, batch_size=config.batch_size,
+                   epochs=config.epochs, mask=mask, context=others, stacked=stacked,
+                   step_loop=config.step_loop, agent_batching=config.agent_batching)
+  return {**(others or {}), "params": out.params}
+
+
 def train(model: nn.Module, variables: Variables, x: Array, targets: Array, key: Array,
           config: TrainConfig, mask: Array | None = None) -> Variables:
-  """Trains ``model`` from ``variables`` on ``(x, targets)``: one jitted program.
+  """Trains ``model`` from ``variables`` on ``(x, targets)`` with :class:`SoftmaxLoss`.
 
   Args:
     model: a Flax module ``(B, H, W, C) -> logits (B, C)`` (see :func:`get_model`).
@@ -228,12 +201,15 @@ def train(model: nn.Module, variables: Variables, x: Array, targets: Array, key:
   """
   x, targets, mask = _check_data(x, targets, mask, 1)
   x, targets, mask = _pad_to_batches(x, targets, mask, config.batch_size, 0)
-  return _train_jit(_float32(variables), x, targets, mask, key, model=model, config=config)
+  return _fit(model, variables, x, targets, mask, key, config, stacked=False)
 
 
 def train_batch(model: nn.Module, variables: Variables, xs: Array, targets: Array, keys: Array,
                 config: TrainConfig, masks: Array | None = None) -> Variables:
-  """:func:`train` vmapped over a leading agent axis: one jitted program for all agents.
+  """:func:`train` for M agents of one architecture, stacked on a leading agent axis.
+
+  The agents train as one vmapped program or one after the other
+  (``config.agent_batching``; "auto" picks the faster for the backend and model).
 
   Args:
     model, config: shared by all agents (static).
@@ -249,8 +225,7 @@ def train_batch(model: nn.Module, variables: Variables, xs: Array, targets: Arra
   """
   xs, targets, masks = _check_data(xs, targets, masks, 2)
   xs, targets, masks = _pad_to_batches(xs, targets, masks, config.batch_size, 1)
-  return _train_vmap_jit(_float32(variables), xs, targets, masks, keys, model=model,
-                         config=config)
+  return _fit(model, variables, xs, targets, masks, keys, config, stacked=True)
 
 
 @functools.partial(jax.jit, static_argnames=("model",))

@@ -1,0 +1,461 @@
+"""The training scaffold of ``neural``: every method trains through :func:`train_loop`.
+
+A method supplies only its loss (and, if its agents talk during training, its
+communication step); the scaffold owns the rest: mini-batch sampling, masks for
+padded agents, keys, the optimiser (:func:`neural.make_optimizer`), stacking of
+agents and the choice of the compiled loop.
+
+**Sampling.** ``epochs=E``: every epoch the masked-in points are shuffled (a key
+per epoch, :func:`shuffle`) and cut into ``ceil(n_valid / B)`` mini-batches, the
+last one partial (its padding has weight 0, so a loss that averages with
+:func:`weighted_mean` averages over its own points, like a PyTorch
+``DataLoader``). Masked-out points are never used: a padded agent follows the
+schedule of its unpadded run with the same key. ``steps=S``: S mini-batches of B
+points drawn uniformly with replacement from the masked-in points.
+
+**Keys.** ``key`` is split into one key per epoch, each into a shuffle key and a
+step key; step b of the epoch gets ``fold_in(step_key, b)`` as ``batch.key``
+(dropout, the loss's own draws). With ``steps``, step s draws its indices and its
+``batch.key`` from ``fold_in(key, s)``. ``batch.shared_key`` is the same for all
+agents of a stacked run (a common public batch, say).
+
+**Agents.** With ``stacked=True`` every leaf of ``params``, ``data``, ``mask``,
+``context``, ``opt_state`` and ``key`` has a leading agent axis; ``shared`` has
+none. The agents train as one vmapped program (``"vmap"``) or one after the
+other (``"sequential"``); the numbers are those of training each agent alone.
+A ``communicate`` step runs after every optimiser step on the stacked agents
+(D-Distillation's soft-decision gossip, D-SGD's parameter gossip).
+
+**Which loop.** ``step_loop="scan"`` compiles an epoch (or all ``steps``) into one
+``lax.scan``; ``"python"`` calls one jitted step per mini-batch. Both run the same
+step function. ``"auto"`` (the default) picks by backend and model: XLA:CPU
+canonicalises convolutions into its fast library kernels only in a program's
+entry computation (its ``ConvCanonicalization`` pass visits nothing else), so the
+gradient convolutions inside a scan's loop body run on its generic loop emitter,
+about 10x slower; and vmapped convolutions become grouped ones, 3x slower than
+one agent after the other. So on a CPU a step that contains a convolution runs as
+a Python loop of jitted steps with the agents one after the other; everything
+else (dense models on a CPU, any model on an accelerator) runs as a scan with the
+agents vmapped. ``benchmarks/train_speed.py`` shows the effect.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+import dataclasses
+import functools
+from typing import Any
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from neural._src.optimizers import OptimizerConfig
+from neural._src.optimizers import make_optimizer
+
+Array = jax.Array
+
+STEP_LOOPS = ("auto", "scan", "python")
+AGENT_BATCHING = ("auto", "vmap", "sequential")
+
+
+class TrainError(ValueError):
+  """A bad training setting or bad training data (the message names the argument)."""
+
+
+class Batch(NamedTuple):
+  """What the loss sees at one step (one agent's view).
+
+  Attributes:
+    data: the caller's ``data`` PyTree at this step's indices (leaves (B, ...)).
+    weights: (B,) float32, 1 for a point of the mini-batch, 0 for padding.
+    context: the caller's per-agent constants (or state a ``communicate`` step updates).
+    shared: the caller's constants common to all agents.
+    key: this agent's PRNG key of this step (dropout, the loss's own draws).
+    shared_key: this step's key common to all agents of a stacked run.
+    step: the global step index (``first_step`` + steps done in this call), int32.
+  """
+
+  data: Any
+  weights: Array
+  context: Any
+  shared: Any
+  key: Array
+  shared_key: Array
+  step: Array
+
+
+class Exchange(NamedTuple):
+  """What a ``communicate`` step sees after the optimiser step of every agent (stacked).
+
+  Attributes:
+    params_before: the agents' parameters before this step.
+    params: after the optimiser step.
+    context: the per-agent context (the communicate step may return it updated).
+    shared: the shared constants.
+    aux: the stacked auxiliary outputs of the losses (``has_aux=True``), else ``None``.
+    shared_key, step: as in :class:`Batch`.
+  """
+
+  params_before: Any
+  params: Any
+  context: Any
+  shared: Any
+  aux: Any
+  shared_key: Array
+  step: Array
+
+
+class TrainResult(NamedTuple):
+  """Trained ``params``, the optimiser state to continue from, and the final ``context``."""
+
+  params: Any
+  opt_state: Any
+  context: Any
+
+
+def weighted_mean(losses: Array, weights: Array) -> Array:
+  """``sum_i w_i l_i / max(sum_i w_i, 1)``: a mini-batch mean over its own (unpadded) points."""
+  return jnp.sum(weights * losses) / jnp.maximum(jnp.sum(weights), 1.0)
+
+
+def shuffle(key: Array, mask: Array) -> Array:
+  """A permutation of 0..n-1 with the masked-in points first, in random order.
+
+  Point i's sort key is drawn from ``fold_in(key, i)``, so the order of the
+  points 0..n_a-1 does not depend on how many padded points follow them.
+  """
+  n = mask.shape[0]
+  index = jnp.arange(n, dtype=jnp.int32)
+  bits = jax.vmap(lambda i: jax.random.bits(jax.random.fold_in(key, i), dtype=jnp.uint32))(index)
+  invalid = jnp.logical_not(mask).astype(jnp.int32)
+  return jax.lax.sort((invalid, bits, index), num_keys=3)[2]
+
+
+# ---------------------------------------------------------------------------
+# One step (static plan, traced arrays)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+  """The static part of a compiled step (hashable: a jit cache key)."""
+
+  loss_fn: Callable[..., Any]
+  optimizer: OptimizerConfig
+  batch_size: int
+  sampling: str                     # "epochs" or "steps"
+  has_aux: bool = False
+  communicate: Callable[..., Any] | None = None
+  stacked: bool = False
+  agents: str = "vmap"              # stacked only: "vmap" or "unrolled" (one program, no vmap)
+  num_agents: int = 1
+  guard: bool = False               # some agent can meet a mini-batch of padding only
+
+
+class _Inputs(NamedTuple):
+  """Arrays of one compiled call: the data and what the sampler needs (per agent if stacked)."""
+
+  data: Any
+  shared: Any
+  order: Array        # epochs: this epoch's shuffled indices; steps: masked-in points first
+  n_valid: Array      # () int32 masked-in points
+  key: Array          # epochs: this epoch's step key; steps: the call's key
+  shared_key: Array   # the same, common to all agents
+  first: Array        # () int32: the global index of this call's step 0
+
+
+def _sample(plan: _Plan, order, n_valid, key, i):
+  """Indices, weights and the loss key of step i (one agent)."""
+  b = plan.batch_size
+  if plan.sampling == "epochs":
+    idx = jax.lax.dynamic_slice(order, (i * b,), (b,))
+    weights = ((i * b + jnp.arange(b)) < n_valid).astype(jnp.float32)
+    return idx, weights, jax.random.fold_in(key, i)
+  draw_key, step_key = jax.random.split(jax.random.fold_in(key, i))
+  u = jax.random.uniform(draw_key, (b,))
+  j = jnp.minimum((u * n_valid).astype(jnp.int32), n_valid - 1)
+  return order[j], jnp.ones((b,), jnp.float32), step_key
+
+
+def _agent_step(plan: _Plan, tx, params, opt_state, data, context, shared, order, n_valid, key,
+                shared_key, step, i):
+  idx, weights, step_key = _sample(plan, order, n_valid, key, i)
+  batch = Batch(jax.tree.map(lambda a: a[idx], data), weights, context, shared, step_key,
+                shared_key, step)
+  if plan.has_aux:
+    grads, aux = jax.grad(plan.loss_fn, has_aux=True)(params, batch)
+  else:
+    grads, aux = jax.grad(plan.loss_fn)(params, batch), None
+  updates, new_opt_state = tx.update(grads, opt_state, params)
+  new_params = optax.apply_updates(params, updates)
+  if plan.guard:   # a mini-batch of padding only makes no step at all
+    active = jnp.sum(weights) > 0
+    keep = lambda new, old: jnp.where(active, new, old)
+    new_params = jax.tree.map(keep, new_params, params)
+    new_opt_state = jax.tree.map(keep, new_opt_state, opt_state)
+  return new_params, new_opt_state, aux
+
+
+def _one_step(plan: _Plan, tx, state, inputs: _Inputs, i):
+  params, opt_state, context = state
+  step = inputs.first + i
+  shared_key = jax.random.fold_in(inputs.shared_key, i)
+  agent = functools.partial(_agent_step, plan, tx)
+  per_agent = (params, opt_state, inputs.data, context)
+  sampler = (inputs.order, inputs.n_valid, inputs.key)
+  if not plan.stacked:
+    new_params, new_opt_state, aux = agent(*per_agent, inputs.shared, *sampler, shared_key,
+                                           step, i)
+  elif plan.agents == "vmap":
+    new_params, new_opt_state, aux = jax.vmap(
+        agent, in_axes=(0, 0, 0, 0, None, 0, 0, 0, None, None, None))(
+            *per_agent, inputs.shared, *sampler, shared_key, step, i)
+  else:   # one program, one agent after the other (no vmapped convolutions)
+    outs = [agent(*jax.tree.map(lambda a, m=m: a[m], (*per_agent,)), inputs.shared,
+                  *jax.tree.map(lambda a, m=m: a[m], sampler), shared_key, step, i)
+            for m in range(plan.num_agents)]
+    new_params, new_opt_state, aux = jax.tree.map(lambda *a: jnp.stack(a), *outs)
+  if plan.communicate is not None:
+    new_params, context = plan.communicate(Exchange(params, new_params, context, inputs.shared,
+                                                    aux, shared_key, step))
+  return new_params, new_opt_state, context
+
+
+@functools.partial(jax.jit, static_argnames=("plan", "num_steps"))
+def _scan_steps(state, inputs, *, plan, num_steps):
+  tx = make_optimizer(plan.optimizer)
+  body = lambda s, i: (_one_step(plan, tx, s, inputs, i), None)
+  return jax.lax.scan(body, state, jnp.arange(num_steps, dtype=jnp.int32))[0]
+
+
+@functools.partial(jax.jit, static_argnames=("plan",))
+def _python_step(state, inputs, i, *, plan):
+  return _one_step(plan, make_optimizer(plan.optimizer), state, inputs, i)
+
+
+@functools.partial(jax.jit, static_argnames=("stacked", "slots"))
+def _epoch_order(mask, epoch_key, *, stacked, slots):
+  """(order padded or cut to ``slots``, step key) of one epoch, from its key."""
+  def one(mask, epoch_key):
+    shuffle_key, step_key = jax.random.split(epoch_key)
+    order = shuffle(shuffle_key, mask)
+    pad = slots - order.shape[0]
+    order = jnp.concatenate([order, jnp.zeros((pad,), order.dtype)]) if pad > 0 else order[:slots]
+    return order, step_key
+  return jax.vmap(one)(mask, epoch_key) if stacked else one(mask, epoch_key)
+
+
+@functools.partial(jax.jit, static_argnames=("stacked",))
+def _valid_first(mask, *, stacked):
+  one = lambda m: jnp.argsort(jnp.logical_not(m), stable=True).astype(jnp.int32)
+  return jax.vmap(one)(mask) if stacked else one(mask)
+
+
+# ---------------------------------------------------------------------------
+# Which loop (see the module docstring)
+
+
+def _has_convolution(jaxpr) -> bool:
+  for eqn in jaxpr.eqns:
+    if eqn.primitive.name == "conv_general_dilated":
+      return True
+    for value in eqn.params.values():
+      for sub in value if isinstance(value, (tuple, list)) else (value,):
+        inner = getattr(sub, "jaxpr", sub)
+        if hasattr(inner, "eqns") and _has_convolution(inner):
+          return True
+  return False
+
+
+_CONV_CACHE: dict[Any, bool] = {}
+
+
+def _step_uses_convolution(plan: _Plan, state, inputs: _Inputs) -> bool:
+  """Whether one agent's step contains a convolution (traced once per plan and shapes)."""
+  one = dataclasses.replace(plan, stacked=False, communicate=None, num_agents=1)
+  if plan.stacked:   # trace one agent's slice
+    first = lambda tree: jax.tree.map(lambda a: a[0], tree)
+    state = first(state)
+    inputs = inputs._replace(data=first(inputs.data), order=inputs.order[0],
+                             n_valid=inputs.n_valid[0], key=inputs.key[0])
+  signature = (one, jax.tree.structure((state, inputs)),
+               tuple((np.shape(a), jnp.result_type(a)) for a in jax.tree.leaves((state, inputs))))
+  if signature not in _CONV_CACHE:
+    tx = make_optimizer(one.optimizer)
+    jaxpr = jax.make_jaxpr(lambda s, x: _one_step(one, tx, s, x, jnp.int32(0)))(state, inputs)
+    _CONV_CACHE[signature] = _has_convolution(jaxpr.jaxpr)
+  return _CONV_CACHE[signature]
+
+
+def resolve_loop(step_loop: str, agent_batching: str, uses_convolution: Callable[[], bool]
+                 ) -> tuple[str, str]:
+  """``(step_loop, agent_batching)`` with "auto" resolved (see the module docstring)."""
+  if "auto" not in (step_loop, agent_batching):
+    return step_loop, agent_batching
+  slow_conv = jax.default_backend() == "cpu" and uses_convolution()
+  if step_loop == "auto":
+    step_loop = "python" if slow_conv else "scan"
+  if agent_batching == "auto":
+    agent_batching = "sequential" if slow_conv else "vmap"
+  return step_loop, agent_batching
+
+
+# ---------------------------------------------------------------------------
+# The scaffold
+
+
+def train_loop(loss_fn: Callable[..., Any], params: Any, data: Any, *,
+               optimizer: OptimizerConfig, key: Array, batch_size: int,
+               epochs: int | None = None, steps: int | None = None, mask: Any = None,
+               context: Any = None, shared: Any = None, opt_state: Any = None,
+               stacked: bool = False, shared_key: Array | None = None,
+               communicate: Callable[[Exchange], tuple[Any, Any]] | None = None,
+               has_aux: bool = False, first_step: int = 0, step_loop: str = "auto",
+               agent_batching: str = "auto") -> TrainResult:
+  """Trains ``params`` on mini-batches of ``data`` with the loss ``loss_fn``.
+
+  Each step: ``grads = grad(loss_fn)(params, batch)`` (a :class:`Batch`), one
+  update of ``make_optimizer(optimizer)``, then ``communicate`` if given.
+
+  Args:
+    loss_fn: ``loss_fn(params, batch) -> scalar`` (``(scalar, aux)`` with
+      ``has_aux``). It is a static setting: pass a module-level function or a
+      frozen dataclass with ``__call__`` (equal values reuse the compiled step).
+    params: the parameters (a PyTree; leading agent axis if ``stacked``).
+    data: a PyTree of arrays with ``n`` points on axis 0 (axis 1 if ``stacked``).
+    optimizer: an :class:`neural.OptimizerConfig` (static).
+    key: PRNG key of the sampling and of ``batch.key`` ((M,) keys if ``stacked``).
+    batch_size: B.
+    epochs, steps: exactly one: E shuffled passes, or S mini-batches drawn with
+      replacement (see the module docstring).
+    mask: (n,) booleans ((M, n) if ``stacked``), ``None`` for all points.
+    context: per-agent PyTree handed to the loss (and updated by ``communicate``).
+    shared: PyTree common to all agents, handed to the loss and ``communicate``.
+    opt_state: the optimiser state to continue from (``None``: a fresh one).
+    stacked: the leading axis of params, data, mask, context, opt_state and key
+      is an agent axis.
+    shared_key: the key of ``batch.shared_key`` (default: derived from ``key``).
+    communicate: ``communicate(exchange) -> (params, context)`` after every step
+      of the stacked agents (static, like ``loss_fn``); needs ``stacked``.
+    has_aux: ``loss_fn`` returns ``(loss, aux)``; aux reaches ``communicate``.
+    first_step: the global index of this call's first step (``batch.step``).
+    step_loop, agent_batching: "auto" (see the module docstring), or "scan" /
+      "python" and "vmap" / "sequential".
+
+  Returns:
+    A :class:`TrainResult` (params, optimiser state, context).
+
+  Raises:
+    TrainError: bad settings or shapes, named.
+
+  Example:
+    >>> def loss_fn(params, batch):
+    ...   pred = batch.data["x"] @ params["w"]
+    ...   return weighted_mean((pred - batch.data["y"]) ** 2, batch.weights)
+    >>> out = train_loop(loss_fn, {"w": jnp.zeros(3)}, {"x": x, "y": y},
+    ...                  optimizer=OptimizerConfig("sgd", 0.1), key=jax.random.PRNGKey(0),
+    ...                  batch_size=16, epochs=5)
+  """
+  if (epochs is None) == (steps is None):
+    raise TrainError(f"epochs, steps: expected exactly one of them, got {epochs!r} and {steps!r}")
+  count = epochs if steps is None else steps
+  if not isinstance(count, (int, np.integer)) or count < 0:
+    raise TrainError(f"{'epochs' if steps is None else 'steps'}: expected an int >= 0, got "
+                     f"{count!r}")
+  if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+    raise TrainError(f"batch_size: expected a positive int, got {batch_size!r}")
+  if not isinstance(optimizer, OptimizerConfig):
+    raise TrainError(f"optimizer: expected a neural.OptimizerConfig, got "
+                     f"{type(optimizer).__name__}")
+  if step_loop not in STEP_LOOPS:
+    raise TrainError(f"step_loop: expected one of {STEP_LOOPS}, got {step_loop!r}")
+  if agent_batching not in AGENT_BATCHING:
+    raise TrainError(f"agent_batching: expected one of {AGENT_BATCHING}, got {agent_batching!r}")
+  if communicate is not None and not stacked:
+    raise TrainError("communicate: needs stacked=True (it acts on all agents at once)")
+  data = jax.tree.map(jnp.asarray, data)
+  leaves = jax.tree.leaves(data)
+  if not leaves:
+    raise TrainError("data: expected a PyTree with at least one array")
+  lead = 2 if stacked else 1
+  shape = leaves[0].shape[:lead]
+  if len(shape) < lead or any(a.shape[:lead] != shape for a in leaves):
+    raise TrainError(f"data: expected every array to have the leading axes "
+                     f"{'(agents, n)' if stacked else '(n,)'} in common, got shapes "
+                     f"{[a.shape for a in leaves]}")
+  mask = np.ones(shape, bool) if mask is None else np.asarray(mask).astype(bool)
+  if mask.shape != shape:
+    raise TrainError(f"mask: expected shape {shape}, got {mask.shape}")
+  n_valid = mask.sum(axis=-1)
+  key = jnp.asarray(key)
+  num_agents = shape[0] if stacked else 1
+  if stacked and (key.ndim == 0 or key.shape[0] != num_agents):
+    raise TrainError(f"key: expected {num_agents} stacked keys (one per agent), got shape "
+                     f"{key.shape}")
+  if steps is not None and np.any(n_valid == 0):
+    raise TrainError("mask: every agent needs at least one point to draw mini-batches from")
+  tx = make_optimizer(optimizer)
+  if opt_state is None:
+    opt_state = jax.vmap(tx.init)(params) if stacked else tx.init(params)
+  if count == 0:
+    return TrainResult(params, opt_state, context)
+  if shared_key is None:
+    shared_key = jax.random.fold_in(key[0] if stacked else key, 0x5EED)
+
+  if epochs is not None:
+    steps_per_epoch = int(-(-int(n_valid.max()) // batch_size))
+    sizes = set(-(-np.atleast_1d(n_valid) // batch_size))
+  else:
+    steps_per_epoch, sizes = int(steps), {0}
+  plan = _Plan(loss_fn, optimizer, int(batch_size), "epochs" if steps is None else "steps",
+               has_aux, communicate, stacked, "vmap", num_agents, guard=len(sizes) > 1)
+  state = (params, opt_state, context)
+  mask = jnp.asarray(mask)
+  if epochs is not None:
+    epoch_keys = (jax.vmap(lambda k: jax.random.split(k, epochs))(key) if stacked
+                  else jax.random.split(key, epochs))
+    shared_keys = jax.random.split(shared_key, epochs)
+
+    def inputs_of(e):
+      order, step_key = _epoch_order(mask, epoch_keys[:, e] if stacked else epoch_keys[e],
+                                     stacked=stacked, slots=steps_per_epoch * batch_size)
+      return _Inputs(data, shared, order, jnp.asarray(n_valid, jnp.int32), step_key,
+                     shared_keys[e], jnp.int32(first_step + e * steps_per_epoch))
+    rounds = range(epochs)
+  else:
+    order = _valid_first(mask, stacked=stacked)
+    inputs_of = lambda e: _Inputs(data, shared, order, jnp.asarray(n_valid, jnp.int32), key,
+                                  shared_key, jnp.int32(first_step))
+    rounds = range(1)
+
+  step_loop, agent_batching = resolve_loop(
+      step_loop, agent_batching, lambda: _step_uses_convolution(plan, state, inputs_of(0)))
+  if stacked and agent_batching == "sequential":
+    if communicate is None:   # independent agents: each trains alone, one compiled program
+      return _one_by_one(loss_fn, state, data, mask, key, shared_key, shared,
+                         dict(optimizer=optimizer, batch_size=batch_size, epochs=epochs,
+                              steps=steps, has_aux=has_aux, first_step=first_step,
+                              step_loop=step_loop, agent_batching="vmap"))
+    plan = dataclasses.replace(plan, agents="unrolled")
+  for e in rounds:
+    inputs = inputs_of(e)
+    if step_loop == "scan":
+      state = _scan_steps(state, inputs, plan=plan, num_steps=steps_per_epoch)
+    else:
+      for i in range(steps_per_epoch):
+        state = _python_step(state, inputs, jnp.int32(i), plan=plan)
+  return TrainResult(*state)
+
+
+def _one_by_one(loss_fn, state, data, mask, key, shared_key, shared, settings) -> TrainResult:
+  """Stacked agents trained one after the other (same keys and numbers as alone), restacked."""
+  params, opt_state, context = state
+  outs = []
+  for m in range(mask.shape[0]):
+    pick = lambda tree, m=m: jax.tree.map(lambda a: a[m], tree)
+    outs.append(train_loop(loss_fn, pick(params), pick(data), key=key[m], mask=mask[m],
+                           context=pick(context), shared=shared, opt_state=pick(opt_state),
+                           shared_key=shared_key, **settings))
+  return TrainResult(*jax.tree.map(lambda *a: jnp.stack(a), *outs))
