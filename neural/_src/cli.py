@@ -196,8 +196,9 @@ def _configs() -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
   args = _parser().parse_args(argv)
-  from fedkrr._src.xla_env import avoid_cpu_eigh_deadlock
-  avoid_cpu_eigh_deadlock()
+  if args.command == "compare":   # fedkrr's closed forms: vmapped eigh can stall XLA's CPU pool
+    from fedkrr._src.xla_env import avoid_cpu_eigh_deadlock
+    avoid_cpu_eigh_deadlock()
   try:
     if args.command == "run":
       return _run(args)

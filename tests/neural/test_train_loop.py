@@ -1,0 +1,246 @@
+"""The training scaffold: sampling, masks, keys, loops, agents, communication, the optimisers."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import neural
+from neural._src import train_loop as tl
+
+SGD1 = neural.OptimizerConfig("sgd", 1.0)   # p <- p - grad: a loss -sum w p[id] counts uses
+
+
+def count_uses(params, batch):
+  """Gradient -weights at the points' ids: one SGD step of lr 1 adds each use to params."""
+  return -jnp.sum(batch.weights * params[batch.data["id"]])
+
+
+def leaves(tree):
+  return [np.asarray(a) for a in jax.tree.leaves(tree)]
+
+
+@pytest.mark.parametrize("step_loop", ["scan", "python"])
+def test_an_epoch_uses_every_unmasked_point_once_and_masked_points_never(step_loop):
+  n, mask = 23, np.arange(23) % 4 != 1
+  out = neural.train_loop(count_uses, jnp.zeros(n), {"id": jnp.arange(n)}, optimizer=SGD1,
+                          key=jax.random.PRNGKey(0), batch_size=5, epochs=3, mask=mask,
+                          step_loop=step_loop)
+  np.testing.assert_array_equal(np.asarray(out.params), 3.0 * mask)
+
+
+def test_steps_draw_with_replacement_from_unmasked_points_only():
+  n, mask = 17, np.arange(17) < 9
+  out = neural.train_loop(count_uses, jnp.zeros(n), {"id": jnp.arange(n)}, optimizer=SGD1,
+                          key=jax.random.PRNGKey(1), batch_size=4, steps=50, mask=mask)
+  uses = np.asarray(out.params)
+  assert uses.sum() == 200 and np.all(uses[~mask] == 0)
+  assert np.count_nonzero(uses[mask]) == 9          # 200 draws reach all 9 points
+
+
+def test_stacked_agents_keep_their_own_schedules_and_numbers():
+  n, masks = 20, np.stack([np.arange(20) < 20, np.arange(20) < 7])
+  keys = jnp.stack([jax.random.PRNGKey(2), jax.random.PRNGKey(3)])
+  data = {"id": jnp.stack([jnp.arange(n)] * 2)}
+  for batching in ("vmap", "sequential"):
+    out = neural.train_loop(count_uses, jnp.zeros((2, n)), data, optimizer=SGD1, key=keys,
+                            batch_size=6, epochs=2, mask=masks, stacked=True,
+                            agent_batching=batching)
+    np.testing.assert_array_equal(np.asarray(out.params), 2.0 * masks)
+
+
+@dataclasses.dataclass(frozen=True)
+class KeyEcho:
+  """Gradient -u: each step adds a uniform draw of the agent's (or the shared) key."""
+
+  shared: bool
+
+  def __call__(self, params, batch):
+    key = batch.shared_key if self.shared else batch.key
+    return -jnp.sum(params * jax.random.uniform(key, params.shape))
+
+
+@pytest.mark.parametrize("batching", ["vmap", "sequential"])
+def test_shared_key_is_common_to_agents_and_key_is_not(batching):
+  keys = jnp.stack([jax.random.PRNGKey(k) for k in range(3)])
+  run = lambda shared: np.asarray(neural.train_loop(
+      KeyEcho(shared), jnp.zeros((3, 2)), {"id": jnp.zeros((3, 4), jnp.int32)}, optimizer=SGD1,
+      key=keys, batch_size=2, epochs=1, stacked=True, agent_batching=batching).params)
+  common, own = run(True), run(False)
+  assert np.allclose(common[0], common[1]) and np.allclose(common[0], common[2])
+  assert not np.allclose(own[0], own[1])
+
+
+def quadratic(params, batch):
+  return jnp.sum(batch.weights * (batch.data["x"] @ params["w"] - batch.data["y"]) ** 2)
+
+
+@dataclasses.dataclass(frozen=True)
+class Average:
+  """A communicate step: every agent takes the mean of the agents' parameters."""
+
+  def __call__(self, ex):
+    mean = jax.tree.map(lambda a: jnp.broadcast_to(a.mean(axis=0), a.shape), ex.params)
+    return mean, ex.context
+
+
+@pytest.mark.parametrize("batching", ["vmap", "sequential"])
+def test_communicate_acts_on_all_agents_after_every_step(batching):
+  rng = np.random.default_rng(0)
+  x = jnp.asarray(rng.normal(size=(3, 12, 2)), jnp.float32)
+  y = jnp.asarray(rng.normal(size=(3, 12)), jnp.float32)
+  params = {"w": jnp.asarray(rng.normal(size=(3, 2)), jnp.float32)}
+  out = neural.train_loop(quadratic, params, {"x": x, "y": y},
+                          optimizer=neural.OptimizerConfig("sgd", 0.01),
+                          key=jax.random.split(jax.random.PRNGKey(0), 3), batch_size=4,
+                          epochs=2, stacked=True, communicate=Average(), agent_batching=batching)
+  w = np.asarray(out.params["w"])
+  np.testing.assert_allclose(w, np.broadcast_to(w[0], w.shape), rtol=1e-6)
+  assert not np.allclose(w[0], np.asarray(params["w"]).mean(axis=0))
+
+
+@pytest.mark.parametrize("name", ["cnn", "mlp"])
+def test_scan_and_python_loops_give_the_same_numbers(name):
+  rng = np.random.default_rng(0)
+  x = rng.random((21, 6, 6, 1)).astype(np.float32)
+  t = np.eye(3, dtype=np.float32)[rng.integers(0, 3, 21)]
+  model = neural.get_model(name, 3, width=4)
+  variables = neural.init_variables(model, jax.random.PRNGKey(0), (6, 6, 1))
+  runs = [neural.train(model, variables, x, t, jax.random.PRNGKey(1),
+                       neural.TrainConfig(epochs=2, batch_size=8, step_loop=loop))
+          for loop in ("scan", "python")]
+  for u, v in zip(leaves(runs[0]), leaves(runs[1])):
+    np.testing.assert_allclose(u, v, rtol=1e-5, atol=1e-6)   # float32, other XLA programs
+
+
+def test_agents_together_or_one_after_the_other_give_the_same_numbers():
+  rng = np.random.default_rng(1)
+  xs = rng.random((2, 16, 6, 6, 1)).astype(np.float32)
+  ts = np.eye(3, dtype=np.float32)[rng.integers(0, 3, (2, 16))]
+  masks = np.stack([np.ones(16, bool), np.arange(16) < 9])
+  model = neural.get_model("cnn", 3, width=4)
+  variables = jax.tree.map(lambda a: jnp.stack([a, a + 0.01]),
+                           neural.init_variables(model, jax.random.PRNGKey(0), (6, 6, 1)))
+  keys = jnp.stack([jax.random.PRNGKey(5), jax.random.PRNGKey(6)])
+  runs = [neural.train_batch(model, variables, xs, ts, keys,
+                             neural.TrainConfig(epochs=2, batch_size=4, agent_batching=mode),
+                             masks) for mode in ("vmap", "sequential")]
+  for u, v in zip(leaves(runs[0]), leaves(runs[1])):
+    np.testing.assert_allclose(u, v, rtol=1e-4, atol=1e-5)   # float32, grouped convolutions
+
+
+def test_auto_picks_the_loop_by_backend_and_convolution(monkeypatch):
+  monkeypatch.setattr(jax, "default_backend", lambda: "cpu")
+  assert tl.resolve_loop("auto", "auto", lambda: True) == ("python", "sequential")
+  assert tl.resolve_loop("auto", "auto", lambda: False) == ("scan", "vmap")
+  assert tl.resolve_loop("scan", "auto", lambda: True) == ("scan", "sequential")
+  monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+  assert tl.resolve_loop("auto", "auto", lambda: True) == ("scan", "vmap")
+
+
+@pytest.mark.parametrize("name, expected", [("cnn", True), ("mlp", False)])
+def test_a_convolution_in_the_step_is_detected(name, expected):
+  model = neural.get_model(name, 3, width=4)
+  params = neural.init_variables(model, jax.random.PRNGKey(0), (6, 6, 1))["params"]
+  plan = tl._Plan(neural.SoftmaxLoss(model), neural.OptimizerConfig(), 4, "epochs")
+  data = {"x": jnp.zeros((8, 6, 6, 1)), "t": jnp.zeros((8, 3))}
+  inputs = tl._Inputs(data, None, jnp.arange(8), jnp.int32(8), jax.random.PRNGKey(0),
+                      jax.random.PRNGKey(1), jnp.int32(0))
+  tx = neural.make_optimizer(plan.optimizer)
+  assert tl._step_uses_convolution(plan, (params, tx.init(params), None), inputs) is expected
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(epochs=1, steps=1), "exactly one"),
+    (dict(), "exactly one"),
+    (dict(epochs=-1), "epochs"),
+    (dict(epochs=1, batch_size=0), "batch_size"),
+    (dict(epochs=1, mask=np.ones(3, bool)), "mask"),
+    (dict(steps=2, mask=np.zeros(5, bool)), "at least one point"),
+    (dict(epochs=1, step_loop="fast"), "step_loop"),
+    (dict(epochs=1, agent_batching="pmap"), "agent_batching"),
+    (dict(epochs=1, communicate=Average()), "stacked"),
+    (dict(epochs=1, optimizer="adam"), "OptimizerConfig"),
+])
+def test_bad_settings_are_named(kwargs, match):
+  settings = {**dict(optimizer=SGD1, key=jax.random.PRNGKey(0), batch_size=2), **kwargs}
+  with pytest.raises(neural.TrainError, match=match):
+    neural.train_loop(count_uses, jnp.zeros(5), {"id": jnp.arange(5)}, **settings)
+
+
+def test_data_of_unequal_lengths_is_named():
+  with pytest.raises(neural.TrainError, match="data"):
+    neural.train_loop(count_uses, jnp.zeros(5), {"id": jnp.arange(5), "x": jnp.zeros(4)},
+                      optimizer=SGD1, key=jax.random.PRNGKey(0), batch_size=2, epochs=1)
+
+
+def test_opt_state_handed_back_continues_the_schedule():
+  """An optimiser state handed back in continues its schedule instead of restarting it."""
+  config = neural.OptimizerConfig("adam", 0.1, schedule="cosine", decay_steps=10)
+  rng = np.random.default_rng(2)
+  data = {"x": jnp.asarray(rng.normal(size=(9, 2)), jnp.float32),
+          "y": jnp.asarray(rng.normal(size=9), jnp.float32)}
+  params = {"w": jnp.zeros(2)}
+  first = neural.train_loop(quadratic, params, data, optimizer=config, key=jax.random.PRNGKey(0),
+                            batch_size=3, steps=5)
+  second = neural.train_loop(quadratic, first.params, data, optimizer=config,
+                             key=jax.random.PRNGKey(1), batch_size=3, steps=5,
+                             opt_state=first.opt_state)
+  fresh = neural.train_loop(quadratic, first.params, data, optimizer=config,
+                            key=jax.random.PRNGKey(1), batch_size=3, steps=5)
+  count = lambda s: max(int(a) for a in jax.tree.leaves(s) if jnp.issubdtype(a.dtype, jnp.integer))
+  assert count(second.opt_state) == 10 and count(fresh.opt_state) == 5
+  assert not np.allclose(second.params["w"], fresh.params["w"])   # the schedule went on
+
+
+def torch_sgd(p, grads_fn, steps, lr, wd, momentum):
+  """``torch.optim.SGD(lr, momentum, weight_decay=wd)`` written out in NumPy (float64)."""
+  buf = None
+  for _ in range(steps):
+    g = grads_fn(p) + wd * p
+    buf = g if buf is None else momentum * buf + g
+    p = p - lr * buf
+  return p
+
+
+@pytest.mark.parametrize("momentum", [0.0, 0.9])
+def test_sgd_matches_pytorch_sgd_with_l2(momentum):
+  rng = np.random.default_rng(0)
+  a = rng.normal(size=(4, 4))
+  p0 = rng.normal(size=4).astype(np.float32).astype(np.float64)
+  grads_fn = lambda p: a @ p - 1.0
+  tx = neural.make_optimizer(neural.OptimizerConfig("sgd", 0.05, 0.1, momentum))
+  p = jnp.asarray(p0, jnp.float32)
+  state = tx.init(p)
+  for _ in range(3):
+    g = jnp.asarray(grads_fn(np.asarray(p, np.float64)), jnp.float32)
+    updates, state = tx.update(g, state, p)
+    p = optax.apply_updates(p, updates)
+  np.testing.assert_allclose(np.asarray(p), torch_sgd(p0, grads_fn, 3, 0.05, 0.1, momentum),
+                             rtol=1e-5, atol=1e-6)
+
+
+def test_schedules_follow_their_formulas():
+  poly = neural.OptimizerConfig("sgd", 0.2, schedule="polynomial", power=0.6, t0=10.0)
+  for step in (0, 1, 7, 100):
+    np.testing.assert_allclose(float(poly.learning_rate_at()(step)),
+                               0.2 * (10.0 / (step + 10.0)) ** 0.6, rtol=1e-6)
+  cos = neural.OptimizerConfig("adam", 1.0, schedule="cosine", decay_steps=8).learning_rate_at()
+  np.testing.assert_allclose([float(cos(s)) for s in (0, 4, 8, 20)], [1.0, 0.5, 0.0, 0.0],
+                             atol=1e-6)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(name="rmsprop"), "name"),
+    (dict(learning_rate=0.0), "learning_rate"),
+    (dict(weight_decay=-1.0), "weight_decay"),
+    (dict(momentum=1.0), "momentum"),
+    (dict(schedule="cosine"), "decay_steps"),
+    (dict(schedule="step"), "schedule"),
+])
+def test_bad_optimizer_settings_are_named(kwargs, match):
+  with pytest.raises(neural.OptimizerError, match=match):
+    neural.OptimizerConfig(**kwargs)
