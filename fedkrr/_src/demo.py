@@ -11,6 +11,9 @@ import numpy as np
 from fedkrr._src import closed_form
 from fedkrr._src import kernels as kernels_lib
 from fedkrr._src import protocols
+from fedkrr._src.files import atomic_savefig
+from fedkrr._src.files import atomic_savez
+from fedkrr._src.files import atomic_write
 from fedkrr._src.learner import krr_learners
 from fedkrr._src.problem import make_problem
 from fedkrr._src.problem_io import save_problem
@@ -57,18 +60,16 @@ def run_demo(out_dir: str, rounds: int = 40, seed: int = 0) -> int:
         "limit_mse": limit_mse})
     print(f"  {name:15s} closed form {t1 - t0:6.2f}s  simulated {t2 - t1:6.2f}s  "
           f"max relative gap {gap:.1e}", flush=True)
-    np.savez(os.path.join(out_dir, f"trajectory_{name}.npz"), closed_form=exact,
-             simulated=simulated)
+    atomic_savez(os.path.join(out_dir, f"trajectory_{name}.npz"), closed_form=exact,
+                 simulated=simulated)
 
   central = _mse(np.asarray(closed_form.central(problem, data.x_test)), data.y_test).tolist()
   local = _mse(np.asarray(closed_form.local(problem, data.x_test)), data.y_test).tolist()
   summary = {"sizes": problem.sizes, "ridge": float(problem.ridge), "rounds": rounds,
              "seed": seed, "central_mse": central, "local_mse": local, "protocols": rows}
-  with open(os.path.join(out_dir, "summary.json"), "w") as f:
-    json.dump(summary, f, indent=2)
+  atomic_write(os.path.join(out_dir, "summary.json"), json.dumps(summary, indent=2))
   table = _table(summary)
-  with open(os.path.join(out_dir, "summary.md"), "w") as f:
-    f.write(table)
+  atomic_write(os.path.join(out_dir, "summary.md"), table)
   print(table)
   _plot(os.path.join(out_dir, "test_mse.png"), curves, central, local)
   worst = max(r["max_rel_gap"] for r in rows)
@@ -121,5 +122,5 @@ def _plot(path: str, curves: dict, central: list, local: list) -> None:
   ax.set_title("Federated KRR by distillation (closed forms)")
   ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
   fig.tight_layout()
-  fig.savefig(path, dpi=120)
+  atomic_savefig(fig, path, dpi=120)
   plt.close(fig)

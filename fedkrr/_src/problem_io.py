@@ -18,6 +18,7 @@ import jax
 import numpy as np
 
 from fedkrr._src import kernels as kernels_lib
+from fedkrr._src.files import atomic_savez
 from fedkrr._src.problem import FederatedProblem
 from fedkrr._src.problem import ProblemError
 from fedkrr._src.problem import check_eval_points
@@ -38,7 +39,7 @@ def save_problem(path: str | os.PathLike, problem: FederatedProblem, x_eval: Any
     arrays[f"x_{a}"] = np.asarray(problem.xs[a])
     arrays[f"y_{a}"] = np.asarray(problem.ys[a])
     arrays[f"kernel_{a}"] = np.asarray(json.dumps(kernel.to_dict()))
-  np.savez(path, **arrays)
+  atomic_savez(path, **arrays)
 
 
 def load_problem(path: str | os.PathLike, dtype=None) -> tuple[FederatedProblem, Array]:

@@ -52,6 +52,7 @@ import numpy as np
 
 from fedkrr._src import closed_form
 from fedkrr._src import linalg
+from fedkrr._src.files import atomic_savefig
 from fedkrr._src.learner import KRRModel
 from fedkrr._src.problem import FederatedProblem
 from fedkrr._src.problem import ProblemError
@@ -579,5 +580,5 @@ def plot_coverage(sweep: CoverageSweep, labels: Sequence[str], path: str | None 
   fig.suptitle(title)
   fig.tight_layout()
   if path is not None:
-    fig.savefig(path, dpi=120)
+    atomic_savefig(fig, path, dpi=120)
   return fig

@@ -40,6 +40,8 @@ import numpy as np
 
 from fedkrr._src import closed_form
 from fedkrr._src import rates
+from fedkrr._src.files import atomic_savefig
+from fedkrr._src.files import atomic_write
 from fedkrr._src.kernels import RBF
 from fedkrr._src.problem import FederatedProblem
 
@@ -156,7 +158,7 @@ def _save(fig, path) -> None:
     directory = os.path.dirname(os.fspath(path))
     if directory:
       os.makedirs(directory, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    atomic_savefig(fig, path, dpi=120)
 
 
 def plot_rate_curves(curves: RateCurves, path: str | os.PathLike | None = None):
@@ -384,6 +386,5 @@ def degradation_report(seed: int, out_dir: str | os.PathLike, points_per_agent: 
                 for k, v in curves._asdict().items()},
              "grid": {"ridges": ridges.tolist(), "mixings": mixings.tolist(),
                       "rho": grid.tolist()}}
-  with open(paths["numbers"], "w") as f:
-    json.dump(numbers, f, indent=1)
+  atomic_write(paths["numbers"], json.dumps(numbers, indent=1))
   return DegradationReport(curves, grid, ridges, mixings, paths)

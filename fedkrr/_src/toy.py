@@ -39,6 +39,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import functools
+import io
 import json
 import os
 from typing import Any
@@ -50,6 +51,8 @@ import numpy as np
 
 from fedkrr._src import closed_form
 from fedkrr._src import kernels as kernels_lib
+from fedkrr._src.files import atomic_savefig
+from fedkrr._src.files import atomic_write
 from fedkrr._src.problem import FederatedProblem
 from fedkrr._src.problem import make_problem
 
@@ -374,7 +377,7 @@ def plot_toy(result: ToyResult, path: str | os.PathLike | None = None):
   fig.legend(handles, labels, loc="lower center", ncol=5, fontsize=8, frameon=False)
   fig.tight_layout(rect=(0, 0.12, 1, 1))
   if path is not None:
-    fig.savefig(path, dpi=120)
+    atomic_savefig(fig, path, dpi=120)
   return fig
 
 
@@ -392,13 +395,13 @@ def write_toy(result: ToyResult, out_dir: str | os.PathLike) -> dict[str, str]:
   paths = {kind: os.path.join(out_dir, name) for kind, name in
            [("png", "toy.png"), ("pdf", "toy.pdf"), ("csv", "toy.csv"),
             ("config", "toy_config.json")]}
-  with open(paths["csv"], "w", newline="") as f:
-    writer = csv.DictWriter(f, fieldnames=CSV_FIELDS)
-    writer.writeheader()
-    writer.writerows(toy_rows(result))
-  with open(paths["config"], "w") as f:
-    json.dump(result.config.to_dict(), f, indent=2)
-  fig = plot_toy(result)
+  table = io.StringIO(newline="")
+  writer = csv.DictWriter(table, fieldnames=CSV_FIELDS)
+  writer.writeheader()
+  writer.writerows(toy_rows(result))
+  fig = plot_toy(result)   # everything is computed before the first file is replaced
+  atomic_write(paths["csv"], table.getvalue())
+  atomic_write(paths["config"], json.dumps(result.config.to_dict(), indent=2))
   for kind in ("png", "pdf"):
-    fig.savefig(paths[kind], dpi=120)
+    atomic_savefig(fig, paths[kind], dpi=120)
   return paths

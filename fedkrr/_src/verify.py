@@ -25,6 +25,7 @@ from fedkrr._src import geometry as geo_lib
 from fedkrr._src import protocols
 from fedkrr._src import rates
 from fedkrr._src import special_cases as sc
+from fedkrr._src.files import atomic_write
 from fedkrr._src.kernels import RBF
 from fedkrr._src.kernels import Laplace
 from fedkrr._src.kernels import Linear
@@ -373,8 +374,7 @@ def format_table(rows: list[Row]) -> str:
 
 
 def write_json(rows: list[Row], path) -> None:
-  with open(path, "w") as f:
-    json.dump([r.as_dict() for r in rows], f, indent=1)
+  atomic_write(path, json.dumps([r.as_dict() for r in rows], indent=1))
 
 
 def failures(rows: list[Row]) -> list[Row]:

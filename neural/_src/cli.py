@@ -41,7 +41,7 @@ def _parser() -> argparse.ArgumentParser:
   run = sub.add_parser(
       "run", help="run (or resume) an experiment or a sweep of experiments",
       description="Runs an experiment into --workdir (config.json, metrics.jsonl, "
-                  "checkpoint.pkl, accuracy.png). Started again with the same command, a "
+                  "checkpoint.npz, accuracy.png). Started again with the same command, a "
                   "killed run resumes after its last finished round. --config takes a JSON "
                   "file or the name of a shipped config (`neural configs`); flags override "
                   "its values (and those of every run of a sweep).")

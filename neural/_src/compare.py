@@ -84,6 +84,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import fedkrr
+from fedkrr._src.files import atomic_savefig
+from fedkrr._src.files import atomic_write
 from fedkrr._src.problem import FederatedProblem
 from fedkrr._src.pytree import pytree_dataclass
 from neural._src.config import FOREST
@@ -541,7 +543,7 @@ def write_markdown(comparison: Comparison, path: str | os.PathLike) -> None:
                  f"{_fmt(r['theory_fit_accuracy'])} | {_fmt(r['network_fit_accuracy'])} | "
                  f"{_fmt(r['theory_limit_accuracy'])} | "
                  f"{_fmt(r['theory_limit_sq_error'], 5)} |")
-  Path(path).write_text("\n".join(lines) + "\n")
+  atomic_write(path, "\n".join(lines) + "\n")
 
 
 _COLORS = ("tab:blue", "tab:red", "tab:orange", "tab:purple", "tab:brown", "tab:pink",
@@ -592,7 +594,7 @@ def plot_comparison(comparison: Comparison, path: str | os.PathLike) -> None:
                f"{comparison.kernel} kernel, c = {comparison.ridge:.3g}: "
                f"spectral radius {comparison.spectral_radius:.4f}/round\n{fits}", fontsize=9)
   fig.tight_layout()
-  fig.savefig(path, dpi=110)
+  atomic_savefig(fig, path, dpi=110)
   plt.close(fig)
 
 
@@ -659,7 +661,7 @@ def compare(config: ExperimentConfig, workdir: str | os.PathLike, *, kernel: str
   result = Comparison(config, kernel, theory.ridge, theory.scales, curves.spectral_radius,
                       curves.degradation_rate, rows, rates,
                       {k: round(v, 3) for k, v in timings.items()}, paths)
-  Path(paths["json"]).write_text(json.dumps(result.to_dict(), indent=2) + "\n")
+  atomic_write(paths["json"], json.dumps(result.to_dict(), indent=2) + "\n")
   write_markdown(result, paths["markdown"])
   plot_comparison(result, paths["figure"])
   return result

@@ -7,11 +7,12 @@ written once, in ``fedkrr``). Round t's learner of agent a gets the key
 ``fold_in(fold_in(PRNGKey(seed), t), a)``, so a resumed run draws the same keys
 as an uninterrupted one. After every round the predictors are evaluated on the
 test set and the metrics appended to ``metrics.jsonl``; then the protocol state
-is checkpointed atomically. The run directory holds::
+is checkpointed atomically. The run directory (see ``neural._src.rundir``) holds::
 
   config.json      the ExperimentConfig (a different config there is an error)
   metrics.jsonl    one JSON object per (round, agent), flushed as it goes
-  checkpoint.pkl   protocol state after the last finished round (pickle: trusted files only)
+  checkpoint.npz   protocol state after the last finished round (arrays and plain data:
+                   reading it never runs code)
   accuracy.png     test accuracy per round per agent (written at the end)
 
 Metric rows (accuracy at the end of local training; no best-epoch selection):
@@ -34,7 +35,6 @@ import dataclasses
 import json
 import os
 from pathlib import Path
-import pickle
 from typing import Any
 from typing import NamedTuple
 
@@ -44,21 +44,18 @@ import numpy as np
 import fedkrr
 from fedkrr import Protocol
 from fedkrr import RoundOutput
+from fedkrr._src.files import atomic_write
 from neural._src.config import FOREST
 from neural._src.config import KD_PROTOCOLS
-from neural._src.config import ConfigError
 from neural._src.config import ExperimentConfig
+from neural._src.rundir import PLOT_FILE
+from neural._src.rundir import ExperimentError
+from neural._src.rundir import Run
+from neural._src.rundir import open_run
+from neural._src.rundir import read_metrics
 
-CONFIG_FILE = "config.json"
-METRICS_FILE = "metrics.jsonl"
-CHECKPOINT_FILE = "checkpoint.pkl"
-PLOT_FILE = "accuracy.png"
 SWEEP_FILE = "sweep.json"
 BASELINE_PROTOCOLS = ("central", "local")
-
-
-class ExperimentError(ValueError):
-  """A run cannot start or resume (the message names the file or field)."""
 
 
 class RunData(NamedTuple):
@@ -276,90 +273,6 @@ class _Evaluator:
     return rows
 
 
-def read_metrics(workdir: str | os.PathLike) -> list[dict[str, Any]]:
-  """The metric rows of a run directory (an unreadable last line is skipped)."""
-  path = Path(workdir) / METRICS_FILE
-  if not path.exists():
-    return []
-  rows = []
-  for line in path.read_text().splitlines():
-    try:
-      rows.append(json.loads(line))
-    except json.JSONDecodeError:
-      break   # a line cut by a kill: everything after it is dropped on resume
-  return rows
-
-
-# ---------------------------------------------------------------------------
-# Files
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-  tmp = path.with_name(path.name + ".tmp")
-  with open(tmp, "wb") as f:
-    f.write(data)
-    f.flush()
-    os.fsync(f.fileno())
-  os.replace(tmp, path)
-
-
-def check_workdir_config(workdir: Path, config: Any,
-                         from_dict: Callable[[dict[str, Any]], Any] | None = None) -> None:
-  """Saves ``config`` in a new run directory, or checks it equals the one saved there.
-
-  ``from_dict`` reads the saved config (default ``ExperimentConfig.from_dict``).
-  """
-  from_dict = from_dict or ExperimentConfig.from_dict
-  path = workdir / CONFIG_FILE
-  if not path.exists():
-    if (workdir / METRICS_FILE).exists() or (workdir / CHECKPOINT_FILE).exists():
-      raise ExperimentError(f"workdir: {workdir} holds metrics or a checkpoint but no "
-                            f"{CONFIG_FILE}; use an empty directory")
-    _atomic_write(path, config.to_json().encode())
-    return
-  try:
-    saved = from_dict(json.loads(path.read_text()))
-  except (ConfigError, json.JSONDecodeError, TypeError) as e:
-    raise ExperimentError(f"workdir: {path} holds an unusable config ({e}); "
-                          f"use another workdir") from None
-  if saved != config:
-    ours, theirs = config.to_dict(), saved.to_dict()
-    diff = [k for k in sorted(set(ours) | set(theirs)) if ours.get(k) != theirs.get(k)]
-    shown = ", ".join(f"{k}={theirs.get(k)!r} there, {ours.get(k)!r} here" for k in diff[:3])
-    raise ExperimentError(f"workdir: {workdir} holds a run with a different config ({shown}); "
-                          f"use another workdir, or the same config to resume")
-
-
-def load_checkpoint(workdir: Path) -> dict[str, Any] | None:
-  path = workdir / CHECKPOINT_FILE
-  if not path.exists():
-    return None
-  with open(path, "rb") as f:
-    return pickle.load(f)
-
-
-def save_checkpoint(workdir: Path, checkpoint: dict[str, Any]) -> None:
-  _atomic_write(workdir / CHECKPOINT_FILE,
-                pickle.dumps(jax.device_get(checkpoint), protocol=pickle.HIGHEST_PROTOCOL))
-
-
-def append_metrics(workdir: Path, rows: Sequence[dict[str, Any]]) -> None:
-  """Appends metric rows to ``metrics.jsonl`` (flushed and synced)."""
-  with open(workdir / METRICS_FILE, "a") as f:
-    f.write("".join(json.dumps(r) + "\n" for r in rows))
-    f.flush()
-    os.fsync(f.fileno())
-
-
-def truncate_metrics(workdir: Path, rounds_done: int) -> None:
-  """Keeps only the metric rows of rounds < ``rounds_done`` (those of the checkpoint)."""
-  path = workdir / METRICS_FILE
-  if not path.exists():
-    return
-  rows = [r for r in read_metrics(workdir) if r["round"] < rounds_done]
-  _atomic_write(path, "".join(json.dumps(r) + "\n" for r in rows).encode())
-
-
 # ---------------------------------------------------------------------------
 # Progress: counts the fits of a round without changing how they are grouped
 
@@ -420,18 +333,19 @@ def train_and_evaluate(config: ExperimentConfig, workdir: str | os.PathLike, *,
     ExperimentError: a different config in ``workdir``, or data the protocol
       cannot use. ``ConfigError``, ``DataError``, ``PartitionError``: bad settings.
   """
-  workdir = Path(workdir)
-  workdir.mkdir(parents=True, exist_ok=True)
-  check_workdir_config(workdir, config)
-  checkpoint = load_checkpoint(workdir)
-  done = 0 if checkpoint is None else int(checkpoint["round"])
-  truncate_metrics(workdir, done)
   rounds = total_rounds(config)
-  if done >= rounds:
-    _plot(workdir, config)
-    return read_metrics(workdir)
+  with open_run(workdir, config, from_dict=ExperimentConfig.from_dict, rounds=rounds,
+                load_data=lambda: load_run_data(config)) as run:
+    if run.done < rounds:
+      _run_rounds(config, run, rounds, progress, max_rounds, on_round_end)
+    if run.done >= rounds:
+      _plot(run.workdir, config)
+    return list(run.rows)
 
-  data = load_run_data(config)
+
+def _run_rounds(config: ExperimentConfig, run: Run, rounds: int, progress: bool,
+                max_rounds: int | None, on_round_end: Callable[[int], None] | None) -> None:
+  data, checkpoint, done = run.data, run.checkpoint, run.done
   learners = build_learners(config, data.xs[0].shape[1:], data.num_classes)
   protocol = make_protocol(config, learners)
   state = None if checkpoint is None else checkpoint["state"]
@@ -459,19 +373,12 @@ def train_and_evaluate(config: ExperimentConfig, workdir: str | os.PathLike, *,
       for model, agent in zip(out.models, out.agents):
         if hasattr(model, "variables"):
           inits[agent] = model.variables
-      rows = evaluator.rows(t, state, out)
-      append_metrics(workdir, rows)
-      if on_round_end is not None:
-        on_round_end(t)
-      save_checkpoint(workdir, {"round": t + 1, "state": state, "inits": inits,
-                                 "running": evaluator.running,
-                                 "config": config.to_dict()})
+      run.finish_round(t, evaluator.rows(t, state, out),
+                       {"state": state, "inits": inits, "running": evaluator.running,
+                        "config": config.to_dict()}, on_round_end)
       round_bar.update(1)
   finally:
     round_bar.close()
-  if stop == rounds:
-    _plot(workdir, config)
-  return read_metrics(workdir)
 
 
 def _plot(workdir: Path, config: ExperimentConfig) -> None:
@@ -514,7 +421,7 @@ def run_configs(runs: Sequence[tuple[str, ExperimentConfig]], workdir: str | os.
       raise ExperimentError(f"workdir: {workdir} holds a sweep of other runs "
                             f"({', '.join(saved.get('runs', [])[:3])}...); use another workdir")
   else:
-    _atomic_write(sweep_path, (json.dumps(sweep, indent=2) + "\n").encode())
+    atomic_write(sweep_path, json.dumps(sweep, indent=2) + "\n")
   results = {}
   for i, (name, config) in enumerate(runs):
     if progress:

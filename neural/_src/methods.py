@@ -10,7 +10,7 @@ the same run directory as the KD protocols::
 
   config.json      the method's config (with its "method" name)
   metrics.jsonl    one JSON object per (round, agent), flushed as it goes
-  checkpoint.pkl   the method's state after the last finished round
+  checkpoint.npz   the method's state after the last finished round (arrays, plain data)
   accuracy.png     test accuracy per round per agent (written at the end)
 
 A killed run resumes from its checkpoint to the same numbers, provided the
@@ -31,7 +31,6 @@ import dataclasses
 import importlib
 import json
 import os
-from pathlib import Path
 import types
 import typing
 from typing import Any
@@ -215,7 +214,8 @@ class Method(NamedTuple):
   Attributes:
     name: the registered name (``config.method``).
     config_cls: its config, a frozen subclass of :class:`MethodConfig`.
-    init: ``init(config, data) -> state`` (a picklable PyTree or numpy structure).
+    init: ``init(config, data) -> state``: NamedTuples, dicts, tuples and arrays (what
+      a checkpoint holds, see ``neural._src.checkpoint``).
     step: ``step(config, data, state, t) -> (state, rows)``: round t and its metric rows.
     load_data: ``load_data(config) -> data`` (default :func:`load_method_data`).
     description: one line for listings.
@@ -320,36 +320,30 @@ def run_method(config: MethodConfig, workdir: str | os.PathLike, *, progress: bo
   """
   from tqdm.auto import tqdm
 
-  from neural._src import experiment as exp
-  method = get_method(config.method)
-  workdir = Path(workdir)
-  workdir.mkdir(parents=True, exist_ok=True)
-  exp.check_workdir_config(workdir, config, method_config_from_dict)
-  checkpoint = exp.load_checkpoint(workdir)
-  done = 0 if checkpoint is None else int(checkpoint["round"])
-  exp.truncate_metrics(workdir, done)
-  if done < config.rounds:
-    data = (method.load_data or load_method_data)(config)
-    state = method.init(config, data) if checkpoint is None else checkpoint["state"]
-    stop = config.rounds if max_rounds is None else min(config.rounds, done + max_rounds)
-    bar = tqdm(total=config.rounds, initial=done, desc=f"{config.method} rounds", unit="round",
-               disable=not progress)
-    try:
-      for t in range(done, stop):
-        state, rows = method.step(config, data, state, t)
-        rows = [{"round": t, "method": config.method, **row} for row in rows]
-        exp.append_metrics(workdir, rows)
-        if on_round_end is not None:
-          on_round_end(t)
-        exp.save_checkpoint(workdir, {"round": t + 1, "state": state,
-                                      "config": config.to_dict()})
-        bar.update(1)
-    finally:
-      bar.close()
-    if stop < config.rounds:
-      return exp.read_metrics(workdir)
   from neural._src.plots import plot_run
-  plot_run(exp.read_metrics(workdir), workdir / exp.PLOT_FILE,
-           title=f"{config.method} on {config.dataset} ({config.partition}, "
-                 f"{config.agents} agents)")
-  return exp.read_metrics(workdir)
+  from neural._src.rundir import PLOT_FILE
+  from neural._src.rundir import open_run
+  from neural._src.rundir import read_metrics
+  method = get_method(config.method)
+  load = lambda: (method.load_data or load_method_data)(config)
+  with open_run(workdir, config, from_dict=method_config_from_dict, rounds=config.rounds,
+                load_data=load) as run:
+    if run.done < config.rounds:
+      state = method.init(config, run.data) if run.checkpoint is None \
+          else run.checkpoint["state"]
+      stop = config.rounds if max_rounds is None else min(config.rounds, run.done + max_rounds)
+      bar = tqdm(total=config.rounds, initial=run.done, desc=f"{config.method} rounds",
+                 unit="round", disable=not progress)
+      try:
+        for t in range(run.done, stop):
+          state, rows = method.step(config, run.data, state, t)
+          rows = [{"round": t, "method": config.method, **row} for row in rows]
+          run.finish_round(t, rows, {"state": state, "config": config.to_dict()}, on_round_end)
+          bar.update(1)
+      finally:
+        bar.close()
+    if run.done >= config.rounds:
+      plot_run(read_metrics(run.workdir), run.workdir / PLOT_FILE,
+               title=f"{config.method} on {config.dataset} ({config.partition}, "
+                     f"{config.agents} agents)")
+    return list(run.rows)

@@ -14,6 +14,8 @@ from collections.abc import Sequence
 import os
 from typing import Any
 
+from fedkrr._src.files import atomic_savefig
+
 # Agent 1 blue, agent 2 red as in the paper's figures; the ensemble black, FedAvg green.
 _COLORS = ("tab:blue", "tab:red", "tab:orange", "tab:purple", "tab:brown", "tab:pink",
            "tab:olive", "tab:cyan", "tab:gray", "gold")
@@ -73,7 +75,7 @@ def plot_run(rows: Sequence[Mapping[str, Any]], path: str | os.PathLike, title: 
   ax.grid(alpha=0.3)
   ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
   fig.tight_layout()
-  fig.savefig(path, dpi=120)
+  atomic_savefig(fig, path, dpi=120)
   plt.close(fig)
 
 
@@ -113,5 +115,5 @@ def plot_sweep(results: Mapping[str, Sequence[Mapping[str, Any]]], path: str | o
     ax.set_visible(False)
   fig.suptitle(title, fontsize=10)
   fig.tight_layout()
-  fig.savefig(path, dpi=110)
+  atomic_savefig(fig, path, dpi=110)
   plt.close(fig)

@@ -28,6 +28,9 @@ from typing import Any
 
 import numpy as np
 
+from fedkrr._src.files import atomic_savefig
+from fedkrr._src.files import atomic_write
+
 PARTS = ("verify", "toy", "closed-forms", "mnist")
 MNIST_CONFIG = "compare_small"
 REPORT_FILE = "report.md"
@@ -94,8 +97,8 @@ def run_main_job(out_dir: str | os.PathLike, settings: MainJobSettings = MainJob
     readings.extend(reading)
   total = time.perf_counter() - start
   path = out / REPORT_FILE
-  path.write_text(_report(settings, sections, readings, timings, total))
-  (out / "timings.json").write_text(json.dumps({**timings, "total": total}, indent=2) + "\n")
+  atomic_write(path, _report(settings, sections, readings, timings, total))
+  atomic_write(out / "timings.json", json.dumps({**timings, "total": total}, indent=2) + "\n")
   print(f"wrote {path} ({total:.0f} s in all)", flush=True)
   return path
 
@@ -311,7 +314,7 @@ def _plot_side_by_side(results: dict[str, Any], path: Path) -> None:
     ax.set_ylabel("test accuracy")
     ax.legend(fontsize=7)
   fig.tight_layout()
-  fig.savefig(path, dpi=120)
+  atomic_savefig(fig, path, dpi=120)
   plt.close(fig)
 
 

@@ -1,0 +1,58 @@
+"""Atomic output files: a temporary file in the target's directory, then a rename.
+
+Every file the toolkit writes (arrays, tables, figures, reports, checkpoints) goes
+through :func:`atomic_write`, so a killed or failed command leaves the previous
+file as it was (or none), never a half-written one.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+import tempfile
+from typing import Any
+
+import numpy as np
+
+
+def atomic_write(path: str | os.PathLike, data: bytes | str) -> Path:
+  """Writes ``data`` to ``path`` atomically (text is UTF-8); returns the path.
+
+  Raises:
+    OSError: the directory does not exist or is not writable (the target is untouched).
+  """
+  path = Path(path)
+  if isinstance(data, str):
+    data = data.encode("utf-8")
+  fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+  try:
+    with os.fdopen(fd, "wb") as f:
+      f.write(data)
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(tmp, path)
+  except BaseException:
+    Path(tmp).unlink(missing_ok=True)
+    raise
+  return path
+
+
+def savez_bytes(**arrays: Any) -> bytes:
+  """The ``.npz`` archive of ``arrays`` as bytes (``np.savez`` without touching a file)."""
+  buffer = io.BytesIO()
+  np.savez(buffer, **arrays)
+  return buffer.getvalue()
+
+
+def atomic_savez(path: str | os.PathLike, **arrays: Any) -> Path:
+  """``np.savez`` to exactly ``path`` (no ``.npz`` appended), atomically."""
+  return atomic_write(path, savez_bytes(**arrays))
+
+
+def atomic_savefig(fig: Any, path: str | os.PathLike, **kwargs: Any) -> Path:
+  """``fig.savefig`` (format from the suffix) to ``path``, atomically."""
+  path = Path(path)
+  buffer = io.BytesIO()
+  fig.savefig(buffer, format=path.suffix.lstrip(".") or "png", **kwargs)
+  return atomic_write(path, buffer.getvalue())

@@ -1,0 +1,198 @@
+"""Checkpoints that hold only arrays and plain data: reading one never runs code.
+
+A checkpoint is one ``.npz`` archive (read with ``allow_pickle=False``): the
+arrays of the saved PyTree, and ``__skeleton__``, a JSON description of the tree
+around them. Plain values (None, bools, numbers, strings) are JSON; containers are
+tagged nodes:
+
+* ``{"t": "dict" | "list" | "tuple", "items": ...}``;
+* ``{"t": "array", "ref": "a17"}``: an array of the archive;
+* ``{"t": "namedtuple", "type": "module:Name", "items": [...]}``: a NamedTuple
+  class of ``fedkrr``, ``neural``, ``optax`` or ``flax`` (protocol, method and
+  optimiser states);
+* ``{"t": "module", "type": "module:Name", "fields": {...}}``: a Flax module of
+  those packages, rebuilt from its dataclass fields;
+* ``{"t": "flax_model", ...}`` and ``{"t": "forest_model", ...}``: a trained
+  ``neural.FlaxModel`` (module and variables) and ``neural.ForestModel`` (the
+  scikit-learn forest in skops format, loaded trusting only the tree type).
+
+Types are looked up by name in those packages only, and must be NamedTuples or
+Flax modules: a file that names anything else is refused. Every failure to read
+is a :class:`CheckpointError` naming the file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import io
+import json
+import os
+from pathlib import Path
+from typing import Any
+import zipfile
+
+import flax.linen as nn
+import jax
+import numpy as np
+
+from fedkrr._src.files import atomic_write
+from fedkrr._src.files import savez_bytes
+
+FORMAT = "neural-checkpoint/1"
+SKELETON = "__skeleton__"
+_PACKAGES = ("fedkrr", "neural", "optax", "flax")
+_FOREST_TYPES = ("sklearn.tree._tree.Tree",)   # beyond skops' defaults
+
+
+class CheckpointError(ValueError):
+  """A checkpoint that cannot be written or read (the message names the file)."""
+
+
+def _type_name(cls: type) -> str:
+  return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def _resolve(name: Any, kind: str) -> type:
+  """The class called ``name`` in an allowed package, if it is a NamedTuple / Flax module."""
+  module, _, qualname = str(name).partition(":")
+  if module.split(".")[0] not in _PACKAGES or not qualname:
+    raise CheckpointError(f"it names the type {name!r}, which a checkpoint may not hold")
+  try:
+    obj = importlib.import_module(module)
+    for part in qualname.split("."):
+      obj = getattr(obj, part)
+  except (ImportError, AttributeError):
+    raise CheckpointError(f"it names the type {name!r}, which does not exist here") from None
+  ok = isinstance(obj, type) and (
+      (kind == "namedtuple" and issubclass(obj, tuple) and hasattr(obj, "_fields"))
+      or (kind == "module" and issubclass(obj, nn.Module)))
+  if not ok:
+    raise CheckpointError(f"it names {name!r} as a {kind}, which it is not")
+  return obj
+
+
+class _Encoder:
+  def __init__(self):
+    self.arrays: dict[str, np.ndarray] = {}
+
+  def array(self, value) -> dict[str, Any]:
+    value = np.asarray(value)
+    if value.dtype == object:
+      raise CheckpointError("cannot store an array of Python objects")
+    ref = f"a{len(self.arrays)}"
+    self.arrays[ref] = value
+    return {"t": "array", "ref": ref}
+
+  def __call__(self, value) -> Any:
+    from neural._src.forest import ForestModel
+    from neural._src.learners import FlaxModel
+    if value is None or isinstance(value, (bool, int, float, str)):
+      return value
+    if isinstance(value, (np.ndarray, np.generic, jax.Array)):
+      return self.array(value)
+    if isinstance(value, FlaxModel):
+      return {"t": "flax_model", "module": self.module(value.model),
+              "variables": self(value.variables)}
+    if isinstance(value, ForestModel):
+      import skops.io
+      blob = np.frombuffer(skops.io.dumps(value.forest), dtype=np.uint8)
+      return {"t": "forest_model", "skops": self.array(blob), "num_outputs": value.num_outputs}
+    if isinstance(value, nn.Module):
+      return self.module(value)
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+      return {"t": "namedtuple", "type": _type_name(type(value)),
+              "items": [self(v) for v in value]}
+    if isinstance(value, (list, tuple)):
+      return {"t": type(value).__name__, "items": [self(v) for v in value]}
+    if isinstance(value, dict):
+      if not all(isinstance(k, (str, int)) for k in value):
+        raise CheckpointError("cannot store a dict whose keys are not strings or ints")
+      return {"t": "dict", "items": [[k, self(v)] for k, v in value.items()]}
+    raise CheckpointError(f"cannot store a {type(value).__name__}")
+
+  def module(self, module: nn.Module) -> dict[str, Any]:
+    fields = {f.name: self(getattr(module, f.name)) for f in dataclasses.fields(module)
+              if f.init and f.name not in ("parent", "name")}
+    return {"t": "module", "type": _type_name(type(module)), "fields": fields}
+
+
+def _decode(node: Any, arrays: dict[str, np.ndarray]) -> Any:
+  if node is None or isinstance(node, (bool, int, float, str)):
+    return node
+  if not isinstance(node, dict) or "t" not in node:
+    raise CheckpointError(f"an unknown node {str(node)[:60]!r}")
+  tag = node["t"]
+  dec = lambda v: _decode(v, arrays)
+  if tag == "array":
+    if node.get("ref") not in arrays:
+      raise CheckpointError(f"a missing array {node.get('ref')!r}")
+    return arrays[node["ref"]]
+  if tag == "dict":
+    return {k: dec(v) for k, v in node["items"]}
+  if tag == "list":
+    return [dec(v) for v in node["items"]]
+  if tag == "tuple":
+    return tuple(dec(v) for v in node["items"])
+  if tag == "namedtuple":
+    return _resolve(node["type"], "namedtuple")(*[dec(v) for v in node["items"]])
+  if tag == "module":
+    return _resolve(node["type"], "module")(**{k: dec(v) for k, v in node["fields"].items()})
+  if tag == "flax_model":
+    from neural._src.learners import FlaxModel
+    return FlaxModel(dec(node["module"]), dec(node["variables"]))
+  if tag == "forest_model":
+    import skops.io
+
+    from neural._src.forest import ForestModel
+    blob = dec(node["skops"]).tobytes()
+    untrusted = [t for t in skops.io.get_untrusted_types(data=blob) if t not in _FOREST_TYPES]
+    if untrusted:
+      raise CheckpointError(f"its forest holds types that are not trusted: {untrusted[:3]}")
+    return ForestModel(skops.io.loads(blob, trusted=list(_FOREST_TYPES)),
+                       int(node["num_outputs"]))
+  raise CheckpointError(f"an unknown node type {tag!r}")
+
+
+def save_checkpoint(path: str | os.PathLike, tree: Any) -> None:
+  """Writes ``tree`` (dicts, lists, tuples, NamedTuples, arrays, plain values, Flax and
+  forest models) to ``path`` atomically.
+
+  Raises:
+    CheckpointError: the tree holds something else.
+  """
+  encoder = _Encoder()
+  skeleton = {"format": FORMAT, "tree": encoder(tree)}
+  arrays = {**encoder.arrays, SKELETON: np.asarray(json.dumps(skeleton))}
+  atomic_write(path, savez_bytes(**arrays))
+
+
+def load_checkpoint(path: str | os.PathLike) -> Any:
+  """Reads a checkpoint written by :func:`save_checkpoint`; runs no code from the file.
+
+  Raises:
+    CheckpointError: the file is unreadable, truncated, of another format, or names
+      a type it may not hold; the message names the file.
+  """
+  path = Path(path)
+  try:
+    blob = path.read_bytes()
+    if not zipfile.is_zipfile(io.BytesIO(blob)):
+      raise CheckpointError("it is not an .npz archive (truncated, or not written by neural)")
+    with np.load(io.BytesIO(blob), allow_pickle=False) as data:
+      arrays = {k: data[k] for k in data.files}
+    skeleton = json.loads(str(arrays.pop(SKELETON)))
+    if not isinstance(skeleton, dict) or skeleton.get("format") != FORMAT:
+      raise CheckpointError(f"it is not a {FORMAT} file")
+    return _decode(skeleton["tree"], arrays)
+  except CheckpointError as e:
+    raise CheckpointError(f"checkpoint {path} is unusable: {e}") from None
+  except ValueError as e:
+    if "pickle" in str(e):   # an object array: not written by save_checkpoint
+      raise CheckpointError(f"checkpoint {path} is unusable: it holds Python objects, which "
+                            f"are never loaded") from None
+    raise CheckpointError(f"checkpoint {path} is unreadable ({' '.join(str(e).split())[:120]})"
+                          ) from None
+  except (OSError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as e:
+    raise CheckpointError(f"checkpoint {path} is unreadable ({type(e).__name__}: "
+                          f"{' '.join(str(e).split())[:120]})") from None
