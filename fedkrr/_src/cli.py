@@ -13,6 +13,8 @@ import sys
 
 import numpy as np
 
+from fedkrr._src.files import atomic_savez
+
 METHODS = ("closed-form", "simulate")
 
 
@@ -40,9 +42,14 @@ def _parser() -> argparse.ArgumentParser:
                    help="closed form (default) or literal round-by-round simulation")
   run.add_argument("--limit", action="store_true",
                    help="also write the t -> infinity limit where it exists")
-  run.add_argument("--out", required=True, metavar="OUT.npz", help="the output file")
+  run.add_argument("--every", type=int, default=1, metavar="K",
+                   help="keep only every K-th round (rounds 0, K, 2K, ...; for AKD a multiple "
+                        "of the number of agents): the memory of long runs")
+  run.add_argument("--out", required=True, metavar="OUT.npz",
+                   help="the output file (written as named, atomically)")
   run.add_argument("--float32", action="store_true", help="compute in float32 (default float64)")
-  run.add_argument("--progress", action="store_true", help="show a progress bar (simulate)")
+  run.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
+                   help="a progress bar over the rounds of --method simulate (default on)")
 
   demo = sub.add_parser(
       "demo", help="the main job: theory and experiment side by side in DIR/report.md",
@@ -58,7 +65,7 @@ def _parser() -> argparse.ArgumentParser:
                     help="which parts to run (default: all four)")
   demo.add_argument("--rounds", type=int, default=40, metavar="T",
                     help="rounds of the synthetic closed-form part (default 40)")
-  demo.add_argument("--seed", type=int, default=0)
+  demo.add_argument("--seed", type=_seed, default=0)
   verify = sub.add_parser(
       "verify", help="check the paper's statements numerically and print a table",
       description="Runs every check of the paper's propositions on seeded random instances of "
@@ -77,20 +84,36 @@ def _parser() -> argparse.ArgumentParser:
                   "strong-regularisation panel; writes toy.png, toy.pdf, toy.csv and "
                   "toy_config.json to OUT.")
   toy.add_argument("--out", required=True, metavar="DIR", help="output directory")
-  toy.add_argument("--seed", type=int, default=0, help="the PRNG seed (default 0)")
+  toy.add_argument("--seed", type=_seed, default=0, help="the PRNG seed (default 0)")
   toy.add_argument("--rounds", type=int, default=250, metavar="T",
                    help="rounds of every protocol (default 250)")
   return parser
+
+
+def _seed(text: str) -> int:
+  try:
+    value = int(text)
+  except ValueError:
+    raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+  if not 0 <= value < 2**32:
+    raise argparse.ArgumentTypeError(f"expected an integer in 0..2^32 - 1, got {value}")
+  return value
 
 
 def _toy(args: argparse.Namespace) -> int:
   import jax
 
   from fedkrr._src import toy
+  from fedkrr._src.memory import check_memory
 
   if args.rounds < 1:
     raise ValueError(f"--rounds: expected an integer >= 1, got {args.rounds}")
-  result = toy.toy_experiment(jax.random.key(args.seed), toy.ToyConfig(rounds=args.rounds))
+  # Per round and panel: about a dozen vectors of the n points (coefficients, predictions).
+  config = toy.ToyConfig(rounds=args.rounds)
+  check_memory(args.rounds * 16 * config.num_points * 8,
+               f"the toy experiment with {args.rounds} rounds",
+               "use fewer --rounds (the paper: 250)")
+  result = toy.toy_experiment(jax.random.key(args.seed), config)
   paths = toy.write_toy(result, args.out)
   print(f"wrote {', '.join(paths.values())}")
   for line in toy.toy_summary(result):
@@ -133,22 +156,70 @@ def _enable_x64(float32: bool) -> None:
   jax.config.update("jax_enable_x64", not float32)
 
 
+def _check_out(out: str, problem: str) -> None:
+  """--out must be a file name in an existing directory, other than the input."""
+  if out.endswith(os.sep) or os.path.isdir(out):
+    raise ValueError(f"--out: expected a file name, got the directory {out!r}")
+  out_dir = os.path.dirname(os.path.abspath(out))
+  if not os.path.isdir(out_dir):
+    raise FileNotFoundError(f"--out: directory {out_dir} does not exist")
+  if os.path.exists(problem) and os.path.exists(out) and os.path.samefile(out, problem):
+    raise ValueError(f"--out: {out} is the problem file; writing it would overwrite the input")
+
+
+def _check_finite(problem, preds: np.ndarray, what: str) -> None:
+  """Non-finite results are an error that says where they start and the likely cause."""
+  bad = ~np.isfinite(preds)
+  if not bad.any():
+    return
+  first = int(np.argmax(bad.reshape(bad.shape[0], -1).any(axis=1))) if preds.ndim > 1 else 0
+  causes = []
+  for a, x in enumerate(problem.xs):
+    gram = np.asarray(problem.gram(a, x, x))
+    if not np.all(np.isfinite(gram)):
+      causes.append(f"kernel_{a} ({problem.kernels[a].to_dict().get('name', '?')}) is not finite "
+                    f"on x_{a} (largest |x| = {float(np.max(np.abs(np.asarray(x)))):.3g}): "
+                    f"rescale the inputs or change the kernel's parameters")
+  if not causes:
+    biggest = max(float(np.max(np.abs(np.asarray(y)))) for y in problem.ys)
+    causes.append(f"the values overflow {np.asarray(preds).dtype} (largest |y| = {biggest:.3g}); "
+                  f"rescale the labels or drop --float32")
+  raise ValueError(f"{what} are not finite (NaN or inf) from round {first} on: {causes[0]}")
+
+
 def _run(args: argparse.Namespace) -> int:
   import jax.numpy as jnp
 
   from fedkrr._src import closed_form
   from fedkrr._src import protocols
   from fedkrr._src.learner import krr_learners
+  from fedkrr._src.memory import check_memory
+  from fedkrr._src.memory import trajectory_bytes
   from fedkrr._src.problem_io import load_problem
 
   baseline = args.protocol in protocols.BASELINES
   if not baseline and (args.rounds is None or args.rounds < 1):
     raise ValueError(f"--rounds: protocol {args.protocol} needs a number of rounds >= 1")
+  _check_out(args.out, args.problem)
   dtype = jnp.float32 if args.float32 else jnp.float64
   problem, x_eval = load_problem(args.problem, dtype=dtype)
   if not 0 <= args.start < problem.num_agents:
     raise ValueError(f"--start: expected an agent index in 0..{problem.num_agents - 1}, "
                      f"got {args.start}")
+  if not baseline:
+    try:
+      closed_form.check_every(args.every, args.protocol, problem.num_agents)
+    except ValueError as e:
+      raise ValueError(f"--{e}") from None
+    kept = -(-args.rounds // args.every)
+    outputs = int(np.prod(problem.ys[0].shape[1:], dtype=np.int64))
+    need = trajectory_bytes(args.protocol, problem.num_points, problem.num_agents, outputs,
+                            x_eval.shape[0], kept, jnp.dtype(dtype).itemsize)
+    hint = (f"use fewer --rounds, --limit for t -> infinity, --every K to keep every K-th "
+            f"round{'' if args.float32 else ', or --float32'}")
+    check_memory(need, f"{args.protocol} with {args.rounds} rounds ({kept} kept) on "
+                       f"{problem.num_points} points and {x_eval.shape[0]} evaluation points",
+                 hint)
   out: dict[str, np.ndarray] = {}
   if baseline:
     if args.method == "closed-form":
@@ -164,24 +235,27 @@ def _run(args: argparse.Namespace) -> int:
   else:
     if args.method == "closed-form":
       preds = closed_form.trajectory(problem, args.protocol, args.rounds, x_eval,
-                                     start=args.start)
+                                     start=args.start, every=args.every)
     else:
       preds = protocols.simulate(args.protocol, krr_learners(problem), problem.xs, problem.ys,
-                                 args.rounds, x_eval, start=args.start, progress=args.progress)
+                                 args.rounds, x_eval, start=args.start, progress=args.progress,
+                                 every=args.every)
     if args.limit:
       lim = closed_form.limit(problem, args.protocol, x_eval, start=args.start)
       out["spectral_radius"] = np.asarray(lim.spectral_radius)
       if lim.converges:
         out["limit"] = np.asarray(lim.predictions)
+        _check_finite(problem, out["limit"][None], "the limit's predictions")
       else:
         print(f"fedkrr: note: {args.protocol} does not converge (spectral radius "
               f"{float(lim.spectral_radius):.6g} >= 1), so no limit was written", file=sys.stderr)
   out["predictions"] = np.asarray(preds)
-  out_dir = os.path.dirname(os.path.abspath(args.out))
-  if not os.path.isdir(out_dir):
-    raise FileNotFoundError(f"--out: directory {out_dir} does not exist")
-  np.savez(args.out, **out)
+  _check_finite(problem, out["predictions"] if not baseline else out["predictions"][None],
+                "the predictions")
+  atomic_savez(args.out, **out)
   print(f"wrote {args.out}: predictions {out['predictions'].shape}"
+        + (f" (rounds 0, {args.every}, {2 * args.every}, ...)" if args.every > 1 and not baseline
+           else "")
         + (", limit" if "limit" in out else ""))
   return 0
 
@@ -201,7 +275,16 @@ def main(argv: Sequence[str] | None = None) -> int:
       return _toy(args)
     return _demo(args)
   except (ProblemError, KernelError, ValueError, OSError) as e:
-    print(f"fedkrr: error: {e}", file=sys.stderr)
+    print(f"fedkrr: error: {' '.join(str(e).split())}", file=sys.stderr)
+    return 2
+  except KeyboardInterrupt:
+    print("fedkrr: interrupted (nothing was written)", file=sys.stderr)
+    return 130
+  except Exception as e:   # XLA's out-of-memory and other runtime errors: one line, no traceback
+    if "RESOURCE_EXHAUSTED" not in str(e) and "out of memory" not in str(e).lower():
+      raise
+    print(f"fedkrr: error: out of memory ({' '.join(str(e).split())[:200]}); use fewer rounds, "
+          f"--every K, or --float32", file=sys.stderr)
     return 2
 
 

@@ -155,16 +155,18 @@ def readout(problem: FederatedProblem, x_eval: Array) -> list[Array]:
   return [problem.gram(a, x_eval, x) for a, x in enumerate(problem.xs)]
 
 
-def _scan(problem: FederatedProblem, rec: Recurrence, steps: int) -> Array:
-  """x_0 .. x_{steps-1} of the recurrence, stacked on axis 0.
+def _scan(problem: FederatedProblem, rec: Recurrence, steps: int, every: int = 1,
+          accumulate: bool = False) -> Array:
+  """x_0, x_k, x_2k, ... (k = ``every``, rounds < ``steps``) of the recurrence, on axis 0.
 
+  With ``accumulate``, the partial sums ``x_0 + ... + x_t`` of those rounds instead.
   Each step is memory-bound (one pass over the matrix), so only the blocks that
   are not zero by construction are touched.
   """
   slices = _slices(problem)
   m = problem.num_agents
 
-  def body(x, _):
+  def advance(x):
     parts = [x[sl] for sl in slices]
     new = []
     for i, sl in enumerate(slices):
@@ -173,15 +175,27 @@ def _scan(problem: FederatedProblem, rec: Recurrence, steps: int) -> Array:
         if (i, j) in rec.blocks:
           row = row + rec.blocks[i, j] @ parts[j]
       new.append(row)
-    return jnp.concatenate(new, axis=0), x
+    return jnp.concatenate(new, axis=0)
 
-  _, xs = lax.scan(body, rec.initial, None, length=steps)
+  if every == 1 and not accumulate:
+    _, xs = lax.scan(lambda x, _: (advance(x), x), rec.initial, None, length=steps)
+    return xs
+
+  def chunk(carry, _):
+    x, total = carry
+    out = total + x if accumulate else x
+    inner = lambda _, c: (advance(c[0]), c[1] + c[0] if accumulate else c[1])
+    return lax.fori_loop(0, every, inner, (x, total)), out
+
+  zeros = jnp.zeros_like(rec.initial)
+  _, xs = lax.scan(chunk, (rec.initial, zeros), None, length=-(-steps // every))
   return xs
 
 
 def _akd_scan(problem: FederatedProblem, rec: Recurrence, steps: int, start: int,
-              evals: list[Array]) -> Array:
-  """AKD predictions of rounds 0..steps-1: one block per round, a cycle per scan step."""
+              evals: list[Array], every: int = 1) -> Array:
+  """AKD predictions of rounds 0, k, 2k, ... < steps (k = ``every``, a multiple of M):
+  one block per round, a cycle per scan step."""
   m = problem.num_agents
   sl = _slices(problem)[start]
 
@@ -193,9 +207,25 @@ def _akd_scan(problem: FederatedProblem, rec: Recurrence, steps: int, start: int
       x = rec.blocks[(a + 1) % m, a] @ x
     return x, jnp.stack(preds)
 
-  cycles = -(-steps // m)
-  _, preds = lax.scan(cycle, rec.initial[sl], None, length=cycles)
-  return preds.reshape((cycles * m,) + preds.shape[2:])[:steps]
+  if every == 1:
+    cycles = -(-steps // m)
+    _, preds = lax.scan(cycle, rec.initial[sl], None, length=cycles)
+    return preds.reshape((cycles * m,) + preds.shape[2:])[:steps]
+
+  def chunk(x, _):   # round t = multiple of every, hence of M: the start agent's round
+    return lax.fori_loop(0, every // m, lambda _, x: cycle(x, None)[0], x), evals[start] @ x
+
+  _, preds = lax.scan(chunk, rec.initial[sl], None, length=-(-steps // every))
+  return preds
+
+
+def check_every(every: int, protocol: str, num_agents: int) -> None:
+  """Raises ``ValueError`` unless ``every`` >= 1 (and, for AKD, a multiple of M)."""
+  if not isinstance(every, int) or isinstance(every, bool) or every < 1:
+    raise ValueError(f"every: expected an integer >= 1, got {every!r}")
+  if protocol == "akd" and every > 1 and every % num_agents:
+    raise ValueError(f"every: AKD's rounds cycle through the {num_agents} agents, so keeping "
+                     f"every k-th round needs k a multiple of {num_agents}, got {every}")
 
 
 def _per_agent(problem: FederatedProblem, evals: list[Array], coeffs: Array) -> Array:
@@ -205,10 +235,10 @@ def _per_agent(problem: FederatedProblem, evals: list[Array], coeffs: Array) -> 
   return jnp.stack(preds, axis=1)
 
 
-@functools.partial(jax.jit, static_argnames=("protocol", "rounds", "start", "rtol"))
+@functools.partial(jax.jit, static_argnames=("protocol", "rounds", "start", "rtol", "every"))
 def trajectory(problem: FederatedProblem, protocol: str, rounds: int, x_eval: Array,
-               start: int = 0, rtol: float | None = None) -> Array:
-  """Predictions of every round 0..rounds-1 at ``x_eval``, without refitting.
+               start: int = 0, rtol: float | None = None, every: int = 1) -> Array:
+  """Predictions of every round 0..rounds-1 (or every k-th) at ``x_eval``, without refitting.
 
   The layout equals that of :func:`fedkrr.simulate` with kernel ridge learners:
   ``(rounds, M, n_eval[, C])`` for AvgKD and PKD (agent i's round-t model),
@@ -223,6 +253,8 @@ def trajectory(problem: FederatedProblem, protocol: str, rounds: int, x_eval: Ar
     x_eval: evaluation points, shape (n_eval, d).
     start: the starting agent of AKD.
     rtol: pseudo-inverse cut-off when c = 0 (see :func:`fedkrr.ridge_factor`).
+    every: keep only rounds 0, k, 2k, ... < rounds for k = ``every`` (static; the
+      memory of a long run): ``ceil(rounds / k)`` rows. For AKD a multiple of M.
 
   Returns:
     The predictions, in ``problem``'s dtype.
@@ -231,15 +263,19 @@ def trajectory(problem: FederatedProblem, protocol: str, rounds: int, x_eval: Ar
     >>> preds = fedkrr.trajectory(problem, "avgkd", 100, x_test)  # (100, M, n_test)
   """
   _check_arguments(problem, protocol, start, rounds)
+  check_every(every, protocol, problem.num_agents)
   x_eval = jnp.asarray(x_eval, problem.ridge.dtype)
   fs = factors(problem, rtol)
   rec = recurrence(problem, protocol, start, fs)
   evals = readout(problem, x_eval)
   if protocol == "akd":
-    return _akd_scan(problem, rec, rounds, start, evals)
+    return _akd_scan(problem, rec, rounds, start, evals, every)
   if protocol in ("backfit-gs", "backfit-jacobi"):
     rec = rec._replace(initial=rec.offset)  # the models after sweep 1 (from all-zero models)
-  coeffs = _scan(problem, rec, rounds)
+  if protocol == "ekd" and every > 1:   # partial sums over all rounds, kept every k-th
+    coeffs = _scan(problem, rec, rounds, every, accumulate=True)
+    return jnp.einsum("nk,tk...->tn...", jnp.concatenate(evals, axis=1), coeffs)
+  coeffs = _scan(problem, rec, rounds, every)
   if protocol == "avgkd":
     return _per_agent(problem, evals, coeffs)
   if protocol == "pkd":

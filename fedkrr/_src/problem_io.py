@@ -53,11 +53,14 @@ def load_problem(path: str | os.PathLike, dtype=None) -> tuple[FederatedProblem,
   path = os.fspath(path)
   if not os.path.exists(path):
     raise ProblemError(f"{path}: no such file (expected an .npz with {_LAYOUT})")
+  if os.path.isdir(path) or not zipfile.is_zipfile(path):
+    raise ProblemError(f"{path}: not an .npz archive (np.savez writes one; expected {_LAYOUT})")
   try:
     with np.load(path, allow_pickle=False) as data:
       arrays = {k: data[k] for k in data.files}
   except (zipfile.BadZipFile, ValueError, OSError, EOFError) as e:
-    raise ProblemError(f"{path}: not a readable .npz archive ({e})") from None
+    reason = "it holds Python objects, which are never loaded" if "pickle" in str(e) else e
+    raise ProblemError(f"{path}: not a readable .npz archive ({reason})") from None
 
   agents = sorted(int(m.group(1)) for k in arrays if (m := re.fullmatch(r"x_(\d+)", k)))
   if not agents:
@@ -76,10 +79,22 @@ def load_problem(path: str | os.PathLike, dtype=None) -> tuple[FederatedProblem,
     if spec.shape != () or spec.dtype.kind not in "US":
       raise ProblemError(f"{path}: kernel_{a} must be a JSON string, got an array of "
                          f"shape {spec.shape} and dtype {spec.dtype}")
-    kernels.append(kernels_lib.kernel_from_json(str(spec), f"{path}: kernel_{a}"))
+    text = spec.item()
+    if isinstance(text, bytes):   # a bytes string (numpy 'S'), e.g. from another language
+      try:
+        text = text.decode("utf-8")
+      except UnicodeDecodeError:
+        raise ProblemError(f"{path}: kernel_{a} is not UTF-8 text") from None
+    kernels.append(kernels_lib.kernel_from_json(text, f"{path}: kernel_{a}"))
   ridge = arrays["ridge"]
   if ridge.size != 1:
     raise ProblemError(f"{path}: ridge must be a scalar, got shape {ridge.shape}")
+  if ridge.dtype.kind not in "iuf":
+    raise ProblemError(f"{path}: ridge must be a number, got an array of dtype {ridge.dtype} "
+                       f"({str(ridge.reshape(()))[:40]!r})")
+  for name, value in arrays.items():
+    if name.startswith(("x_", "y_")) and value.dtype.kind not in "biuf":
+      raise ProblemError(f"{path}: {name} must hold numbers, got dtype {value.dtype}")
   try:
     problem = make_problem([arrays[f"x_{a}"] for a in agents], [arrays[f"y_{a}"] for a in agents],
                            kernels, float(ridge.reshape(())), dtype=dtype)

@@ -270,7 +270,7 @@ def iterate(protocol: Protocol, learners: Sequence[Learner], xs: Sequence[Array]
 
 def simulate(protocol: Protocol | str, learners: Sequence[Learner], xs: Sequence[Array],
              ys: Sequence[Array], rounds: int, x_eval: Array, start: int = 0,
-             progress: bool = False) -> Array:
+             progress: bool = False, every: int = 1) -> Array:
   """Runs a protocol round by round and evaluates its predictors at ``x_eval``.
 
   Returns:
@@ -278,12 +278,18 @@ def simulate(protocol: Protocol | str, learners: Sequence[Learner], xs: Sequence
     ``(rounds, M, n_eval[, C])``: entry ``[t, i]`` is agent i's round-t model.
     Otherwise ``(rounds, n_eval[, C])``: row t is the round-t predictor (AKD: the
     round-t model; EKD: the partial sum over rounds 0..t; backfitting: the sum
-    of the agents' models after sweep t + 1).
+    of the agents' models after sweep t + 1). With ``every`` = k only rounds
+    0, k, 2k, ... are kept (``ceil(rounds / k)`` rows).
   """
+  if not isinstance(every, int) or isinstance(every, bool) or every < 1:
+    raise ValueError(f"every: expected an integer >= 1, got {every!r}")
   if isinstance(protocol, str):
     protocol = get_protocol(protocol, start)
   rows, running = [], None
-  for _, out in iterate(protocol, learners, xs, ys, rounds, progress=progress):
+  for t, (_, out) in enumerate(iterate(protocol, learners, xs, ys, rounds, progress=progress)):
+    keep = t % every == 0
+    if not keep and not out.cumulative:
+      continue
     preds = [model.predict(x_eval) for model in out.models]
     if out.weights is None:
       rows.append(jnp.stack(preds))
@@ -292,7 +298,8 @@ def simulate(protocol: Protocol | str, learners: Sequence[Learner], xs: Sequence
     if out.cumulative:
       running = combined if running is None else running + combined
       combined = running
-    rows.append(combined)
+    if keep:
+      rows.append(combined)
   return jnp.stack(rows)
 
 

@@ -35,6 +35,7 @@ RUN_PROTOCOLS = KD_PROTOCOLS + ("fedavg", "central", "local")
 LOSSES = ("mse", "ce")
 FOREST = "forest"
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+SEED_LIMIT = 2**32   # seeds reach NumPy, JAX and scikit-learn, which takes 32-bit seeds
 
 
 class ConfigError(ValueError):
@@ -247,7 +248,7 @@ def _validate(c: ExperimentConfig) -> None:
   need(c.learning_rate > 0, "learning_rate", "a number > 0")
   need(c.weight_decay >= 0, "weight_decay", "a number >= 0")
   need(c.loss in LOSSES, "loss", "'mse' or 'ce'")
-  need(c.seed >= 0, "seed", "an integer >= 0")
+  need(0 <= c.seed < SEED_LIMIT, "seed", "an integer in 0..2^32 - 1")
   need(0 <= c.start < c.agents, "start", f"an agent index in 0..{c.agents - 1}")
   need(c.train_subset is None or c.train_subset >= c.agents, "train_subset",
        f"None or an integer >= agents ({c.agents})")
@@ -371,7 +372,9 @@ def load_spec(source: str | os.PathLike) -> ConfigSpec:
                         f"(see `neural configs`)")
     path = shipped[str(source)]
   try:
-    data = json.loads(path.read_text())
+    data = json.loads(path.read_bytes().decode("utf-8"))
+  except UnicodeDecodeError as e:
+    raise ConfigError(f"config: {path} is not UTF-8 text ({e.reason} at byte {e.start})") from None
   except json.JSONDecodeError as e:
     raise ConfigError(f"config: {path} is not valid JSON ({e})") from None
   if not isinstance(data, dict):

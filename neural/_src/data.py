@@ -334,16 +334,32 @@ def _load_cifar10(data_dir) -> Dataset:
                  x_test=_to_unit(x_test), y_test=y_test, num_classes=10)
 
 
+class _BatchUnpickler(pickle.Unpickler):
+  """Unpickles plain data and NumPy arrays only: a file that names any other global (the
+  way a pickle runs code) is refused before anything of it is called."""
+
+  _ALLOWED = {("numpy", "ndarray"), ("numpy", "dtype"),
+              ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+              ("numpy.core.numeric", "_frombuffer"), ("numpy._core.numeric", "_frombuffer")}
+
+  def find_class(self, module, name):
+    if (module, name) in self._ALLOWED:
+      return super().find_class(module, name)
+    raise pickle.UnpicklingError(f"it names {module}.{name}, which a CIFAR-10 batch never "
+                                 f"holds (refused: unpickling it could run code)")
+
+
 def _read_cifar_batch(path: str) -> tuple[np.ndarray, np.ndarray]:
   """One CIFAR-10 python batch: uint8 NHWC images (n, 32, 32, 3) and int64 labels (n,).
 
-  The batches are python pickles (the format CIFAR-10 is distributed in); only
-  load files from a source you trust.
+  The batches are python pickles (the format CIFAR-10 is distributed in). They are
+  read with an unpickler that admits dicts, lists, bytes, numbers and NumPy arrays
+  only, so a file that tries to run code is refused.
   """
   try:
     with open(path, "rb") as f:
-      batch = pickle.load(f, encoding="bytes")
-  except (OSError, EOFError, pickle.UnpicklingError) as e:
+      batch = _BatchUnpickler(f, encoding="bytes").load()
+  except (OSError, EOFError, ValueError, pickle.UnpicklingError) as e:
     raise DataError(f"cannot read CIFAR-10 batch {path!r}: {e}") from e
   if not isinstance(batch, dict) or b"data" not in batch or b"labels" not in batch:
     raise DataError(f"{path!r} is not a CIFAR-10 batch: expected a dict with keys b'data' "

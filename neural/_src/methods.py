@@ -111,7 +111,8 @@ class MethodConfig:
     self.need(self.partition in PARTITIONS, "partition", f"one of {', '.join(PARTITIONS)}")
     self.need(self.agents >= 2, "agents", "an integer >= 2")
     self.need(self.rounds >= 1, "rounds", "an integer >= 1")
-    self.need(self.seed >= 0, "seed", "an integer >= 0")
+    from neural._src.config import SEED_LIMIT
+    self.need(0 <= self.seed < SEED_LIMIT, "seed", "an integer in 0..2^32 - 1")
     from neural._src.train_loop import AGENT_BATCHING
     from neural._src.train_loop import STEP_LOOPS
     self.need(self.step_loop in STEP_LOOPS, "step_loop", f"one of {', '.join(STEP_LOOPS)}")

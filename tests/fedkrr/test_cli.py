@@ -129,7 +129,7 @@ def test_missing_or_unreadable_file_from_a_shell(tmp_path):
   not_npz = tmp_path / "p.npz"
   not_npz.write_text("hello")
   for path, message in [(tmp_path / "nope.npz", "no such file"),
-                        (not_npz, "not a readable .npz archive")]:
+                        (not_npz, "not an .npz archive")]:
     proc = subprocess.run(
         [sys.executable, "-m", "fedkrr._src.cli", "run", "--problem", str(path), "--protocol",
          "ekd", "--rounds", "3", "--out", str(tmp_path / "o.npz")],
@@ -149,3 +149,112 @@ def test_float32_run_from_a_shell(problem_file, tmp_path, assert_close):
   assert preds.dtype == np.float32
   problem, x_eval = load_problem(problem_file)
   assert_close(preds, fedkrr.trajectory(problem, "ekd", 4, x_eval), dtype=np.float32)
+
+
+def test_out_is_written_as_named_and_never_over_the_input(problem_file, tmp_path, capsys):
+  out = tmp_path / "result.bin"
+  assert _run("--problem", problem_file, "--protocol", "akd", "--rounds", 2, "--out", out) == 0
+  assert out.exists() and not (tmp_path / "result.bin.npz").exists()
+  assert f"wrote {out}" in capsys.readouterr().out
+  before = problem_file.read_bytes()
+  for target, message in [(problem_file, "would overwrite the input"),
+                          (f"{tmp_path}{os.sep}", "expected a file name")]:
+    assert _run("--problem", problem_file, "--protocol", "akd", "--rounds", 2,
+                "--out", target) == 2
+    assert message in capsys.readouterr().err
+  assert problem_file.read_bytes() == before
+  assert not (tmp_path / ".npz").exists()
+
+
+def test_a_run_that_cannot_fit_in_memory_is_refused_before_it_starts(problem_file, tmp_path,
+                                                                     capsys):
+  out = tmp_path / "o.npz"
+  out.write_bytes(b"previous result")
+  assert _run("--problem", problem_file, "--protocol", "ekd", "--rounds", 10**9, "--out", out) == 2
+  err = capsys.readouterr().err
+  assert err.count("\n") == 1 and "needs about" in err and "--every K" in err
+  assert out.read_bytes() == b"previous result"
+
+
+@pytest.mark.parametrize("protocol, every", [("avgkd", 3), ("ekd", 2), ("akd", 2)])
+def test_every_keeps_every_kth_round(protocol, every, problem_file, tmp_path, assert_close):
+  full, kept = tmp_path / "full.npz", tmp_path / "kept.npz"
+  assert _run("--problem", problem_file, "--protocol", protocol, "--rounds", 7, "--out", full) == 0
+  for method in ("closed-form", "simulate"):
+    assert _run("--problem", problem_file, "--protocol", protocol, "--rounds", 7, "--every",
+                every, "--method", method, "--out", kept) == 0
+    assert_close(np.load(kept)["predictions"], np.load(full)["predictions"][::every])
+
+
+def test_every_for_akd_must_be_a_multiple_of_the_agents(problem_file, tmp_path, capsys):
+  assert _run("--problem", problem_file, "--protocol", "akd", "--rounds", 7, "--every", 3,
+              "--out", tmp_path / "o.npz") == 2
+  assert "multiple of 2" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(x_0=XS[0] * 1e200), "kernel_0 (rbf) is not finite on x_0"),
+    (dict(kernel_1=np.asarray('{"name": "polynomial", "degree": 1000000000}')), "kernel_1"),
+])
+def test_non_finite_results_are_an_error(changes, message, tmp_path, capsys, x64):
+  out = tmp_path / "o.npz"
+  assert _run("--problem", _corrupt(tmp_path, **changes), "--protocol", "avgkd", "--rounds", 2,
+              "--out", out) == 2
+  err = capsys.readouterr().err
+  assert err.count("\n") == 1 and "not finite" in err and message in err
+  assert not out.exists()
+
+
+def test_labels_that_overflow_float32_are_an_error(tmp_path, capsys):
+  path = _corrupt(tmp_path, y_0=np.full(8, 1e38), y_1=np.full(6, 3e38))
+  assert _run("--problem", path, "--protocol", "avgkd", "--rounds", 3, "--float32",
+              "--out", tmp_path / "o.npz") == 2
+  assert "not finite" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda p: np.save(p, np.zeros(3)), "not an .npz archive"),
+    (lambda p: open(p, "w").write("x_0 = 1\n"), "not an .npz archive"),
+    (lambda p: np.savez(p, obj=np.array([{}], dtype=object)), "Python objects"),
+])
+def test_files_that_are_no_problem_file_are_named(make, message, tmp_path, capsys):
+  path = tmp_path / "p.data"
+  make(path)
+  path, = tmp_path.glob("p.data*")   # np.save / np.savez add their own suffix
+  assert _run("--problem", path, "--protocol", "akd", "--rounds", 2,
+              "--out", tmp_path / "o.npz") == 2
+  err = capsys.readouterr().err
+  assert message in err and "allow_pickle" not in err
+
+
+def test_a_ridge_string_is_named_and_a_kernel_in_bytes_is_read(tmp_path, capsys, x64):
+  assert _run("--problem", _corrupt(tmp_path, ridge=np.asarray("0.01")), "--protocol", "akd",
+              "--rounds", 2, "--out", tmp_path / "o.npz") == 2
+  assert "ridge must be a number" in capsys.readouterr().err
+  path = _corrupt(tmp_path, kernel_0=np.asarray(b'{"name": "rbf", "gamma": 0.5}'))
+  assert _run("--problem", path, "--protocol", "akd", "--rounds", 2,
+              "--out", tmp_path / "o.npz") == 0
+
+
+def test_toy_refuses_absurd_rounds_and_keeps_existing_outputs(tmp_path, capsys):
+  (tmp_path / "toy.csv").write_text("previous")
+  assert main(["toy", "--out", str(tmp_path), "--rounds", str(10**9)]) == 2
+  assert "needs about" in capsys.readouterr().err
+  assert (tmp_path / "toy.csv").read_text() == "previous"
+  with pytest.raises(SystemExit):
+    main(["toy", "--out", str(tmp_path), "--seed", str(2**32)])
+  assert "0..2^32 - 1" in capsys.readouterr().err
+
+
+def test_an_interrupted_simulation_exits_130_and_writes_nothing(problem_file, tmp_path,
+                                                                 monkeypatch, capsys):
+  from fedkrr._src import protocols
+
+  def interrupted(*args, **kwargs):
+    raise KeyboardInterrupt
+
+  monkeypatch.setattr(protocols, "simulate", interrupted)
+  assert _run("--problem", problem_file, "--protocol", "akd", "--rounds", 5, "--method",
+              "simulate", "--out", tmp_path / "o.npz") == 130
+  assert "interrupted" in capsys.readouterr().err
+  assert not (tmp_path / "o.npz").exists()

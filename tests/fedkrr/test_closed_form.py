@@ -258,3 +258,27 @@ def test_cyclic_ekd_for_more_than_two_agents_is_not_the_central_model(m, x64, as
   print(f"M = {m}: cyclic EKD limit vs central, relative gap {gap:.3f}")
   assert ekd.converges and gap > 0.01  # rounding is ~1e-14; the gap is structural
   assert_close(fedkrr.limit(problem, "backfit-gs", x_eval).predictions, central)
+
+
+@pytest.mark.parametrize("protocol, every", [("avgkd", 3), ("pkd", 2), ("ekd", 4), ("akd", 2),
+                                             ("akd", 4), ("backfit-gs", 3),
+                                             ("backfit-jacobi", 5)])
+def test_every_kth_round_equals_the_full_trajectory_sliced(protocol, every, assert_close, x64):
+  rng = np.random.default_rng(3)
+  problem = fedkrr.make_problem([rng.normal(size=(7, 2)), rng.normal(size=(5, 2))],
+                                [rng.normal(size=7), rng.normal(size=5)],
+                                [fedkrr.RBF(0.7), fedkrr.Laplace(0.4)], 1e-2)
+  x = rng.normal(size=(4, 2))
+  full = fedkrr.trajectory(problem, protocol, 11, x, start=1)
+  kept = fedkrr.trajectory(problem, protocol, 11, x, start=1, every=every)
+  assert kept.shape[0] == -(-11 // every)
+  assert_close(kept, full[::every])
+
+
+@pytest.mark.parametrize("every", [0, 3, 1.5])
+def test_bad_every_is_named(every):
+  rng = np.random.default_rng(0)
+  problem = fedkrr.make_problem([rng.normal(size=(3, 1))] * 2, [rng.normal(size=3)] * 2,
+                                fedkrr.RBF(1.0), 0.1)
+  with pytest.raises(ValueError, match="every"):
+    fedkrr.trajectory(problem, "akd", 5, rng.normal(size=(2, 1)), every=every)
