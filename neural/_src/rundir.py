@@ -204,9 +204,9 @@ def open_run(workdir: str | os.PathLike, config: Any, *,
                               f"same config to resume")
       note(f"{workdir} holds the config of a run that finished no round; it is replaced")
       replace = True
-    if saved is None and checkpoint is not None:
-      raise ExperimentError(f"workdir: {workdir} holds a checkpoint but no {CONFIG_FILE}; "
-                            f"use another workdir")
+    if saved is None and (checkpoint is not None or _metric_rows(workdir / METRICS_FILE)[0]):
+      raise ExperimentError(f"workdir: {workdir} holds a checkpoint or metrics but no "
+                            f"{CONFIG_FILE}; use an empty directory")
     done = 0 if checkpoint is None else checkpoint["round"]
     if data is None and done < rounds:
       data = load_data()                     # fails before the config is written

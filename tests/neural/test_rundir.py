@@ -153,6 +153,15 @@ def test_the_config_of_a_run_that_finished_no_round_is_replaced(tmp_path, capsys
   assert json.loads((workdir / "config.json").read_text())["seed"] == 0
 
 
+def test_metrics_of_a_run_without_its_config_are_left_alone(tmp_path, capsys):
+  workdir = tmp_path / "run"
+  workdir.mkdir()
+  (workdir / METRICS_FILE).write_text('{"round": 0, "agent": 0}\n')
+  assert main(["run", *FLAGS, "--workdir", str(workdir)]) == 2
+  assert "no config.json" in capsys.readouterr().err
+  assert (workdir / METRICS_FILE).read_text() == '{"round": 0, "agent": 0}\n'
+
+
 def _copy_run(src, dst):
   dst.mkdir()
   for name in ("config.json", METRICS_FILE, CHECKPOINT_FILE):
