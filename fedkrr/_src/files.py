@@ -10,14 +10,39 @@ from __future__ import annotations
 import io
 import os
 from pathlib import Path
+import stat
 import tempfile
 from typing import Any
 
 import numpy as np
 
 
+def _umask() -> int:
+  try:   # Linux: read it without changing it
+    with open("/proc/self/status") as f:
+      for line in f:
+        if line.startswith("Umask:"):
+          return int(line.split()[1], 8)
+  except (OSError, ValueError):
+    pass
+  mask = os.umask(0o022)
+  os.umask(mask)
+  return mask
+
+
+def _mode(path: Path) -> int:
+  """An existing file's permissions, else those ``open(path, "w")`` would give."""
+  try:
+    return stat.S_IMODE(path.stat().st_mode)
+  except FileNotFoundError:
+    return 0o666 & ~_umask()
+
+
 def atomic_write(path: str | os.PathLike, data: bytes | str) -> Path:
   """Writes ``data`` to ``path`` atomically (text is UTF-8); returns the path.
+
+  The file gets the permissions of the file it replaces, or of a new file
+  (``0o666`` less the umask), not the private mode of a temporary file.
 
   Raises:
     OSError: the directory does not exist or is not writable (the target is untouched).
@@ -25,8 +50,10 @@ def atomic_write(path: str | os.PathLike, data: bytes | str) -> Path:
   path = Path(path)
   if isinstance(data, str):
     data = data.encode("utf-8")
+  mode = _mode(path)
   fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
   try:
+    os.fchmod(fd, mode)
     with os.fdopen(fd, "wb") as f:
       f.write(data)
       f.flush()

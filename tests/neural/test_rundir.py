@@ -213,6 +213,17 @@ def test_outputs_are_replaced_atomically(tmp_path, monkeypatch):
   assert [p.name for p in tmp_path.iterdir()] == ["out.json"]
 
 
+def test_atomic_outputs_keep_ordinary_permissions(tmp_path):
+  from fedkrr._src import files
+  fresh = files.atomic_write(tmp_path / "new.txt", "x")
+  plain = tmp_path / "plain.txt"
+  plain.write_text("x")
+  assert fresh.stat().st_mode & 0o777 == plain.stat().st_mode & 0o777
+  plain.chmod(0o640)
+  files.atomic_write(plain, "y")
+  assert plain.stat().st_mode & 0o777 == 0o640 and plain.read_text() == "y"
+
+
 def test_a_seed_beyond_32_bits_and_a_non_utf8_config_are_named(tmp_path, capsys):
   assert main(["run", *FLAGS, "--seed", "4294967296", "--workdir", str(tmp_path / "a")]) == 2
   assert "seed: expected an integer in 0..2^32 - 1" in capsys.readouterr().err
