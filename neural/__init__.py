@@ -34,7 +34,6 @@ from neural._src.ddistillation import DDistState
 from neural._src.ddistillation import polynomial_step_size
 from neural._src.experiment import ExperimentError
 from neural._src.experiment import load_run_data
-from neural._src.experiment import read_metrics
 from neural._src.experiment import run_configs
 from neural._src.experiment import train_and_evaluate
 from neural._src.fedavg import FedAvgError
@@ -139,6 +138,7 @@ from neural._src.representation_sharing import discriminator_scores
 from neural._src.representation_sharing import feature_matching_loss
 from neural._src.representation_sharing import make_client_model
 from neural._src.representation_sharing import relay
+from neural._src.rundir import read_metrics
 from neural._src.train_loop import AGENT_BATCHING
 from neural._src.train_loop import STEP_LOOPS
 from neural._src.train_loop import Batch

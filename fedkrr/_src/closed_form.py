@@ -221,8 +221,7 @@ def _akd_scan(problem: FederatedProblem, rec: Recurrence, steps: int, start: int
 
 def check_every(every: int, protocol: str, num_agents: int) -> None:
   """Raises ``ValueError`` unless ``every`` >= 1 (and, for AKD, a multiple of M)."""
-  if not isinstance(every, int) or isinstance(every, bool) or every < 1:
-    raise ValueError(f"every: expected an integer >= 1, got {every!r}")
+  protocols.check_every(every)
   if protocol == "akd" and every > 1 and every % num_agents:
     raise ValueError(f"every: AKD's rounds cycle through the {num_agents} agents, so keeping "
                      f"every k-th round needs k a multiple of {num_agents}, got {every}")

@@ -13,6 +13,7 @@ from pathlib import Path
 import stat
 import tempfile
 from typing import Any
+import zipfile
 
 import numpy as np
 
@@ -63,6 +64,34 @@ def atomic_write(path: str | os.PathLike, data: bytes | str) -> Path:
     Path(tmp).unlink(missing_ok=True)
     raise
   return path
+
+
+class NpzError(ValueError):
+  """A file that :func:`read_npz` does not read (the message says why)."""
+
+
+def read_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:
+  """The arrays of an ``.npz`` archive, read with ``allow_pickle=False``: never runs code.
+
+  Raises:
+    NpzError: not an ``.npz`` archive (a text or ``.npy`` file, a truncated one), or one
+      holding Python objects, which are never loaded.
+  """
+  try:
+    blob = Path(path).read_bytes()
+    if not zipfile.is_zipfile(io.BytesIO(blob)):
+      raise NpzError("not an .npz archive (np.savez writes one; truncated, or another format)")
+    with np.load(io.BytesIO(blob), allow_pickle=False) as data:
+      return {k: data[k] for k in data.files}
+  except NpzError:
+    raise
+  except ValueError as e:
+    if "pickle" in str(e):
+      raise NpzError("it holds Python objects, which are never loaded") from None
+    raise NpzError(f"not a readable .npz archive ({' '.join(str(e).split())[:120]})") from None
+  except (OSError, EOFError, KeyError, zipfile.BadZipFile) as e:
+    raise NpzError(f"not a readable .npz archive ({type(e).__name__}: "
+                   f"{' '.join(str(e).split())[:120]})") from None
 
 
 def savez_bytes(**arrays: Any) -> bytes:

@@ -12,13 +12,14 @@ import json
 import os
 import re
 from typing import Any
-import zipfile
 
 import jax
 import numpy as np
 
 from fedkrr._src import kernels as kernels_lib
+from fedkrr._src.files import NpzError
 from fedkrr._src.files import atomic_savez
+from fedkrr._src.files import read_npz
 from fedkrr._src.problem import FederatedProblem
 from fedkrr._src.problem import ProblemError
 from fedkrr._src.problem import check_eval_points
@@ -53,14 +54,10 @@ def load_problem(path: str | os.PathLike, dtype=None) -> tuple[FederatedProblem,
   path = os.fspath(path)
   if not os.path.exists(path):
     raise ProblemError(f"{path}: no such file (expected an .npz with {_LAYOUT})")
-  if os.path.isdir(path) or not zipfile.is_zipfile(path):
-    raise ProblemError(f"{path}: not an .npz archive (np.savez writes one; expected {_LAYOUT})")
   try:
-    with np.load(path, allow_pickle=False) as data:
-      arrays = {k: data[k] for k in data.files}
-  except (zipfile.BadZipFile, ValueError, OSError, EOFError) as e:
-    reason = "it holds Python objects, which are never loaded" if "pickle" in str(e) else e
-    raise ProblemError(f"{path}: not a readable .npz archive ({reason})") from None
+    arrays = read_npz(path)
+  except NpzError as e:
+    raise ProblemError(f"{path}: {e}; expected {_LAYOUT}") from None
 
   agents = sorted(int(m.group(1)) for k in arrays if (m := re.fullmatch(r"x_(\d+)", k)))
   if not agents:

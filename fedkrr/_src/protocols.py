@@ -111,6 +111,12 @@ def check_rounds(rounds: int) -> None:
     raise ValueError(f"rounds: expected an integer >= 1, got {rounds!r}")
 
 
+def check_every(every: int) -> None:
+  """Raises ``ValueError`` unless ``every`` (keep every k-th round) is an integer >= 1."""
+  if not isinstance(every, int) or isinstance(every, bool) or every < 1:
+    raise ValueError(f"every: expected an integer >= 1, got {every!r}")
+
+
 def check_protocol_name(name: str) -> None:
   """Raises ``ValueError`` unless ``name`` is one of ``PROTOCOLS``."""
   if name not in PROTOCOLS:
@@ -281,8 +287,7 @@ def simulate(protocol: Protocol | str, learners: Sequence[Learner], xs: Sequence
     of the agents' models after sweep t + 1). With ``every`` = k only rounds
     0, k, 2k, ... are kept (``ceil(rounds / k)`` rows).
   """
-  if not isinstance(every, int) or isinstance(every, bool) or every < 1:
-    raise ValueError(f"every: expected an integer >= 1, got {every!r}")
+  check_every(every)
   if isinstance(protocol, str):
     protocol = get_protocol(protocol, start)
   rows, running = [], None

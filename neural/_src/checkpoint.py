@@ -25,18 +25,18 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import io
 import json
 import os
 from pathlib import Path
 from typing import Any
-import zipfile
 
 import flax.linen as nn
 import jax
 import numpy as np
 
+from fedkrr._src.files import NpzError
 from fedkrr._src.files import atomic_write
+from fedkrr._src.files import read_npz
 from fedkrr._src.files import savez_bytes
 
 FORMAT = "neural-checkpoint/1"
@@ -176,23 +176,13 @@ def load_checkpoint(path: str | os.PathLike) -> Any:
   """
   path = Path(path)
   try:
-    blob = path.read_bytes()
-    if not zipfile.is_zipfile(io.BytesIO(blob)):
-      raise CheckpointError("it is not an .npz archive (truncated, or not written by neural)")
-    with np.load(io.BytesIO(blob), allow_pickle=False) as data:
-      arrays = {k: data[k] for k in data.files}
+    arrays = read_npz(path)
     skeleton = json.loads(str(arrays.pop(SKELETON)))
     if not isinstance(skeleton, dict) or skeleton.get("format") != FORMAT:
       raise CheckpointError(f"it is not a {FORMAT} file")
     return _decode(skeleton["tree"], arrays)
-  except CheckpointError as e:
+  except (CheckpointError, NpzError) as e:
     raise CheckpointError(f"checkpoint {path} is unusable: {e}") from None
-  except ValueError as e:
-    if "pickle" in str(e):   # an object array: not written by save_checkpoint
-      raise CheckpointError(f"checkpoint {path} is unusable: it holds Python objects, which "
-                            f"are never loaded") from None
-    raise CheckpointError(f"checkpoint {path} is unreadable ({' '.join(str(e).split())[:120]})"
-                          ) from None
-  except (OSError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as e:
+  except (ValueError, KeyError, TypeError) as e:   # a skeleton that is not ours
     raise CheckpointError(f"checkpoint {path} is unreadable ({type(e).__name__}: "
                           f"{' '.join(str(e).split())[:120]})") from None

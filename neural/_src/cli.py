@@ -81,10 +81,10 @@ def _parser() -> argparse.ArgumentParser:
   run.add_argument("--seed", type=int, metavar="S")
   run.add_argument("--forest-trees", type=int, metavar="T")
   run.add_argument("--forest-max-depth", type=int, metavar="D")
-  run.add_argument("--step-loop", choices=("auto", "scan", "python"),
+  run.add_argument("--step-loop", metavar="auto|scan|python",
                    help="local training as one compiled loop per epoch (scan), one jitted step "
                         "per mini-batch (python), or by backend and model (auto, the default)")
-  run.add_argument("--agent-batching", choices=("auto", "vmap", "sequential"),
+  run.add_argument("--agent-batching", metavar="auto|vmap|sequential",
                    help="agents of one architecture trained as one vmapped program, one after "
                         "the other, or by backend and model (auto, the default)")
   run.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", dest="sets",

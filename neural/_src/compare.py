@@ -93,9 +93,9 @@ from neural._src.config import KD_PROTOCOLS
 from neural._src.config import ExperimentConfig
 from neural._src.experiment import RunData
 from neural._src.experiment import load_run_data
-from neural._src.experiment import read_metrics
 from neural._src.experiment import round_key
 from neural._src.experiment import scores
+from neural._src.rundir import read_metrics
 
 KERNELS = ("ntk", "nngp", "relu-ntk", "rbf")
 COMPARE_JSON = "compare.json"

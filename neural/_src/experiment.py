@@ -52,7 +52,6 @@ from neural._src.rundir import PLOT_FILE
 from neural._src.rundir import ExperimentError
 from neural._src.rundir import Run
 from neural._src.rundir import open_run
-from neural._src.rundir import read_metrics
 
 SWEEP_FILE = "sweep.json"
 BASELINE_PROTOCOLS = ("central", "local")
@@ -339,7 +338,7 @@ def train_and_evaluate(config: ExperimentConfig, workdir: str | os.PathLike, *,
     if run.done < rounds:
       _run_rounds(config, run, rounds, progress, max_rounds, on_round_end)
     if run.done >= rounds:
-      _plot(run.workdir, config)
+      _plot(run.workdir, config, run.rows)
     return list(run.rows)
 
 
@@ -381,9 +380,9 @@ def _run_rounds(config: ExperimentConfig, run: Run, rounds: int, progress: bool,
     round_bar.close()
 
 
-def _plot(workdir: Path, config: ExperimentConfig) -> None:
+def _plot(workdir: Path, config: ExperimentConfig, rows: list[dict[str, Any]]) -> None:
   from neural._src.plots import plot_run
-  plot_run(read_metrics(workdir), workdir / PLOT_FILE,
+  plot_run(rows, workdir / PLOT_FILE,
            title=f"{config.protocol} on {config.dataset} ({config.partition}"
                  + (f", alpha={config.alpha:g}" if config.partition == "label-split" else "")
                  + f"; {','.join(config.agent_models)})")

@@ -404,7 +404,7 @@ class FedDKCState(NamedTuple):
 def _opt(config: FedDKCConfig) -> OptimizerConfig:
   """L2 decay added to the gradient, then SGD (momentum) or Adam (PyTorch style)."""
   return OptimizerConfig(config.optimizer, config.learning_rate, config.weight_decay,
-                         config.momentum if config.optimizer == "sgd" else 0.0)
+                         config.momentum)
 
 
 def _models(config: FedDKCConfig, num_classes: int) -> tuple[list[nn.Module], nn.Module]:

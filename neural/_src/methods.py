@@ -324,7 +324,6 @@ def run_method(config: MethodConfig, workdir: str | os.PathLike, *, progress: bo
   from neural._src.plots import plot_run
   from neural._src.rundir import PLOT_FILE
   from neural._src.rundir import open_run
-  from neural._src.rundir import read_metrics
   method = get_method(config.method)
   load = lambda: (method.load_data or load_method_data)(config)
   with open_run(workdir, config, from_dict=method_config_from_dict, rounds=config.rounds,
@@ -344,7 +343,7 @@ def run_method(config: MethodConfig, workdir: str | os.PathLike, *, progress: bo
       finally:
         bar.close()
     if run.done >= config.rounds:
-      plot_run(read_metrics(run.workdir), run.workdir / PLOT_FILE,
+      plot_run(run.rows, run.workdir / PLOT_FILE,
                title=f"{config.method} on {config.dataset} ({config.partition}, "
                      f"{config.agents} agents)")
     return list(run.rows)

@@ -592,8 +592,7 @@ def _optimizer(config: MHDConfig) -> OptimizerConfig:
   """SGD with momentum (the paper's) or Adam, L2 decay, cosine decay over all rounds."""
   cosine = dict(schedule="cosine", decay_steps=config.rounds * config.steps_per_round)
   return OptimizerConfig(config.optimizer, config.learning_rate, config.weight_decay,
-                         config.momentum if config.optimizer == "sgd" else 0.0,
-                         **(cosine if config.cosine else {}))
+                         config.momentum, **(cosine if config.cosine else {}))
 
 
 def _pick_slots(key: Array, valid: Array, num: int) -> tuple[Array, Array]:
@@ -663,6 +662,7 @@ class _MHDLoss:
 
 def _local_steps(config: MHDConfig, model, state: MHDState, data: MHDData, keys):
   """S_P local steps of every client (private batches drawn with replacement)."""
+  # The baselines train alike: one compiled program serves both.
   local = config if config.distills else config.replace(method="mhd-isolated")
   context = (state.pool_params, jnp.asarray(state.pool_owner >= 0)) if config.distills else None
   mask = np.arange(data.xs.shape[1])[None, :] < np.asarray(data.counts)[:, None]

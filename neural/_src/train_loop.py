@@ -430,8 +430,9 @@ def train_loop(loss_fn: Callable[..., Any], params: Any, data: Any, *,
                                   shared_key, jnp.int32(first_step))
     rounds = range(1)
 
+  first_inputs = inputs_of(0)
   step_loop, agent_batching = resolve_loop(
-      step_loop, agent_batching, lambda: _step_uses_convolution(plan, state, inputs_of(0)))
+      step_loop, agent_batching, lambda: _step_uses_convolution(plan, state, first_inputs))
   if stacked and agent_batching == "sequential":
     if communicate is None:   # independent agents: each trains alone, one compiled program
       return _one_by_one(loss_fn, state, data, mask, key, shared_key, shared,
@@ -440,7 +441,7 @@ def train_loop(loss_fn: Callable[..., Any], params: Any, data: Any, *,
                               step_loop=step_loop, agent_batching="vmap"))
     plan = dataclasses.replace(plan, agents="unrolled")
   for e in rounds:
-    inputs = inputs_of(e)
+    inputs = first_inputs if e == 0 else inputs_of(e)
     if step_loop == "scan":
       state = _scan_steps(state, inputs, plan=plan, num_steps=steps_per_epoch)
     else:

@@ -12,7 +12,6 @@ from neural._src.config import ConfigError
 from neural._src.config import load_spec
 from neural._src.experiment import ExperimentError
 from neural._src.experiment import load_run_data
-from neural._src.experiment import read_metrics
 from neural._src.methods import Method
 from neural._src.methods import MethodConfig
 from neural._src.methods import get_method
@@ -21,6 +20,7 @@ from neural._src.methods import register_method
 from neural._src.methods import round_rng
 from neural._src.methods import run_method
 from neural._src.methods import test_scores as scores_of
+from neural._src.rundir import read_metrics
 
 
 @dataclasses.dataclass(frozen=True)

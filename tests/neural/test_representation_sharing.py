@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from neural._src import representation_sharing as rs
-from neural._src.experiment import read_metrics
 from neural._src.methods import method_config_from_dict
 from neural._src.methods import round_rng
 from neural._src.methods import run_method
+from neural._src.rundir import read_metrics
 
 TINY = dict(dataset="digits", train_subset=64, test_subset=40, agents=2, rounds=2,
             backbone="mlp", feature_dim=6, width=8, batch_size=16, n_avg=3, seed=0)
