@@ -274,15 +274,15 @@ _CONV_CACHE: dict[Any, bool] = {}
 
 def _step_uses_convolution(plan: _Plan, state, inputs: _Inputs) -> bool:
   """Whether one agent's step contains a convolution (traced once per plan and shapes)."""
-  one = dataclasses.replace(plan, stacked=False, communicate=None, num_agents=1)
-  if plan.stacked:   # trace one agent's slice
-    first = lambda tree: jax.tree.map(lambda a: a[0], tree)
-    state = first(state)
-    inputs = inputs._replace(data=first(inputs.data), order=inputs.order[0],
-                             n_valid=inputs.n_valid[0], key=inputs.key[0])
-  signature = (one, jax.tree.structure((state, inputs)),
+  signature = (plan, jax.tree.structure((state, inputs)),
                tuple((np.shape(a), jnp.result_type(a)) for a in jax.tree.leaves((state, inputs))))
-  if signature not in _CONV_CACHE:
+  if signature not in _CONV_CACHE:   # slices and traces only the first time
+    one = dataclasses.replace(plan, stacked=False, communicate=None, num_agents=1)
+    if plan.stacked:   # trace one agent's slice
+      first = lambda tree: jax.tree.map(lambda a: a[0], tree)
+      state = first(state)
+      inputs = inputs._replace(data=first(inputs.data), order=inputs.order[0],
+                               n_valid=inputs.n_valid[0], key=inputs.key[0])
     tx = make_optimizer(one.optimizer)
     jaxpr = jax.make_jaxpr(lambda s, x: _one_step(one, tx, s, x, jnp.int32(0)))(state, inputs)
     _CONV_CACHE[signature] = _has_convolution(jaxpr.jaxpr)
