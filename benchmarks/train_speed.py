@@ -3,6 +3,7 @@
     python benchmarks/train_speed.py                 # CNN, batch 64 and 512, 2 agents (~2 min)
     python benchmarks/train_speed.py --agents 5 --repeats 3
     python benchmarks/train_speed.py --fit           # also one paper CNN fit, end to end
+    python benchmarks/train_speed.py --model mlp     # the paper's MLP (no convolution)
 
 The work: one epoch of the paper's MNIST CNN (two 5x5 conv layers, 16 and 32
 channels; 28,938 parameters) over the first 2,048 images of the embedded MNIST
@@ -13,9 +14,10 @@ side by side in one run after a warm-up that compiles every program (best of
 
 1. ``neural.train`` (the scaffold, ``step_loop="auto"``), the scaffold forced to
    one ``lax.scan`` per epoch (``step_loop="scan"``, the structure the scaffold
-   replaced), and the plain loop: one jitted Flax + Optax step per mini-batch
-   with NumPy batches, at batch 64 and 512; the ratios scaffold / plain loop
-   (target <= 1.2) and scan / plain loop. Where ``torch`` happens to be installed
+   replaced) and to one jitted step per mini-batch (``"python"``), and the plain
+   loop: one jitted Flax + Optax step per mini-batch in training mode (dropout
+   on) with NumPy batches, at batch 64 and 512; the ratios to the plain loop
+   (target for the scaffold: <= 1.2). Where ``torch`` happens to be installed
    (never a dependency), the same network and optimiser in PyTorch too.
 2. ``--agents`` agents of the same CNN (one epoch each, 1,024 images per agent):
    ``neural.train_batch`` with ``agent_batching="auto"``, ``"vmap"`` and
@@ -26,7 +28,9 @@ side by side in one run after a warm-up that compiles every program (best of
    epochs (batch 64), compilation included: what a round of ``neural run`` pays
    per agent.
 
-What "auto" chose on this backend is printed with the figures.
+``--model mlp`` runs the same sections with the paper's MLP (two hidden layers of
+512, dropout 0.2; no PyTorch column): without a convolution "auto" is the scan, on
+a CPU too. What "auto" chose is printed with the figures.
 """
 
 from __future__ import annotations
@@ -50,8 +54,10 @@ def plain_loop(model, config, x, t, params, seed=0):
   tx = neural.make_optimizer(config)
 
   @jax.jit
-  def step(p, o, xb, tb):
-    loss = lambda p: jnp.mean(per_example_loss(model.apply({"params": p}, xb), tb, "mse"))
+  def step(p, o, xb, tb, i):
+    rngs = {"dropout": jax.random.fold_in(jax.random.PRNGKey(seed), i)}   # training mode
+    loss = lambda p: jnp.mean(per_example_loss(
+        model.apply({"params": p}, xb, train=True, rngs=rngs), tb, "mse"))
     updates, o = tx.update(jax.grad(loss)(p), o, p)
     return optax.apply_updates(p, updates), o
 
@@ -60,7 +66,7 @@ def plain_loop(model, config, x, t, params, seed=0):
     perm = np.random.default_rng(seed).permutation(len(x))
     for i in range(0, len(x), config.batch_size):
       idx = perm[i:i + config.batch_size]
-      p, o = step(p, o, x[idx], t[idx])
+      p, o = step(p, o, x[idx], t[idx], i)
     return p
 
   return run
@@ -104,36 +110,42 @@ def main(argv=None) -> None:
   parser.add_argument("--agents", type=int, default=2)
   parser.add_argument("--repeats", type=int, default=3)
   parser.add_argument("--fit", action="store_true", help="also time one 20-epoch paper fit")
+  parser.add_argument("--model", default="cnn", choices=("cnn", "mlp"),
+                      help="the paper's CNN (default) or MLP")
   args = parser.parse_args(argv)
 
   data = neural.load_dataset("mnist-subset", seed=0)
   x = np.asarray(data.x_train[:args.points], np.float32)
   t = neural.one_hot(data.y_train[:args.points], data.num_classes)
-  model = neural.get_model("cnn", data.num_classes)
+  model = neural.get_model(args.model, data.num_classes)
   variables = neural.init_variables(model, jax.random.PRNGKey(0), x.shape[1:])
   key = jax.random.PRNGKey(1)
-  print(f"backend: {jax.default_backend()} ({jax.devices()[0].device_kind}); paper CNN "
+  print(f"backend: {jax.default_backend()} ({jax.devices()[0].device_kind}); paper "
+        f"{args.model.upper()} "
         f"({sum(a.size for a in jax.tree.leaves(variables))} parameters), one epoch of "
         f"{len(x)} images, mse, PyTorch-style Adam; best of {args.repeats}")
-  loop, batching = resolve_loop("auto", "auto", lambda: True)
-  print(f"auto on this backend for a convolutional step: step_loop={loop}, "
-        f"agent_batching={batching}")
+  loop, batching = resolve_loop("auto", "auto", lambda: args.model == "cnn")
+  print(f"auto on this backend for this model: step_loop={loop}, agent_batching={batching}")
 
   print("\n1. one model")
-  print(f"{'batch':>5s} {'scaffold':>9s} {'scan':>8s} {'plain':>8s} {'torch':>8s}   "
-        f"{'scaffold/plain':>14s} {'scan/plain':>10s} {'scaffold/torch':>14s}")
+  print(f"{'batch':>5s} {'scaffold':>9s} {'scan':>8s} {'python':>8s} {'plain':>8s} {'torch':>8s}"
+        f"   {'scaffold/plain':>14s} {'scan/plain':>10s} {'python/plain':>12s} "
+        f"{'scaffold/torch':>14s}")
   for batch_size in (64, 512):
     config = neural.TrainConfig(epochs=1, batch_size=batch_size)
     scan = neural.TrainConfig(epochs=1, batch_size=batch_size, step_loop="scan")
+    python = neural.TrainConfig(epochs=1, batch_size=batch_size, step_loop="python")
     t_auto = timed(lambda c=config: neural.train(model, variables, x, t, key, c), args.repeats)
     t_scan = timed(lambda c=scan: neural.train(model, variables, x, t, key, c), args.repeats)
+    t_python = timed(lambda c=python: neural.train(model, variables, x, t, key, c), args.repeats)
     t_plain = timed(plain_loop(model, config, x, t, variables["params"]), args.repeats)
-    reference = torch_loop(x, t, batch_size)
+    reference = torch_loop(x, t, batch_size) if args.model == "cnn" else None
     t_torch = timed(reference[0], args.repeats) if reference else float("nan")
-    print(f"{batch_size:5d} {t_auto:8.2f}s {t_scan:7.2f}s {t_plain:7.2f}s {t_torch:7.2f}s   "
-          f"{t_auto / t_plain:14.2f} {t_scan / t_plain:10.2f} {t_auto / t_torch:14.2f}")
+    print(f"{batch_size:5d} {t_auto:8.3f}s {t_scan:7.3f}s {t_python:7.3f}s {t_plain:7.3f}s "
+          f"{t_torch:7.3f}s   {t_auto / t_plain:14.2f} {t_scan / t_plain:10.2f} "
+          f"{t_python / t_plain:12.2f} {t_auto / t_torch:14.2f}")
   if reference is None:
-    print("(torch is not installed: no PyTorch column)")
+    print("(no PyTorch column: torch is not installed, or the model is not the CNN)")
   else:
     print(f"(torch with {reference[1]} threads)")
 
@@ -157,7 +169,8 @@ def main(argv=None) -> None:
   print(f"ratio vmapped / one agent: {times['vmap'] / t_one:.2f}")
 
   if args.fit:
-    print("\n3. one paper CNN fit: 2,000 images, 20 epochs, batch 64, compilation included")
+    print(f"\n3. one paper {args.model.upper()} fit: 2,000 images, 20 epochs, batch 64, "
+          f"compilation included")
     learner = neural.FlaxLearner(model, x.shape[1:], neural.TrainConfig(epochs=20),
                                  jax.random.PRNGKey(2))
     t0 = time.perf_counter()
