@@ -30,7 +30,6 @@ import numpy as np  # noqa: E402
 from timing import best_time  # noqa: E402
 
 import fedkrr  # noqa: E402
-from fedkrr._src.synthetic import synthetic_regression  # noqa: E402
 
 
 def main() -> None:
@@ -44,8 +43,8 @@ def main() -> None:
   jax.config.update("jax_enable_x64", True)
 
   half = args.n // 2
-  data = synthetic_regression(0, sizes=(half, args.n - half), dim=5, heterogeneity=1.0,
-                              n_test=args.n_eval)
+  data = fedkrr.synthetic_regression(0, sizes=(half, args.n - half), dim=5,
+                                     heterogeneity=1.0, n_test=args.n_eval)
   problem = fedkrr.make_problem(data.xs, data.ys, [fedkrr.RBF(0.1), fedkrr.RBF(0.2)], 1e-3)
   x_eval = jnp.asarray(data.x_test)
   learners = fedkrr.krr_learners(problem)

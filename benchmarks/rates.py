@@ -36,7 +36,7 @@ import time
 # the vmapped call sat at 0% CPU for minutes, sometimes for ever, and when it finished its
 # time varied 5x between identical calls. The entry-point helper switches it off (and
 # multi-threaded Eigen) unless XLA_FLAGS names them.
-from fedkrr._src.xla_env import avoid_cpu_eigh_deadlock
+from fedkrr import avoid_cpu_eigh_deadlock
 
 avoid_cpu_eigh_deadlock()
 

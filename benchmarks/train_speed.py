@@ -45,8 +45,8 @@ import optax
 from timing import best_time
 
 import neural
-from neural._src.train_loop import resolve_loop
-from neural._src.training import per_example_loss
+from neural import per_example_loss
+from neural import resolve_loop
 
 
 def plain_loop(model, config, x, t, params, seed=0):

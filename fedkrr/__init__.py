@@ -4,7 +4,9 @@ Theory toolkit for "Towards Model-Agnostic Federated Learning Using Knowledge
 Distillation" (Afonin & Karimireddy, ICLR 2022). Public names are listed here
 by hand; the implementation lives in ``fedkrr._src``. The library never changes
 JAX's global configuration: enable float64 in your entry point with
-``jax.config.update("jax_enable_x64", True)``.
+``jax.config.update("jax_enable_x64", True)``, and on small CPUs call
+:func:`avoid_cpu_eigh_deadlock` there before the first computation (importing
+``fedkrr`` runs none).
 """
 
 from fedkrr._src.closed_form import Limit
@@ -18,6 +20,13 @@ from fedkrr._src.closed_form import recurrence_matrix
 from fedkrr._src.closed_form import spectral_radius
 from fedkrr._src.closed_form import trajectory
 from fedkrr._src.closed_form import transfer
+from fedkrr._src.demo import closed_form_demo
+from fedkrr._src.files import NpzError
+from fedkrr._src.files import atomic_savefig
+from fedkrr._src.files import atomic_savez
+from fedkrr._src.files import atomic_write
+from fedkrr._src.files import read_npz
+from fedkrr._src.files import savez_bytes
 from fedkrr._src.geometry import Geometry
 from fedkrr._src.geometry import akd_by_projections
 from fedkrr._src.geometry import geometry
@@ -69,6 +78,7 @@ from fedkrr._src.public_distillation import public_distillation_round
 from fedkrr._src.public_distillation import public_distillation_simulate
 from fedkrr._src.public_distillation import public_distillation_trajectory
 from fedkrr._src.public_distillation import weighted_krr_learners
+from fedkrr._src.pytree import pytree_dataclass
 from fedkrr._src.rate_plots import DegradationReport
 from fedkrr._src.rate_plots import RateCurves
 from fedkrr._src.rate_plots import akd_decay
@@ -95,6 +105,7 @@ from fedkrr._src.special_cases import avgkd_partial_sums_as_printed
 from fedkrr._src.special_cases import block_system_predictions
 from fedkrr._src.special_cases import intersection_limit_linear
 from fedkrr._src.special_cases import pkd_by_projections
+from fedkrr._src.synthetic import synthetic_regression
 from fedkrr._src.toy import ToyConfig
 from fedkrr._src.toy import ToyData
 from fedkrr._src.toy import ToyPanel
@@ -107,5 +118,12 @@ from fedkrr._src.toy import toy_problem
 from fedkrr._src.toy import toy_rows
 from fedkrr._src.toy import toy_summary
 from fedkrr._src.toy import write_toy
+from fedkrr._src.verify import CheckRow
+from fedkrr._src.verify import checks_table
+from fedkrr._src.verify import failed_checks
+from fedkrr._src.verify import run_checks
+from fedkrr._src.verify import write_checks
+from fedkrr._src.xla_env import XLA_CPU_FLAGS
+from fedkrr._src.xla_env import avoid_cpu_eigh_deadlock
 
 __version__ = "0.1.0"

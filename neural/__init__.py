@@ -3,10 +3,13 @@
 The protocols live in ``fedkrr`` and only call ``fit``/``predict``; this package
 provides the learners (Flax networks trained with Optax, and a random forest),
 the data and partitions, FedAvg and the baselines, and resumable experiments
-with the paper's configurations. Public names are listed here by hand; the
-implementation lives in ``neural._src``.
+with the paper's configurations. The methods of the other papers live in
+:mod:`neural.methods`, one module per paper. Public names are listed here by
+hand; the implementation lives in ``neural._src`` (its layers and where to add a
+method: ``docs/architecture.md``).
 """
 
+from neural import methods
 from neural._src.compare import CompareError
 from neural._src.compare import Comparison
 from neural._src.compare import TheoryCurves
@@ -17,36 +20,22 @@ from neural._src.compare import matched_ridge
 from neural._src.compare import mlp_ntk
 from neural._src.compare import theory_curves
 from neural._src.compare import theory_problem
+from neural._src.config import KD_PROTOCOLS
 from neural._src.config import RUN_PROTOCOLS
+from neural._src.config import Config
 from neural._src.config import ConfigError
-from neural._src.config import ConfigSpec
 from neural._src.config import ExperimentConfig
-from neural._src.config import load_spec
-from neural._src.config import shipped_configs
+from neural._src.config import RunConfig
+from neural._src.config import field_help
 from neural._src.data import DATASETS
 from neural._src.data import DataError
 from neural._src.data import Dataset
 from neural._src.data import load_dataset
 from neural._src.data import one_hot
-from neural._src.ddistillation import DDistConfig
-from neural._src.ddistillation import DDistError
-from neural._src.ddistillation import DDistState
-from neural._src.ddistillation import polynomial_step_size
-from neural._src.experiment import ExperimentError
-from neural._src.experiment import load_run_data
-from neural._src.experiment import run_configs
 from neural._src.experiment import train_and_evaluate
 from neural._src.fedavg import FedAvgError
 from neural._src.fedavg import FedAvgState
 from neural._src.fedavg import fedavg
-from neural._src.feddkc import REFINEMENTS
-from neural._src.feddkc import FedDKCConfig
-from neural._src.feddkc import FedDKCError
-from neural._src.feddkc import FedDKCState
-from neural._src.feddkc import entropy_bits
-from neural._src.feddkc import kkr
-from neural._src.feddkc import skr
-from neural._src.feddkc import skr_temperature
 from neural._src.forest import ForestError
 from neural._src.forest import ForestLearner
 from neural._src.forest import ForestModel
@@ -78,22 +67,6 @@ from neural._src.learners import flax_learners
 from neural._src.linearized import LinearizedError
 from neural._src.linearized import LinearizedLearner
 from neural._src.linearized import LinearizedModel
-from neural._src.methods import Method
-from neural._src.methods import MethodConfig
-from neural._src.methods import get_method
-from neural._src.methods import register_method
-from neural._src.methods import registered_methods
-from neural._src.methods import round_rng
-from neural._src.methods import run_method
-from neural._src.mhd import MHD_METHODS
-from neural._src.mhd import MHDConfig
-from neural._src.mhd import MHDError
-from neural._src.mhd import MultiHeadModel
-from neural._src.mhd import chain_targets
-from neural._src.mhd import embedding_loss
-from neural._src.mhd import mhd_model
-from neural._src.mhd import most_confident_target
-from neural._src.mhd import skewed_label_split
 from neural._src.models import CNN
 from neural._src.models import MLP
 from neural._src.models import MODELS
@@ -117,6 +90,8 @@ from neural._src.optimizers import OptimizerError
 from neural._src.optimizers import make_optimizer
 from neural._src.partitions import PARTITIONS
 from neural._src.partitions import PartitionError
+from neural._src.partitions import SkewedSplit
+from neural._src.partitions import assignment_probabilities
 from neural._src.partitions import dirichlet_classes
 from neural._src.partitions import dirichlet_clients
 from neural._src.partitions import iid
@@ -124,27 +99,31 @@ from neural._src.partitions import label_counts
 from neural._src.partitions import label_groups
 from neural._src.partitions import label_split
 from neural._src.partitions import partition
+from neural._src.partitions import primary_labels
 from neural._src.partitions import shards
+from neural._src.partitions import skewed_label_split
 from neural._src.plots import plot_run
 from neural._src.plots import plot_sweep
-from neural._src.representation_sharing import Download
-from neural._src.representation_sharing import FeatureClassifier
-from neural._src.representation_sharing import Payload
-from neural._src.representation_sharing import RepShareConfig
-from neural._src.representation_sharing import RepShareError
-from neural._src.representation_sharing import client_payload
-from neural._src.representation_sharing import contrastive_loss
-from neural._src.representation_sharing import discriminator_scores
-from neural._src.representation_sharing import feature_matching_loss
-from neural._src.representation_sharing import make_client_model
-from neural._src.representation_sharing import relay
+from neural._src.report import MainJobSettings
+from neural._src.report import parse_parts
+from neural._src.report import run_main_job
+from neural._src.run_data import RunData
+from neural._src.run_data import load_run_data
+from neural._src.run_data import load_train_test
+from neural._src.run_data import split_agents
+from neural._src.rundir import ExperimentError
 from neural._src.rundir import read_metrics
+from neural._src.specs import ConfigSpec
+from neural._src.specs import load_spec
+from neural._src.specs import run_configs
+from neural._src.specs import shipped_configs
 from neural._src.train_loop import AGENT_BATCHING
 from neural._src.train_loop import STEP_LOOPS
 from neural._src.train_loop import Batch
 from neural._src.train_loop import Exchange
 from neural._src.train_loop import TrainError
 from neural._src.train_loop import TrainResult
+from neural._src.train_loop import resolve_loop
 from neural._src.train_loop import train_loop
 from neural._src.train_loop import weighted_mean
 from neural._src.training import LOSSES

@@ -11,9 +11,9 @@ import os
 # allocate as it needs instead of both reserving most of the memory up front.
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
-from fedkrr._src.xla_env import avoid_cpu_eigh_deadlock  # noqa: E402
+from fedkrr import avoid_cpu_eigh_deadlock  # noqa: E402
 
-avoid_cpu_eigh_deadlock()  # before the first computation (see fedkrr/_src/xla_env.py)
+avoid_cpu_eigh_deadlock()  # before the first computation (importing fedkrr runs none)
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402

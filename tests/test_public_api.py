@@ -1,5 +1,7 @@
 """The public surface imports and lists what it says it does."""
 
+import pytest
+
 import fedkrr
 import neural
 
@@ -36,17 +38,51 @@ def test_neural_public_names_import():
   assert neural.__version__
   names = [n for n in dir(neural) if not n.startswith("_")]
   for name in ["get_model", "train_and_evaluate", "fedavg", "flax_learners", "ForestLearner",
-               "empirical_ntk", "ntk_kernel", "LinearizedLearner", "compare", "kkr", "skr",
-               "make_graph", "metropolis_weights", "most_confident_target", "contrastive_loss",
-               "relay", "run_method", "registered_methods"]:
+               "empirical_ntk", "ntk_kernel", "LinearizedLearner", "compare", "make_graph",
+               "metropolis_weights", "skewed_label_split", "Config", "RunConfig",
+               "ExperimentConfig", "load_spec", "run_configs", "load_run_data", "run_main_job",
+               "MainJobSettings", "methods"]:
     assert name in names, name
-  # Subset: tests may register methods of their own (tests/neural/test_methods.py).
+  # Subset: tests may register methods of their own (tests/neural/methods/test_registry.py).
   assert {"d-distillation", "d-sgd", "silo-sgd", "mhd", "mhd-isolated", "mhd-fedavg", "repshare",
           "repshare-fd", "repshare-fedavg", "repshare-independent", "feddkc"} <= set(
-              neural.registered_methods())
+              neural.methods.registered_methods())
+
+
+@pytest.mark.parametrize("module", ["ddistillation", "mhd", "representation_sharing", "feddkc"])
+def test_each_method_module_has_the_uniform_entry_points(module):
+  """``neural.methods.<paper>``: ``Config``, ``init``, ``step``, ``load_data``, registered."""
+  mod = getattr(neural.methods, module)
+  assert issubclass(mod.Config, neural.methods.MethodConfig)
+  registered = [neural.methods.get_method(name) for name in neural.methods.registered_methods()]
+  mine = [m for m in registered if m.config_cls is mod.Config]
+  assert mine, f"{module} registers no method"
+  for method in mine:
+    assert (method.init, method.step, method.load_data) == (mod.init, mod.step, mod.load_data)
 
 
 def test_fedkrr_bridge_and_twin_names_import():
   for name in ["ReluNNGP", "ReluNTK", "public_distillation_trajectory",
                "public_distillation_limit", "public_distillation_simulate", "coverage_sweep"]:
     assert hasattr(fedkrr, name), name
+
+
+def test_fedkrr_helpers_for_entry_points_and_neural_import():
+  """What users and ``neural`` need, so that nothing outside fedkrr imports ``fedkrr._src``."""
+  for name in ["avoid_cpu_eigh_deadlock", "XLA_CPU_FLAGS", "pytree_dataclass", "atomic_write",
+               "atomic_savez", "atomic_savefig", "read_npz", "savez_bytes", "NpzError",
+               "run_checks", "checks_table", "write_checks", "failed_checks", "CheckRow",
+               "closed_form_demo", "synthetic_regression"]:
+    assert hasattr(fedkrr, name), name
+  assert all(flag.startswith("--xla_cpu_") for flag in fedkrr.XLA_CPU_FLAGS)
+
+
+def test_importing_fedkrr_starts_no_backend():
+  """``fedkrr.avoid_cpu_eigh_deadlock()`` after ``import fedkrr`` still reaches XLA."""
+  import subprocess
+  import sys
+  code = ("import fedkrr; from jax._src import xla_bridge; "
+          "print(xla_bridge.backends_are_initialized())")
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                       env={"PATH": "", "JAX_PLATFORMS": "cpu"})
+  assert out.stdout.strip() == "False"

@@ -127,12 +127,12 @@ def _verify(args: argparse.Namespace) -> int:
   if args.seeds < 1:
     raise ValueError(f"--seeds: expected an integer >= 1, got {args.seeds}")
   rows = verify.run_checks(seeds=tuple(range(args.seeds)), only=args.only, progress=True)
-  print(verify.format_table(rows))
+  print(verify.checks_table(rows))
   if args.json:
-    verify.write_json(rows, args.json)
+    verify.write_checks(rows, args.json)
     print(f"wrote {args.json}")
   findings = [r for r in rows if r.kind == "claim" and not r.holds]
-  failed = verify.failures(rows)
+  failed = verify.failed_checks(rows)
   print(f"{len(rows)} checks: {len(rows) - len(findings) - len(failed)} hold, "
         f"{len(findings)} paper claims do not hold as stated (findings), "
         f"{len(failed)} identities failed")
@@ -141,9 +141,9 @@ def _verify(args: argparse.Namespace) -> int:
 
 def _demo(args: argparse.Namespace) -> int:
   # The main job joins both halves: the command (not the fedkrr library) imports neural.
-  from neural._src.report import MainJobSettings
-  from neural._src.report import parse_parts
-  from neural._src.report import run_main_job
+  from neural import MainJobSettings
+  from neural import parse_parts
+  from neural import run_main_job
   settings = MainJobSettings(parts=parse_parts(args.parts), rounds=args.rounds, seed=args.seed)
   run_main_job(args.out, settings)
   return 0

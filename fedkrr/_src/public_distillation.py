@@ -547,13 +547,21 @@ def plot_coverage(sweep: CoverageSweep, labels: Sequence[str], path: str | None 
                   title: str = "Public distillation: reference-set coverage"):
   """Bar chart of the fixed point's test error and central gap per reference set.
 
-  matplotlib is imported here, not with the package. Returns the figure; saves it
-  to ``path`` when given.
+  matplotlib is imported here, not with the package.
+
+  Args:
+    sweep: the sweep (:func:`coverage_sweep`).
+    labels: one label per reference set.
+    path: if given, the figure is saved there (the format follows the extension).
+    title: the figure's title.
+
+  Returns:
+    The ``matplotlib.figure.Figure`` (made without pyplot, so no backend is switched).
+
+  Raises:
+    ValueError: not one label per reference set.
   """
-  import matplotlib  # noqa: PLC0415 - optional dependency, imported on use
-  if path is not None:
-    matplotlib.use("Agg", force=False)
-  import matplotlib.pyplot as plt  # noqa: PLC0415
+  from matplotlib.figure import Figure  # no pyplot: no backend switch, no global state
 
   if len(labels) != sweep.test_mse.shape[0]:
     raise ValueError(f"labels: expected one label per reference set "
@@ -563,7 +571,8 @@ def plot_coverage(sweep: CoverageSweep, labels: Sequence[str], path: str | None 
   r, m = test_mse.shape
   pos = np.arange(r)
   width = 0.8 / m
-  fig, (ax_err, ax_gap) = plt.subplots(1, 2, figsize=(10, 3.8))
+  fig = Figure(figsize=(10, 3.8))
+  ax_err, ax_gap = fig.subplots(1, 2)
   for a in range(m):
     ax_err.bar(pos + (a - (m - 1) / 2) * width, test_mse[:, a], width, label=f"agent {a}")
     ax_gap.bar(pos + (a - (m - 1) / 2) * width, gaps[:, a], width, label=f"agent {a}")

@@ -49,7 +49,20 @@ class Check:
 
 
 @dataclasses.dataclass(frozen=True)
-class Row:
+class CheckRow:
+  """One check's result (a row of ``fedkrr verify``'s table).
+
+  Attributes:
+    id: the check's id (``prop4-rate-cos2``, say).
+    statement: what is checked, in words.
+    source: where the paper states it (``Prop. IV``, ``App. B``).
+    kind: ``"identity"`` (algebra the toolkit relies on: failing is a bug) or
+      ``"claim"`` (the paper's statement as printed: failing is a finding).
+    residual: the largest residual over the seeds and sizes.
+    tolerance: the residual up to which the statement holds.
+    holds: whether the residual is finite and at most the tolerance.
+  """
+
   id: str
   statement: str
   source: str
@@ -59,6 +72,7 @@ class Row:
   holds: bool
 
   def as_dict(self) -> dict:
+    """The row as a dict of its fields (the JSON object :func:`write_checks` writes)."""
     return dataclasses.asdict(self)
 
 
@@ -334,11 +348,21 @@ CHECKS = (
 
 
 def run_checks(seeds=SEEDS, only: str | None = None, progress: bool = False,
-               quick: bool = False) -> list[Row]:
+               quick: bool = False) -> list[CheckRow]:
   """Runs every check (or those whose id starts with ``only``) and returns the rows.
 
-  ``quick`` checks each statement on its smallest instance only (the main job's
-  report uses it; ``fedkrr verify`` checks every size).
+  Args:
+    seeds: the seeds of the random instances; each row keeps the largest residual.
+    only: run only the checks whose id starts with this prefix (None: all).
+    progress: show a progress bar (tqdm).
+    quick: check each statement on its smallest instance only (the main job's
+      report uses it; ``fedkrr verify`` checks every size).
+
+  Returns:
+    One :class:`CheckRow` per check, in the order of ``CHECKS``.
+
+  Raises:
+    ValueError: no check id starts with ``only``.
   """
   checks = [c for c in CHECKS if only is None or c.id.startswith(only)]
   if not checks:
@@ -353,8 +377,8 @@ def run_checks(seeds=SEEDS, only: str | None = None, progress: bool = False,
     all_sizes = check.sizes[:1] if quick else check.sizes
     residual = max(check.residual_fn(seed, sizes) for seed in seeds for sizes in all_sizes)
     holds = bool(np.isfinite(residual) and residual <= check.tolerance)
-    rows.append(Row(check.id, check.statement, check.source, check.kind, float(residual),
-                    check.tolerance, holds))
+    rows.append(CheckRow(check.id, check.statement, check.source, check.kind, float(residual),
+                         check.tolerance, holds))
     if bar is not None:
       bar.update(1)
   if bar is not None:
@@ -362,8 +386,8 @@ def run_checks(seeds=SEEDS, only: str | None = None, progress: bool = False,
   return rows
 
 
-def format_table(rows: list[Row]) -> str:
-  """The rows as a Markdown table."""
+def checks_table(rows: list[CheckRow]) -> str:
+  """The rows as a Markdown table (a failing claim reads as a finding, an identity as a failure)."""
   lines = ["| id | statement | source | kind | max residual | tolerance | holds |",
            "| --- | --- | --- | --- | --- | --- | --- |"]
   for r in rows:
@@ -373,10 +397,11 @@ def format_table(rows: list[Row]) -> str:
   return "\n".join(lines)
 
 
-def write_json(rows: list[Row], path) -> None:
+def write_checks(rows: list[CheckRow], path) -> None:
+  """Writes the rows to ``path``, atomically, as a JSON list (:meth:`CheckRow.as_dict` each)."""
   atomic_write(path, json.dumps([r.as_dict() for r in rows], indent=1))
 
 
-def failures(rows: list[Row]) -> list[Row]:
-  """Identities the toolkit relies on that did not hold."""
+def failed_checks(rows: list[CheckRow]) -> list[CheckRow]:
+  """Identities the toolkit relies on that did not hold (claims that do not are findings)."""
   return [r for r in rows if r.kind == "identity" and not r.holds]

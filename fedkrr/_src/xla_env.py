@@ -17,18 +17,21 @@ from __future__ import annotations
 
 import os
 
-FLAGS = ("--xla_cpu_multi_thread_eigen=false",
-         "--xla_cpu_enable_concurrency_optimized_scheduler=false")
+# The XLA flags that :func:`avoid_cpu_eigh_deadlock` adds: multi-threaded Eigen and the
+# concurrency-optimised CPU scheduler off.
+XLA_CPU_FLAGS = ("--xla_cpu_multi_thread_eigen=false",
+                 "--xla_cpu_enable_concurrency_optimized_scheduler=false")
 
 
 def avoid_cpu_eigh_deadlock() -> None:
-  """Adds :data:`FLAGS` to ``XLA_FLAGS`` (each unless the variable already names it).
+  """Adds :data:`XLA_CPU_FLAGS` to ``XLA_FLAGS`` (each unless the variable already names it).
 
   XLA reads the flags when its backend starts, so call this before the first
-  JAX computation of the process.
+  JAX computation of the process (``import fedkrr`` runs none). Only the
+  environment variable changes; a backend already started keeps its flags.
   """
   flags = os.environ.get("XLA_FLAGS", "")
-  for flag in FLAGS:
+  for flag in XLA_CPU_FLAGS:
     if flag.split("=")[0] not in flags:
       flags = f"{flags} {flag}".strip()
   os.environ["XLA_FLAGS"] = flags

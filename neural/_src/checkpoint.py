@@ -34,10 +34,12 @@ import flax.linen as nn
 import jax
 import numpy as np
 
-from fedkrr._src.files import NpzError
-from fedkrr._src.files import atomic_write
-from fedkrr._src.files import read_npz
-from fedkrr._src.files import savez_bytes
+from fedkrr import NpzError
+from fedkrr import atomic_write
+from fedkrr import read_npz
+from fedkrr import savez_bytes
+from neural._src.forest import ForestModel
+from neural._src.learners import FlaxModel
 
 FORMAT = "neural-checkpoint/1"
 SKELETON = "__skeleton__"
@@ -85,8 +87,6 @@ class _Encoder:
     return {"t": "array", "ref": ref}
 
   def __call__(self, value) -> Any:
-    from neural._src.forest import ForestModel
-    from neural._src.learners import FlaxModel
     if value is None or isinstance(value, (bool, int, float, str)):
       return value
     if isinstance(value, (np.ndarray, np.generic, jax.Array)):
@@ -95,7 +95,7 @@ class _Encoder:
       return {"t": "flax_model", "module": self.module(value.model),
               "variables": self(value.variables)}
     if isinstance(value, ForestModel):
-      import skops.io
+      import skops.io  # a slow import, needed only for forests
       blob = np.frombuffer(skops.io.dumps(value.forest), dtype=np.uint8)
       return {"t": "forest_model", "skops": self.array(blob), "num_outputs": value.num_outputs}
     if isinstance(value, nn.Module):
@@ -139,12 +139,9 @@ def _decode(node: Any, arrays: dict[str, np.ndarray]) -> Any:
   if tag == "module":
     return _resolve(node["type"], "module")(**{k: dec(v) for k, v in node["fields"].items()})
   if tag == "flax_model":
-    from neural._src.learners import FlaxModel
     return FlaxModel(dec(node["module"]), dec(node["variables"]))
   if tag == "forest_model":
-    import skops.io
-
-    from neural._src.forest import ForestModel
+    import skops.io  # a slow import, needed only for forests
     blob = dec(node["skops"]).tobytes()
     untrusted = [t for t in skops.io.get_untrusted_types(data=blob) if t not in _FOREST_TYPES]
     if untrusted:

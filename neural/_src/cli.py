@@ -10,26 +10,29 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+import dataclasses
 import json
 import sys
+import textwrap
+import types
+import typing
 from typing import Any
 
-# Command-line flags that override config fields: flag -> (field, type).
-_FLAGS = {
-    "dataset": str, "data_dir": str, "train_subset": int, "test_subset": int,
-    "partition": str, "alpha": float, "beta": float, "shards_per_agent": int,
-    "agents": int, "width": int, "norm": str, "protocol": str, "start": int,
-    "rounds": int, "epochs": int, "batch_size": int, "learning_rate": float,
-    "weight_decay": float, "loss": str, "seed": int, "forest_trees": int,
-    "forest_max_depth": int, "step_loop": str, "agent_batching": str,
-}
+import jax
 
-
-def _floats(text: str) -> list[float]:
-  try:
-    return [float(v) for v in text.split(",")]
-  except ValueError:
-    raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+from fedkrr import avoid_cpu_eigh_deadlock
+from neural._src.compare import compare
+from neural._src.config import ExperimentConfig
+from neural._src.config import RunConfig
+from neural._src.config import describe_type
+from neural._src.config import field_help
+from neural._src.config import field_type
+from neural._src.methods.registry import get_method
+from neural._src.methods.registry import method_configs
+from neural._src.specs import ConfigSpec
+from neural._src.specs import describe
+from neural._src.specs import load_spec
+from neural._src.specs import run_configs
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -40,6 +43,8 @@ def _parser() -> argparse.ArgumentParser:
   sub = parser.add_subparsers(dest="command", required=True)
   run = sub.add_parser(
       "run", help="run (or resume) an experiment or a sweep of experiments",
+      usage="neural run [-h] [--config FILE|NAME] --workdir DIR [--FIELD VALUE ...] "
+            "[--set FIELD=VALUE] [--max-rounds K] [--progress | --no-progress]",
       description="Runs an experiment into --workdir (config.json, metrics.jsonl, "
                   "checkpoint.npz, accuracy.png). Started again with the same command, a "
                   "killed run resumes after its last finished round. --config takes a JSON "
@@ -47,46 +52,7 @@ def _parser() -> argparse.ArgumentParser:
                   "its values (and those of every run of a sweep).")
   run.add_argument("--config", metavar="FILE|NAME", help="config file or shipped config name")
   run.add_argument("--workdir", required=True, metavar="DIR", help="the run directory")
-  run.add_argument("--dataset", help="digits, mnist-subset, mnist, cifar10 or synthetic")
-  run.add_argument("--data-dir", metavar="DIR", help="directory of the mnist / cifar10 files")
-  run.add_argument("--train-subset", type=int, metavar="N", help="use N training points")
-  run.add_argument("--test-subset", type=int, metavar="N", help="evaluate on N test points")
-  run.add_argument("--partition",
-                   help="iid, label-split, dirichlet-clients, dirichlet-classes or shards")
-  run.add_argument("--alpha", type=float, help="label-split mixing fraction in [0, 1]")
-  run.add_argument("--beta", type=float, help="Dirichlet concentration")
-  run.add_argument("--proportions", type=_floats, metavar="P1,P2,...",
-                   help="iid shares per agent, e.g. 0.7,0.3")
-  run.add_argument("--shards-per-agent", type=int, metavar="K")
-  run.add_argument("--agents", type=int, metavar="M", help="number of agents")
-  run.add_argument("--models", metavar="M1,M2,...",
-                   help="one model per agent or one for all: cnn, mlp, vgg, resnet8, "
-                        "resnet18, forest")
-  run.add_argument("--width", type=int, help="network width (default: the model's)")
-  run.add_argument("--tiny", action=argparse.BooleanOptionalAction, default=None,
-                   help="tiny network variants")
-  run.add_argument("--norm", help="normalisation of VGG / ResNets: group or none")
-  run.add_argument("--protocol",
-                   help="akd, avgkd, pkd, ekd, backfit-gs, backfit-jacobi, fedavg, central, "
-                        "local")
-  run.add_argument("--start", type=int, help="starting agent of AKD (0-based)")
-  run.add_argument("--rounds", type=int, metavar="R")
-  run.add_argument("--epochs", type=int, metavar="E", help="local epochs per round")
-  run.add_argument("--batch-size", type=int, metavar="B")
-  run.add_argument("--learning-rate", "--lr", type=float, dest="learning_rate")
-  run.add_argument("--weight-decay", type=float, help="L2 added to the gradient (3e-4)")
-  run.add_argument("--loss", help="mse (default) or ce")
-  run.add_argument("--warm-start", action=argparse.BooleanOptionalAction, default=None,
-                   help="start each round from the agent's previous model")
-  run.add_argument("--seed", type=int, metavar="S")
-  run.add_argument("--forest-trees", type=int, metavar="T")
-  run.add_argument("--forest-max-depth", type=int, metavar="D")
-  run.add_argument("--step-loop", metavar="auto|scan|python",
-                   help="local training as one compiled loop per epoch (scan), one jitted step "
-                        "per mini-batch (python), or by backend and model (auto, the default)")
-  run.add_argument("--agent-batching", metavar="auto|vmap|sequential",
-                   help="agents of one architecture trained as one vmapped program, one after "
-                        "the other, or by backend and model (auto, the default)")
+  add_field_flags(run)
   run.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", dest="sets",
                    help="set any config field (a method's too); VALUE is JSON or a plain "
                         "string, e.g. --set topology=ring --set lambdas=[1,2]; repeatable")
@@ -111,21 +77,87 @@ def _parser() -> argparse.ArgumentParser:
                        help="the ridge c (default: matched to the weight decay, C wd / 2)")
   compare.add_argument("--max-points", type=int, default=2000, metavar="N",
                        help="refuse runs with more training plus test points (default 2000)")
-  sub.add_parser("configs", help="list the shipped paper configs",
-                 description="Lists the configs shipped with the package (paper figures at "
-                             "paper scale and as small CPU versions): name, number of runs, "
-                             "description.")
+  configs = sub.add_parser(
+      "configs", help="list the shipped paper configs, or the fields of a config",
+      description="Lists the configs shipped with the package (paper figures at paper scale "
+                  "and as small CPU versions): name, number of runs, description. With "
+                  "--fields NAME, lists the fields of a method's config (NAME: a method such "
+                  "as mhd, or kd for the KD protocols) with their types and defaults.")
+  configs.add_argument("--fields", metavar="NAME",
+                       help="list the fields of method NAME's config (kd: the KD protocols)")
   return parser
 
 
+# Flag spellings beyond --field-name, and metavars, for some fields.
+_ALIASES = {"learning_rate": ("--lr",)}
+_METAVARS = {"data_dir": "DIR", "train_subset": "N", "test_subset": "N", "agents": "M",
+             "rounds": "R", "epochs": "E", "batch_size": "B", "seed": "S",
+             "models": "M1,M2,...", "proportions": "P1,P2,...",
+             "step_loop": "auto|scan|python", "agent_batching": "auto|vmap|sequential"}
+
+
+def _field_groups() -> list[tuple[str, type, tuple[str, ...]]]:
+  """``(title, config class, fields)``: each field once, under the first class that has it."""
+  groups = [("fields of every run", RunConfig, RunConfig.field_names())]
+  seen = set(groups[0][2])
+  classes = [("fields of the KD protocols (ExperimentConfig)", ExperimentConfig)]
+  for cls in method_configs().values():
+    if all(c is not cls for _, c in classes):
+      names = ", ".join(m for m, c in method_configs().items() if c is cls)
+      classes.append((f"fields of the methods {names} ({cls.__name__})", cls))
+  for title, cls in classes:
+    fields = tuple(f for f in cls.field_names() if f not in seen)
+    seen.update(fields)
+    if fields:
+      groups.append((title, cls, fields))
+  return groups
+
+
+def _parse_as(kind: Any) -> Any:
+  """An argparse ``type`` for a field annotation (the config coerces and checks it after)."""
+  args = typing.get_args(kind)
+  if typing.get_origin(kind) in (typing.Union, types.UnionType) and type(None) in args:
+    kind = next(a for a in args if a is not type(None))
+  if kind in (int, float):
+    def parse(text: str) -> Any:
+      try:
+        return kind(text)
+      except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {describe_type(kind)}, got {text!r}") \
+            from None
+    return parse
+  if typing.get_origin(kind) is tuple:
+    item = typing.get_args(kind)[0]
+    return lambda text: [_parse_as(item)(v.strip()) if item is not str else v.strip()
+                         for v in text.split(",")]
+  return str
+
+
+def add_field_flags(parser: argparse.ArgumentParser) -> None:
+  """Adds ``--field-name`` for every config field, generated from the dataclasses.
+
+  Grouped by config class in ``--help``, with the description from the class's
+  docstring; a flag that is not given leaves the field to the config file.
+  """
+  for title, cls, fields in _field_groups():
+    group = parser.add_argument_group(title)
+    help_text = field_help(cls)
+    for name in fields:
+      kind = field_type(cls, name)
+      flags = ("--" + name.replace("_", "-"),) + _ALIASES.get(name, ())
+      text = help_text.get(name, "").replace("``", "")
+      if kind is bool:
+        group.add_argument(*flags, dest=name, action=argparse.BooleanOptionalAction,
+                           default=argparse.SUPPRESS, help=text)
+      else:
+        group.add_argument(*flags, dest=name, type=_parse_as(kind), default=argparse.SUPPRESS,
+                           metavar=_METAVARS.get(name, name.upper()), help=text)
+
+
 def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
-  """The config fields set on the command line."""
-  out = {name: getattr(args, name) for name in _FLAGS if getattr(args, name) is not None}
-  for name in ("proportions", "tiny", "warm_start"):
-    if getattr(args, name) is not None:
-      out[name] = getattr(args, name)
-  if args.models is not None:
-    out["models"] = [m.strip() for m in args.models.split(",")]
+  """The config fields set on the command line (flags, then ``--set``)."""
+  fields = {name for _, _, names in _field_groups() for name in names}
+  out = {name: value for name, value in vars(args).items() if name in fields}
   for item in getattr(args, "sets", None) or []:
     field, eq, text = item.partition("=")
     if not eq or not field.strip():
@@ -137,11 +169,22 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
   return out
 
 
-def _run(args: argparse.Namespace) -> int:
-  from neural._src.config import ConfigSpec
-  from neural._src.config import load_spec
-  from neural._src.experiment import run_configs
+def _fields(name: str) -> int:
+  """``neural configs --fields NAME``: the fields of a method's (or "kd") config."""
+  cls = ExperimentConfig if name in ("kd", "experiment") else get_method(name).config_cls
+  help_text = field_help(cls)
+  print(f"{cls.__name__} ({'KD protocols' if cls is ExperimentConfig else 'method ' + name}):")
+  for f in dataclasses.fields(cls):
+    default = f.default if f.default is not dataclasses.MISSING else None
+    kind = describe_type(field_type(cls, f.name))
+    print(f"  --{f.name.replace('_', '-'):22s} {kind}; default {default!r}")
+    if help_text.get(f.name):
+      print(textwrap.fill(help_text[f.name], width=96, initial_indent=" " * 6,
+                          subsequent_indent=" " * 6))
+  return 0
 
+
+def _run(args: argparse.Namespace) -> int:
   spec = load_spec(args.config) if args.config else ConfigSpec(base={})
   runs = spec.expand(overrides_from_args(args))
   if args.max_rounds is not None and args.max_rounds < 1:
@@ -159,11 +202,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-  import jax
   jax.config.update("jax_enable_x64", True)   # the theory in float64; networks stay float32
-  from neural._src.compare import compare
-  from neural._src.config import ConfigSpec
-  from neural._src.config import load_spec
 
   spec = load_spec(args.config) if args.config else ConfigSpec(base={})
   runs = spec.expand(overrides_from_args(args))
@@ -187,8 +226,9 @@ def _agent(agent: Any) -> str:
   return f"agent {agent}" if isinstance(agent, int) else str(agent)
 
 
-def _configs() -> int:
-  from neural._src.config import describe
+def _configs(args: argparse.Namespace) -> int:
+  if args.fields:
+    return _fields(args.fields)
   for line in describe():
     print(line)
   return 0
@@ -197,14 +237,13 @@ def _configs() -> int:
 def main(argv: Sequence[str] | None = None) -> int:
   args = _parser().parse_args(argv)
   if args.command == "compare":   # fedkrr's closed forms: vmapped eigh can stall XLA's CPU pool
-    from fedkrr._src.xla_env import avoid_cpu_eigh_deadlock
     avoid_cpu_eigh_deadlock()
   try:
     if args.command == "run":
       return _run(args)
     if args.command == "compare":
       return _compare(args)
-    return _configs()
+    return _configs(args)
   except (ValueError, OSError) as e:   # ConfigError, DataError, ... are ValueErrors
     message = " ".join(str(e).split())
     print(f"neural: error: {message}", file=sys.stderr)

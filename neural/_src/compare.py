@@ -81,21 +81,28 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+from matplotlib.figure import Figure
 import numpy as np
 
 import fedkrr
-from fedkrr._src.files import atomic_savefig
-from fedkrr._src.files import atomic_write
-from fedkrr._src.problem import FederatedProblem
-from fedkrr._src.pytree import pytree_dataclass
+from fedkrr import FederatedProblem
+from fedkrr import atomic_savefig
+from fedkrr import atomic_write
+from fedkrr import pytree_dataclass
 from neural._src.config import FOREST
 from neural._src.config import KD_PROTOCOLS
 from neural._src.config import ExperimentConfig
-from neural._src.experiment import RunData
-from neural._src.experiment import load_run_data
+from neural._src.data import one_hot
 from neural._src.experiment import round_key
 from neural._src.experiment import scores
+from neural._src.experiment import train_and_evaluate
+from neural._src.models import MLP
+from neural._src.models import get_model
+from neural._src.ntk import ntk_kernel
+from neural._src.run_data import RunData
+from neural._src.run_data import load_run_data
 from neural._src.rundir import read_metrics
+from neural._src.training import init_variables
 
 KERNELS = ("ntk", "nngp", "relu-ntk", "rbf")
 COMPARE_JSON = "compare.json"
@@ -266,7 +273,6 @@ def _gram_columns(config: ExperimentConfig, data: RunData, kernel: str, a: int,
     gamma = 1.0 / (train.shape[1] * max(float(np.var(train)), 1e-12))
     k = fedkrr.RBF(gamma)
     return np.asarray(k(jnp.asarray(points, dtype), jnp.asarray(own, dtype)), np.float64)
-  from neural._src.models import get_model
   model = get_model(config.agent_models[a], data.num_classes, width=config.width,
                     tiny=config.tiny, norm=config.norm)
   if kernel in ("nngp", "relu-ntk"):
@@ -274,11 +280,8 @@ def _gram_columns(config: ExperimentConfig, data: RunData, kernel: str, a: int,
     k = cls(depth=int(model.depth), weight_var=1.0, bias_var=0.0, parametrization="standard",
             width=int(model.width))
     return np.asarray(k(jnp.asarray(points, dtype), jnp.asarray(own, dtype)), np.float64)
-  from neural._src.models import MLP
-  from neural._src.ntk import ntk_kernel
-  from neural._src.training import init_variables
   input_shape = tuple(data.xs[0].shape[1:])
-  init_key = jax.random.split(round_key(config.seed, 0, a))[0]   # as FlaxLearner._start
+  init_key = jax.random.split(round_key(config.init_seed, 0, a))[0]   # as FlaxLearner._start
   variables = init_variables(model, init_key, input_shape)
   if isinstance(model, MLP):
     return np.asarray(mlp_ntk(model, variables["params"], jnp.asarray(points, jnp.float32),
@@ -452,7 +455,6 @@ def comparison_rows(config: ExperimentConfig, data: RunData, curves: TheoryCurve
                     network_rows: Sequence[dict[str, Any]]
                     ) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
   """The per-(round, series) table and the per-series rates (see :class:`Comparison`)."""
-  from neural._src.data import one_hot
   targets = one_hot(data.y_test, data.num_classes)
   rows, rates = [], {}
   for series, preds in curves.predictions.items():
@@ -555,11 +557,8 @@ def plot_comparison(comparison: Comparison, path: str | os.PathLike) -> None:
 
   Theory dashed, network solid, one colour per series; the rates in the title.
   """
-  import matplotlib
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-
-  fig, axes = plt.subplots(1, 3, figsize=(14, 4.2))
+  fig = Figure(figsize=(14, 4.2))
+  axes = fig.subplots(1, 3)
   series_names = list(comparison.rates)
   for k, series in enumerate(series_names):
     color = "black" if series in ("ensemble", "chain") else _COLORS[k % len(_COLORS)]
@@ -595,7 +594,6 @@ def plot_comparison(comparison: Comparison, path: str | os.PathLike) -> None:
                f"spectral radius {comparison.spectral_radius:.4f}/round\n{fits}", fontsize=9)
   fig.tight_layout()
   atomic_savefig(fig, path, dpi=110)
-  plt.close(fig)
 
 
 # ---------------------------------------------------------------------------
@@ -641,7 +639,6 @@ def compare(config: ExperimentConfig, workdir: str | os.PathLike, *, kernel: str
   timings = {}
   start = time.perf_counter()
   if run_network:
-    from neural._src.experiment import train_and_evaluate
     network_rows = train_and_evaluate(config, workdir, progress=progress)
   else:
     network_rows = read_metrics(workdir)

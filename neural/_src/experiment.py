@@ -4,7 +4,7 @@ A run loads the data, partitions it among the agents (targets: one-hot labels),
 builds one learner per agent (Flax network or random forest) and runs the
 protocol through ``fedkrr.iterate`` one round at a time (the protocols are
 written once, in ``fedkrr``). Round t's learner of agent a gets the key
-``fold_in(fold_in(PRNGKey(seed), t), a)``, so a resumed run draws the same keys
+``fold_in(fold_in(PRNGKey(init_seed), t), a)``, so a resumed run draws the same keys
 as an uninterrupted one. After every round the predictors are evaluated on the
 test set and the metrics appended to ``metrics.jsonl``; then the protocol state
 is checkpointed atomically. The run directory (see ``neural._src.rundir``) holds::
@@ -32,7 +32,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from collections.abc import Sequence
 import dataclasses
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -40,114 +39,46 @@ from typing import NamedTuple
 
 import jax
 import numpy as np
+from tqdm.auto import tqdm
 
 import fedkrr
 from fedkrr import Protocol
 from fedkrr import RoundOutput
-from fedkrr._src.files import atomic_write
 from neural._src.config import FOREST
 from neural._src.config import KD_PROTOCOLS
 from neural._src.config import ExperimentConfig
+from neural._src.data import one_hot
+from neural._src.fedavg import check_same_architecture
+from neural._src.fedavg import fedavg
+from neural._src.forest import ForestLearner
+from neural._src.learners import FlaxLearner
+from neural._src.models import get_model
+from neural._src.plots import plot_run
+from neural._src.run_data import RunData
+from neural._src.run_data import load_run_data
 from neural._src.rundir import PLOT_FILE
-from neural._src.rundir import ExperimentError
 from neural._src.rundir import Run
 from neural._src.rundir import open_run
+from neural._src.training import TrainConfig
+from neural._src.training import init_variables
 
-SWEEP_FILE = "sweep.json"
 BASELINE_PROTOCOLS = ("central", "local")
-
-
-class RunData(NamedTuple):
-  """The data of a run: per-agent training sets and the test set.
-
-  Attributes:
-    xs: per agent, float32 inputs (N_a, H, W, C).
-    ys: per agent, float32 one-hot targets (N_a, C).
-    labels: per agent, int labels (N_a,).
-    x_test: float32 (n_test, H, W, C).
-    y_test: int labels (n_test,).
-    num_classes: C.
-  """
-
-  xs: tuple[np.ndarray, ...]
-  ys: tuple[np.ndarray, ...]
-  labels: tuple[np.ndarray, ...]
-  x_test: np.ndarray
-  y_test: np.ndarray
-  num_classes: int
-
-
-def load_train_test(config: Any, rng: np.random.Generator | None = None
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
-  """``(x_train, y_train, x_test, y_test, num_classes)`` with the config's seeded subsets.
-
-  The training subset is drawn from ``rng`` (default ``default_rng(config.seed)``),
-  the test subset from ``default_rng([config.seed, 1])``. Works for any config
-  with the data fields of ``ExperimentConfig``.
-  """
-  from neural._src.data import load_dataset
-  rng = np.random.default_rng(config.seed) if rng is None else rng
-  ds = load_dataset(config.dataset, config.data_dir, seed=config.seed)
-  x_train, y_train = ds.x_train, ds.y_train
-  if config.train_subset is not None and config.train_subset < len(y_train):
-    keep = np.sort(rng.choice(len(y_train), size=config.train_subset, replace=False))
-    x_train, y_train = x_train[keep], y_train[keep]
-  x_test, y_test = ds.x_test, ds.y_test
-  if config.test_subset is not None and config.test_subset < len(y_test):
-    keep = np.sort(np.random.default_rng([config.seed, 1]).choice(
-        len(y_test), size=config.test_subset, replace=False))
-    x_test, y_test = x_test[keep], y_test[keep]
-  return (x_train, y_train, np.asarray(x_test, np.float32), np.asarray(y_test),
-          ds.num_classes)
-
-
-def split_agents(config: Any, x_train: np.ndarray, y_train: np.ndarray, num_classes: int,
-                 rng: np.random.Generator) -> tuple[tuple[np.ndarray, ...], ...]:
-  """``(xs, ys, labels)`` per agent by the config's partition (one-hot float32 ``ys``).
-
-  Raises:
-    ExperimentError: an agent got no training point.
-  """
-  from neural._src.data import one_hot
-  from neural._src.partitions import partition
-  parts = partition(config.partition, y_train, config.agents, rng, **config.partition_params)
-  for a, idx in enumerate(parts):
-    if len(idx) == 0:
-      raise ExperimentError(f"partition: agent {a} got no training points "
-                            f"({config.partition} {config.partition_params}); use more data "
-                            f"or another partition")
-  xs = tuple(np.asarray(x_train[idx], np.float32) for idx in parts)
-  labels = tuple(np.asarray(y_train[idx]) for idx in parts)
-  return xs, tuple(one_hot(lab, num_classes) for lab in labels), labels
-
-
-def load_run_data(config: Any) -> RunData:
-  """Loads, subsets and partitions the data of ``config`` (all seeded by ``config.seed``)."""
-  rng = np.random.default_rng(config.seed)
-  x_train, y_train, x_test, y_test, num_classes = load_train_test(config, rng)
-  xs, ys, labels = split_agents(config, x_train, y_train, num_classes, rng)
-  return RunData(xs, ys, labels, x_test, y_test, num_classes)
 
 
 def build_learners(config: ExperimentConfig, input_shape: tuple[int, ...],
                    num_classes: int) -> list[Any]:
-  """One learner per agent (Flax network or random forest), keyed by ``config.seed``."""
-  from neural._src.forest import ForestLearner
-  from neural._src.learners import FlaxLearner
-  from neural._src.models import get_model
-  from neural._src.training import TrainConfig
-
+  """One learner per agent (Flax network or random forest), keyed by ``config.init_seed``."""
   train_config = TrainConfig(epochs=config.epochs, batch_size=config.batch_size,
                              learning_rate=config.learning_rate,
                              weight_decay=config.weight_decay, loss=config.loss,
                              warm_start=config.warm_start or config.protocol == "fedavg",
                              step_loop=config.step_loop, agent_batching=config.agent_batching)
-  key = jax.random.PRNGKey(config.seed)
+  key = jax.random.PRNGKey(config.init_seed)
   learners = []
   for name in config.agent_models:
     if name == FOREST:
       learners.append(ForestLearner(n_estimators=config.forest_trees,
-                                    max_depth=config.forest_max_depth, seed=config.seed))
+                                    max_depth=config.forest_max_depth, seed=config.init_seed))
     else:
       model = get_model(name, num_classes, width=config.width, tiny=config.tiny,
                         norm=config.norm)
@@ -195,12 +126,9 @@ def make_protocol(config: ExperimentConfig, learners: Sequence[Any]) -> Protocol
   if config.protocol in KD_PROTOCOLS:
     return fedkrr.get_protocol(config.protocol, config.start)
   if config.protocol == "fedavg":
-    from neural._src.fedavg import check_same_architecture
-    from neural._src.fedavg import fedavg
-    from neural._src.training import init_variables
     check_same_architecture(learners)
     first = learners[0]
-    key = jax.random.split(jax.random.PRNGKey(config.seed))[1]
+    key = jax.random.split(jax.random.PRNGKey(config.init_seed))[1]
     return fedavg(init_variables(first.model, key, first.input_shape))
   return _baseline(config.protocol)
 
@@ -230,7 +158,6 @@ class _Evaluator:
   """Turns a round's output into metric rows; keeps EKD's running test predictions."""
 
   def __init__(self, config: ExperimentConfig, data: RunData, running: np.ndarray | None):
-    from neural._src.data import one_hot
     self.config = config
     self.data = data
     self.test_targets = one_hot(data.y_test, data.num_classes)
@@ -351,8 +278,6 @@ def _run_rounds(config: ExperimentConfig, run: Run, rounds: int, progress: bool,
   inits = [None] * config.agents if checkpoint is None else list(checkpoint["inits"])
   evaluator = _Evaluator(config, data, None if checkpoint is None else checkpoint["running"])
   fits_per_round = 1 if config.protocol == "akd" else config.agents
-
-  from tqdm.auto import tqdm
   round_bar = tqdm(total=rounds, initial=done, desc=f"{config.protocol} rounds", unit="round",
                    disable=not progress)
   stop = rounds if max_rounds is None else min(rounds, done + max_rounds)
@@ -362,7 +287,7 @@ def _run_rounds(config: ExperimentConfig, run: Run, rounds: int, progress: bool,
                      disable=not progress)
       round_learners = []
       for a, learner in enumerate(learners):
-        learner = _with_key(learner, round_key(config.seed, t, a))
+        learner = _with_key(learner, round_key(config.init_seed, t, a))
         if config.warm_start and config.protocol != "fedavg" and inits[a] is not None:
           learner = learner.with_init(inits[a])
         round_learners.append(_Counted(learner, fit_bar))
@@ -381,51 +306,7 @@ def _run_rounds(config: ExperimentConfig, run: Run, rounds: int, progress: bool,
 
 
 def _plot(workdir: Path, config: ExperimentConfig, rows: list[dict[str, Any]]) -> None:
-  from neural._src.plots import plot_run
   plot_run(rows, workdir / PLOT_FILE,
            title=f"{config.protocol} on {config.dataset} ({config.partition}"
                  + (f", alpha={config.alpha:g}" if config.partition == "label-split" else "")
                  + f"; {','.join(config.agent_models)})")
-
-
-def _run_one(config: Any, workdir: Path, **kwargs) -> list[dict[str, Any]]:
-  """``train_and_evaluate`` for a KD-protocol config, ``run_method`` for a method's config."""
-  if isinstance(config, ExperimentConfig):
-    return train_and_evaluate(config, workdir, **kwargs)
-  from neural._src.methods import run_method
-  return run_method(config, workdir, **kwargs)
-
-
-def run_configs(runs: Sequence[tuple[str, ExperimentConfig]], workdir: str | os.PathLike, *,
-                progress: bool = False, description: str = "",
-                max_rounds: int | None = None) -> dict[str, list[dict[str, Any]]]:
-  """Runs (or resumes) named runs: a single unnamed run in ``workdir``, else one subdirectory each.
-
-  With several runs, ``workdir/sweep.json`` lists them and ``workdir/accuracy.png``
-  shows them side by side (one panel per value of the first grid axis).
-
-  Returns:
-    The metric rows of each run, by name.
-  """
-  workdir = Path(workdir)
-  if len(runs) == 1 and runs[0][0] == "":
-    return {"": _run_one(runs[0][1], workdir, progress=progress, max_rounds=max_rounds)}
-  workdir.mkdir(parents=True, exist_ok=True)
-  names = [name for name, _ in runs]
-  sweep = {"description": description, "runs": names}
-  sweep_path = workdir / SWEEP_FILE
-  if sweep_path.exists():
-    saved = json.loads(sweep_path.read_text())
-    if saved.get("runs") != names:
-      raise ExperimentError(f"workdir: {workdir} holds a sweep of other runs "
-                            f"({', '.join(saved.get('runs', [])[:3])}...); use another workdir")
-  else:
-    atomic_write(sweep_path, json.dumps(sweep, indent=2) + "\n")
-  results = {}
-  for i, (name, config) in enumerate(runs):
-    if progress:
-      print(f"[{i + 1}/{len(runs)}] {name}", flush=True)
-    results[name] = _run_one(config, workdir / name, progress=progress, max_rounds=max_rounds)
-  from neural._src.plots import plot_sweep
-  plot_sweep(results, workdir / PLOT_FILE, title=description)
-  return results

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedkrr._src.pytree import pytree_dataclass
+from fedkrr import pytree_dataclass
 from neural._src import training
 from neural._src.training import TrainConfig
 from neural._src.training import Variables

@@ -50,7 +50,7 @@ from jax import lax
 import jax.numpy as jnp
 import numpy as np
 
-from fedkrr._src.pytree import pytree_dataclass
+from fedkrr import pytree_dataclass
 from neural._src.ntk import ModelApply
 from neural._src.ntk import _outputs
 from neural._src.ntk import check_flat_inputs

@@ -16,10 +16,16 @@ Heterogeneous clients of the feature-sharing methods (Wu et al. 2023, FedDKC;
 Berdoz et al. 2022): a LeNet-5 style net ("lenet5") and the split ResNets
 "resnet2" ... "resnet20" (:class:`SplitResNet`: a shared-architecture
 feature extractor, :class:`ConvStem`, followed by a predictor of depth-dependent
-size, :class:`ResNetHead`). Every model also accepts ``return_features=True``
-and then returns ``(logits, features)``: the input of the last dense layer for
-CNN, MLP, VGG, ResNet and LeNet-5, and the extractor's feature map for the
-split ResNets (whose ``features``/``head`` methods split the forward pass).
+size, :class:`ResNetHead`).
+
+One feature convention serves every method that needs more than logits: each
+model's *features* are the input of its last dense layer (CNN, MLP, VGG, ResNet,
+LeNet-5) or the extractor's feature map (the split ResNets, whose
+``features``/``head`` methods split the forward pass). ``return_features=True``
+returns ``(logits, features)``, and a model built with ``num_classes=0`` has no
+last layer and returns its features alone: it is the feature extractor (the
+backbone) that multi-headed distillation and representation sharing put their
+own heads on, without a copy of the architecture.
 """
 
 from __future__ import annotations
@@ -60,7 +66,7 @@ class CNN(nn.Module):
   use a single dense layer, as the classic MNIST ConvNet does.
 
   Attributes:
-    num_classes: size of the logits.
+    num_classes: size of the logits (0: no last layer, the features are returned).
     width: channels of the first conv layer (16 in the paper); the second has 2 width.
   """
 
@@ -74,7 +80,7 @@ class CNN(nn.Module):
       x = nn.Conv(channels, (5, 5), padding="SAME")(x)
       x = nn.max_pool(nn.relu(x), (2, 2), strides=(2, 2))
     x = x.reshape((x.shape[0], -1))
-    return _out(nn.Dense(self.num_classes)(x), x, return_features)
+    return _head(self.num_classes, x, return_features)
 
 
 class MLP(nn.Module):
@@ -83,7 +89,7 @@ class MLP(nn.Module):
   The paper's agent-2 model (Sec. 6): two hidden layers of 512 units, dropout 0.2.
 
   Attributes:
-    num_classes: size of the logits.
+    num_classes: size of the logits (0: no last layer, the features are returned).
     width: hidden units per layer.
     depth: number of hidden layers.
     dropout: dropout rate after each hidden ReLU (active only with ``train=True``).
@@ -100,10 +106,17 @@ class MLP(nn.Module):
     for _ in range(self.depth):
       x = nn.relu(nn.Dense(self.width)(x))
       x = nn.Dropout(self.dropout, deterministic=not train)(x)
-    return _out(nn.Dense(self.num_classes)(x), x, return_features)
+    return _head(self.num_classes, x, return_features)
 
 
-def _out(logits, features, return_features: bool):
+def _head(num_classes: int, features, return_features: bool):
+  """The last dense layer on ``features``: logits, or ``(logits, features)``.
+
+  With ``num_classes == 0`` there is no last layer and the features come back alone.
+  """
+  if num_classes == 0:
+    return features
+  logits = nn.Dense(num_classes)(features)
   return (logits, features) if return_features else logits
 
 
@@ -133,7 +146,7 @@ class VGG(nn.Module):
   usual CIFAR head).
 
   Attributes:
-    num_classes: size of the logits.
+    num_classes: size of the logits (0: no last layer, the features are returned).
     width: channels of the first block (64 for VGG16).
     plan: channel multipliers and "M" for max-pool.
     norm: "group" (GroupNorm after each conv) or "none".
@@ -155,7 +168,7 @@ class VGG(nn.Module):
         x = nn.Conv(channels, (3, 3), padding="SAME", use_bias=self.norm == "none")(x)
         x = nn.relu(_norm(self.norm, channels)(x))
     x = jnp.mean(x, axis=(1, 2))
-    return _out(nn.Dense(self.num_classes)(x), x, return_features)
+    return _head(self.num_classes, x, return_features)
 
 
 class BasicBlock(nn.Module):
@@ -187,7 +200,7 @@ class ResNet(nn.Module):
   blocks (1, 1, 1), width 16 (the 6n + 2 family with n = 1).
 
   Attributes:
-    num_classes: size of the logits.
+    num_classes: size of the logits (0: no last layer, the features are returned).
     blocks: blocks per stage.
     width: channels of the stem and the first stage.
     norm: "group" (GroupNorm) or "none".
@@ -208,7 +221,7 @@ class ResNet(nn.Module):
         strides = 2 if i > 0 and b == 0 else 1
         x = BasicBlock(self.width * 2**i, strides, self.norm)(x)
     x = jnp.mean(x, axis=(1, 2))
-    return _out(nn.Dense(self.num_classes)(x), x, return_features)
+    return _head(self.num_classes, x, return_features)
 
 
 class LeNet5(nn.Module):
@@ -221,7 +234,7 @@ class LeNet5(nn.Module):
   features (``return_features=True``) are the 14 w units before the last layer.
 
   Attributes:
-    num_classes: size of the logits.
+    num_classes: size of the logits (0: no last layer, the features are returned).
     width: channels of the first conv layer (6 in LeNet-5).
   """
 
@@ -237,7 +250,7 @@ class LeNet5(nn.Module):
     x = x.reshape((x.shape[0], -1))
     x = nn.relu(nn.Dense(20 * self.width)(x))
     x = nn.relu(nn.Dense(14 * self.width)(x))
-    return _out(nn.Dense(self.num_classes)(x), x, return_features)
+    return _head(self.num_classes, x, return_features)
 
 
 class ConvStem(nn.Module):
@@ -267,7 +280,7 @@ class ResNetHead(nn.Module):
   model, which reads the clients' features (ResNet-20: blocks (3, 3, 3)).
 
   Attributes:
-    num_classes: size of the logits.
+    num_classes: size of the logits (0: no last layer, the features are returned).
     blocks: blocks per stage (may be empty).
     width: channels of the first stage.
     norm: "group" or "none".
@@ -286,7 +299,7 @@ class ResNetHead(nn.Module):
         strides = 2 if i > 0 and b == 0 else 1
         h = BasicBlock(self.width * 2**i, strides, self.norm)(h)
     h = jnp.mean(h, axis=(1, 2))
-    return _out(nn.Dense(self.num_classes)(h), h, return_features)
+    return _head(self.num_classes, h, return_features)
 
 
 class SplitResNet(nn.Module):
@@ -304,7 +317,7 @@ class SplitResNet(nn.Module):
   ``model.apply(v, H, method="head")`` the logits from H.
 
   Attributes:
-    num_classes: size of the logits.
+    num_classes: size of the logits (0: no last layer, the features are returned).
     blocks: blocks per stage of the predictor.
     width: channels of the extractor and of the first stage.
     norm: "group" or "none".
@@ -327,7 +340,10 @@ class SplitResNet(nn.Module):
 
   def __call__(self, x, train: bool = False, return_features: bool = False):
     h = self.extractor(x)
-    return _out(self.predictor(h, train), h, return_features)
+    if self.num_classes == 0:
+      return h
+    logits = self.predictor(h, train)
+    return (logits, h) if return_features else logits
 
 
 _DEFAULT_WIDTH = {"cnn": 16, "mlp": 512, "vgg": 64, "resnet8": 16, "resnet18": 64}
@@ -343,7 +359,8 @@ def get_model(name: str, num_classes: int, *, width: int | None = None, tiny: bo
   Args:
     name: "cnn", "mlp", "vgg", "resnet8", "resnet18", "lenet5" or a split ResNet
       "resnet2", "resnet4", "resnet6", "resnet10", "resnet12", "resnet20".
-    num_classes: size of the logits.
+    num_classes: size of the logits; 0 builds the model without its last dense
+      layer, returning its features (B, D) (the feature map for split ResNets).
     width: channels of the first layer (hidden units for the MLP); ``None`` for
       the default (16, 512, 64, 16, 64, 6, and 16 for the split ResNets), or a
       small one if ``tiny``.
@@ -352,10 +369,11 @@ def get_model(name: str, num_classes: int, *, width: int | None = None, tiny: bo
     norm: "group" or "none" (VGG and ResNets; the CNN and the MLP have no norm).
 
   Returns:
-    A module mapping (B, H, W, C) float32 images to (B, num_classes) logits.
+    A module mapping (B, H, W, C) float32 images to (B, num_classes) logits
+    (``return_features=True``: ``(logits, features)``; ``num_classes=0``: features).
 
   Raises:
-    ModelError: for an unknown name or norm, or a width or num_classes < 1.
+    ModelError: for an unknown name or norm, a width < 1 or num_classes < 0.
 
   Example:
     >>> model = get_model("cnn", 10)
@@ -364,8 +382,9 @@ def get_model(name: str, num_classes: int, *, width: int | None = None, tiny: bo
     raise ModelError(f"name: expected one of {MODELS}, got {name!r}")
   if norm not in NORMS:
     raise ModelError(f"norm: expected one of {NORMS}, got {norm!r}")
-  if int(num_classes) < 1:
-    raise ModelError(f"num_classes: expected a positive int, got {num_classes}")
+  if int(num_classes) < 0:
+    raise ModelError(f"num_classes: expected an int >= 0 (0: no output layer, the model "
+                     f"returns its features), got {num_classes}")
   if width is None:
     width = (_TINY_WIDTH if tiny else _DEFAULT_WIDTH)[name]
   if int(width) < 1:

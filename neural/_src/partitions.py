@@ -15,15 +15,21 @@ disjoint, sorted, and index into the labels. Methods:
   data distribution").
 - ``"shards"``: sort by label, cut into ``num_agents * shards_per_agent`` shards and
   deal them out at random (McMahan et al., 2017).
+
+and, for multi-headed distillation (Zhmoginov et al. 2023, Sec. 3.3), the
+skewed-label split :func:`skewed_label_split` (primary labels per client, skew s).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 
 PARTITIONS = ("iid", "label-split", "dirichlet-clients", "dirichlet-classes", "shards")
+
+SKEWED_ASSIGNMENTS = ("random", "even")   # primary labels of skewed_label_split
 
 
 class PartitionError(ValueError):
@@ -423,3 +429,115 @@ def _dirichlet(rng: np.random.Generator, beta: float, size: int) -> np.ndarray:
     q = np.zeros(size)
     q[rng.integers(size)] = 1.0
   return q
+
+
+# ---------------------------------------------------------------------------
+# The skewed-label split of multi-headed distillation (Zhmoginov et al. 2023, Sec. 3.3)
+
+
+class SkewedSplit(NamedTuple):
+  """The result of :func:`skewed_label_split`.
+
+  Attributes:
+    parts: one sorted int64 index array per client (disjoint, covering all points).
+    primary: (K, C) booleans, ``primary[i, l]`` iff label l is primary for client i.
+  """
+
+  parts: list[np.ndarray]
+  primary: np.ndarray
+
+
+def primary_labels(num_classes: int, clients: int, rng: np.random.Generator, *,
+                   assignment: str = "random", labels_per_client: int | None = None,
+                   clients_per_label: int | None = None) -> np.ndarray:
+  """The primary label sets ``l_i`` of Sec. 3.3 as a (K, C) boolean matrix.
+
+  * ``"random"``: each client gets a uniformly random subset of
+    ``labels_per_client`` labels (the paper: 250 of ImageNet's 1000).
+  * ``"even"``: every label gets exactly ``clients_per_label`` primary clients
+    (the paper's m): labels are shuffled and label p gets the clients
+    ``(p m + r) mod K``, r < m, so the clients' numbers of primary labels
+    differ by at most one.
+
+  Raises:
+    PartitionError: a count out of range or an unknown assignment.
+  """
+  if int(num_classes) < 1 or int(clients) < 1:
+    raise PartitionError(f"num_classes, clients: expected ints >= 1, got {num_classes}, {clients}")
+  primary = np.zeros((clients, num_classes), dtype=bool)
+  if assignment == "random":
+    if labels_per_client is None or not 0 <= labels_per_client <= num_classes:
+      raise PartitionError(f"labels_per_client: expected an int in 0..{num_classes}, got "
+                     f"{labels_per_client!r}")
+    for i in range(clients):
+      primary[i, rng.choice(num_classes, size=labels_per_client, replace=False)] = True
+  elif assignment == "even":
+    if clients_per_label is None or not 0 <= clients_per_label <= clients:
+      raise PartitionError(f"clients_per_label: expected an int in 0..{clients}, got "
+                     f"{clients_per_label!r}")
+    for p, label in enumerate(rng.permutation(num_classes)):
+      for r in range(clients_per_label):
+        primary[(p * clients_per_label + r) % clients, label] = True
+  else:
+    raise PartitionError(f"assignment: expected one of {SKEWED_ASSIGNMENTS}, got {assignment!r}")
+  return primary
+
+
+def assignment_probabilities(primary: np.ndarray, skew: float) -> np.ndarray:
+  """``P[l, i] = (1 + s [l in l_i]) / sum_j (1 + s [l in l_j])``, shape (C, K) (Sec. 3.3)."""
+  weights = 1.0 + float(skew) * np.asarray(primary, dtype=np.float64).T
+  return weights / np.sum(weights, axis=1, keepdims=True)
+
+
+def skewed_label_split(labels: np.ndarray, clients: int, rng: np.random.Generator, *,
+                       skew: float = 0.0, assignment: str = "random",
+                       labels_per_client: int | None = None,
+                       clients_per_label: int | None = None,
+                       primary: np.ndarray | None = None) -> SkewedSplit:
+  """The paper's skewed-label split of the private samples among K clients (Sec. 3.3).
+
+  Each client i gets primary labels ``l_i`` (:func:`primary_labels`, or the
+  given ``primary``); then every sample of label l goes, independently, to
+  client i with probability ``(1 + s [l in l_i]) / (K + s n_l)``, n_l = number of
+  clients with l primary (:func:`assignment_probabilities`). s = 0 is iid; as
+  s -> infinity label l goes only to its primary clients (uniformly to all if n_l = 0).
+
+  Args:
+    labels: (n,) int labels of the private samples.
+    clients: K >= 1.
+    rng: NumPy generator (labels' assignment first, then the samples').
+    skew: s >= 0.
+    assignment, labels_per_client, clients_per_label: see :func:`primary_labels`.
+    primary: a (K, C) boolean matrix to use instead of drawing one.
+
+  Returns:
+    A :class:`SkewedSplit`.
+
+  Raises:
+    PartitionError: bad labels, skew or primary shape.
+  """
+  labels = np.asarray(labels)
+  if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer) or labels.size == 0 \
+     or labels.min() < 0:
+    raise PartitionError(f"labels: expected a non-empty 1-D array of ints >= 0, got dtype "
+                   f"{labels.dtype} and shape {labels.shape}")
+  if not isinstance(rng, np.random.Generator):
+    raise PartitionError(f"rng: expected a numpy.random.Generator, got {type(rng).__name__}")
+  if not (np.isfinite(skew) and skew >= 0):
+    raise PartitionError(f"skew: expected a number >= 0, got {skew!r}")
+  num_classes = int(labels.max()) + 1
+  if primary is None:
+    primary = primary_labels(num_classes, clients, rng, assignment=assignment,
+                             labels_per_client=labels_per_client,
+                             clients_per_label=clients_per_label)
+  primary = np.asarray(primary, dtype=bool)
+  if primary.ndim != 2 or primary.shape[0] != clients or primary.shape[1] < num_classes:
+    raise PartitionError(f"primary: expected shape ({clients}, >= {num_classes}), "
+                         f"got {primary.shape}")
+  probs = assignment_probabilities(primary, skew)
+  owner = np.empty(labels.shape[0], dtype=np.int64)
+  for label in range(num_classes):
+    idx = np.flatnonzero(labels == label)
+    owner[idx] = rng.choice(clients, size=idx.size, p=probs[label])
+  parts = [np.flatnonzero(owner == i).astype(np.int64) for i in range(clients)]
+  return SkewedSplit(parts, primary)

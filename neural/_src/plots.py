@@ -14,7 +14,9 @@ from collections.abc import Sequence
 import os
 from typing import Any
 
-from fedkrr._src.files import atomic_savefig
+from matplotlib.figure import Figure
+
+from fedkrr import atomic_savefig
 
 # Agent 1 blue, agent 2 red as in the paper's figures; the ensemble black, FedAvg green.
 _COLORS = ("tab:blue", "tab:red", "tab:orange", "tab:purple", "tab:brown", "tab:pink",
@@ -63,11 +65,8 @@ def _draw(ax, rows, prefix: str = "", run_index: int = 0, max_round: int | None 
 
 def plot_run(rows: Sequence[Mapping[str, Any]], path: str | os.PathLike, title: str = "") -> None:
   """Test accuracy per round, one line per agent (and ensemble / server), into ``path`` (PNG)."""
-  import matplotlib
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-
-  fig, ax = plt.subplots(figsize=(6.5, 4))
+  fig = Figure(figsize=(6.5, 4))
+  ax = fig.subplots()
   _draw(ax, rows)
   ax.set_xlabel("round (0: local training on the labels)")
   ax.set_ylabel("test accuracy (end of local training)")
@@ -76,7 +75,6 @@ def plot_run(rows: Sequence[Mapping[str, Any]], path: str | os.PathLike, title: 
   ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
   fig.tight_layout()
   atomic_savefig(fig, path, dpi=120)
-  plt.close(fig)
 
 
 def plot_sweep(results: Mapping[str, Sequence[Mapping[str, Any]]], path: str | os.PathLike,
@@ -89,10 +87,6 @@ def plot_sweep(results: Mapping[str, Sequence[Mapping[str, Any]]], path: str | o
     path: the PNG file.
     title: the figure title.
   """
-  import matplotlib
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-
   panels: dict[str, list[tuple[str, Sequence[Mapping[str, Any]]]]] = {}
   for name, rows in results.items():
     head, _, rest = name.partition("__")
@@ -100,8 +94,8 @@ def plot_sweep(results: Mapping[str, Sequence[Mapping[str, Any]]], path: str | o
   n = len(panels)
   cols = min(n, 3)
   nrows = -(-n // cols)
-  fig, axes = plt.subplots(nrows, cols, figsize=(5.5 * cols, 3.6 * nrows), squeeze=False,
-                           sharey=True)
+  fig = Figure(figsize=(5.5 * cols, 3.6 * nrows))
+  axes = fig.subplots(nrows, cols, squeeze=False, sharey=True)
   for ax, (head, runs) in zip(axes.ravel(), panels.items()):
     max_round = max((int(r["round"]) for _, rows in runs for r in rows), default=0)
     for i, (rest, rows) in enumerate(runs):
@@ -116,4 +110,3 @@ def plot_sweep(results: Mapping[str, Sequence[Mapping[str, Any]]], path: str | o
   fig.suptitle(title, fontsize=10)
   fig.tight_layout()
   atomic_savefig(fig, path, dpi=110)
-  plt.close(fig)

@@ -26,10 +26,15 @@ import platform
 import time
 from typing import Any
 
+import jax
+from matplotlib.figure import Figure
 import numpy as np
 
-from fedkrr._src.files import atomic_savefig
-from fedkrr._src.files import atomic_write
+import fedkrr
+from fedkrr import atomic_savefig
+from fedkrr import atomic_write
+from neural._src.compare import compare
+from neural._src.specs import load_spec
 
 PARTS = ("verify", "toy", "closed-forms", "mnist")
 MNIST_CONFIG = "compare_small"
@@ -112,7 +117,6 @@ _TITLES = {
 
 
 def _report(settings, sections, readings, timings, total) -> str:
-  import jax
   head = [
       "# Model-agnostic federated learning by distillation: theory and experiment",
       "",
@@ -136,19 +140,18 @@ def _report(settings, sections, readings, timings, total) -> str:
 
 
 def _verify(out: Path, settings: MainJobSettings, progress: bool):
-  from fedkrr._src import verify
   out.mkdir(parents=True, exist_ok=True)
-  rows = verify.run_checks(seeds=(settings.seed,), only=settings.verify_only,
+  rows = fedkrr.run_checks(seeds=(settings.seed,), only=settings.verify_only,
                            progress=progress, quick=True)
-  verify.write_json(rows, out / "verify.json")
-  failed = verify.failures(rows)
+  fedkrr.write_checks(rows, out / "verify.json")
+  failed = fedkrr.failed_checks(rows)
   findings = [r for r in rows if r.kind == "claim" and not r.holds]
   held = len(rows) - len(failed) - len(findings)
   section = (f"Each statement on its smallest instance, seed {settings.seed} "
              f"(`fedkrr verify` checks two sizes and two seeds). An *identity* is algebra the "
              f"toolkit relies on (a failure is a bug); a *claim* is the paper's statement "
              f"(a failure is a finding about the paper).\n\n"
-             f"{verify.format_table(rows)}\n\nRows: [verify/verify.json](verify/verify.json).")
+             f"{fedkrr.checks_table(rows)}\n\nRows: [verify/verify.json](verify/verify.json).")
   reading = [f"**Propositions**: {held} of {len(rows)} statements hold on these instances; "
              f"{len(failed)} identities failed"
              + (f"; claims that do not hold as printed: "
@@ -157,13 +160,10 @@ def _verify(out: Path, settings: MainJobSettings, progress: bool):
 
 
 def _toy(out: Path, settings: MainJobSettings, progress: bool):
-  import jax
-
-  from fedkrr._src import toy
-  result = toy.toy_experiment(jax.random.key(settings.seed),
-                              toy.ToyConfig(rounds=settings.toy_rounds))
-  toy.write_toy(result, out)
-  lines = toy.toy_summary(result)
+  result = fedkrr.toy_experiment(jax.random.key(settings.seed),
+                                 fedkrr.ToyConfig(rounds=settings.toy_rounds))
+  fedkrr.write_toy(result, out)
+  lines = fedkrr.toy_summary(result)
   section = ("Linear regression (d = 100, n = 150, 60 % of the points with agent 0): the "
              "loss on all n training points per round, as in the paper's figure; the dashed "
              "line is the centralised model.\n\n"
@@ -190,8 +190,7 @@ def _toy(out: Path, settings: MainJobSettings, progress: bool):
 
 
 def _closed_forms(out: Path, settings: MainJobSettings, progress: bool):
-  from fedkrr._src.demo import run_demo
-  run_demo(str(out), rounds=settings.rounds, seed=settings.seed)
+  fedkrr.closed_form_demo(str(out), rounds=settings.rounds, seed=settings.seed)
   summary = json.loads((out / "summary.json").read_text())
   table = (out / "summary.md").read_text()
   worst = max(r["max_rel_gap"] for r in summary["protocols"])
@@ -206,8 +205,6 @@ def _closed_forms(out: Path, settings: MainJobSettings, progress: bool):
 
 
 def _mnist(out: Path, settings: MainJobSettings, progress: bool):
-  from neural._src.compare import compare
-  from neural._src.config import load_spec
   out.mkdir(parents=True, exist_ok=True)
   (_, base), = load_spec(settings.mnist_config).expand(
       {"seed": settings.seed, **dict(settings.mnist_overrides)})
@@ -293,11 +290,8 @@ def _mnist_reading(protocol: str, comp: Any, num_test: int) -> str:
 
 
 def _plot_side_by_side(results: dict[str, Any], path: Path) -> None:
-  import matplotlib
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-
-  fig, axes = plt.subplots(1, len(results), figsize=(4.2 * len(results), 3.6), squeeze=False)
+  fig = Figure(figsize=(4.2 * len(results), 3.6))
+  axes = fig.subplots(1, len(results), squeeze=False)
   for ax, (protocol, comp) in zip(axes[0], results.items()):
     for i, series in enumerate(comp.rates):
       rows = [r for r in comp.rows if r["series"] == series]
@@ -315,7 +309,6 @@ def _plot_side_by_side(results: dict[str, Any], path: Path) -> None:
     ax.legend(fontsize=7)
   fig.tight_layout()
   atomic_savefig(fig, path, dpi=120)
-  plt.close(fig)
 
 
 def parse_parts(text: str) -> tuple[str, ...]:

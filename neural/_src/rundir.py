@@ -36,7 +36,7 @@ from pathlib import Path
 import sys
 from typing import Any
 
-from fedkrr._src.files import atomic_write
+from fedkrr import atomic_write
 from neural._src.checkpoint import CheckpointError
 from neural._src.checkpoint import load_checkpoint
 from neural._src.checkpoint import save_checkpoint

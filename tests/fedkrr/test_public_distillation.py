@@ -9,6 +9,9 @@ points of N = 18 points each, so that Z = the pooled inputs has the same shapes.
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -213,12 +216,31 @@ def test_coverage_sweep_far_reference_changes_nothing_covering_one_helps(data, t
   np.testing.assert_allclose(sweep.test_mse[0], sweep.local_mse, rtol=1e-4)
   # Covering the pooled inputs pulls the agents toward the pooled model.
   assert np.mean(np.asarray(sweep.central_gap[2])) < np.mean(np.asarray(sweep.central_gap[0]))
-  pytest.importorskip("matplotlib")
-  fig = fedkrr.plot_coverage(sweep, ["far", "agent 0", "pooled"], tmp_path / "coverage.png")
+  fedkrr.plot_coverage(sweep, ["far", "agent 0", "pooled"], tmp_path / "coverage.png")
   assert (tmp_path / "coverage.png").stat().st_size > 0
-  import matplotlib.pyplot as plt
-  plt.close(fig)
 
+
+
+# Draws the coverage figure in a fresh process whose backend is "pdf" (no Agg forced on it).
+_PLOT_COVERAGE = """
+import sys
+import numpy as np
+import fedkrr
+r = np.random.default_rng(0).random
+sweep = fedkrr.CoverageSweep(r((3, 2)), r(3), r((3, 2)), r(3), r(2), r(2))
+fig = fedkrr.plot_coverage(sweep, ["a", "b", "c"], sys.argv[1])
+print(type(fig).__module__, "matplotlib.pyplot" in sys.modules)
+import matplotlib
+print(matplotlib.get_backend())
+"""
+
+
+def test_plot_coverage_leaves_the_backend_alone_and_imports_no_pyplot(tmp_path):
+  path = tmp_path / "coverage.png"
+  out = subprocess.run([sys.executable, "-c", _PLOT_COVERAGE, str(path)], capture_output=True,
+                       text=True, check=True, env={**os.environ, "MPLBACKEND": "pdf"})
+  assert out.stdout.split() == ["matplotlib.figure", "False", "pdf"]
+  assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 def test_limit_vmaps_over_the_weight_and_float32_is_within_tolerance(data, x64, assert_close):
   """One compilation for both: the float32 limit, vmapped over lambda, against float64."""

@@ -19,7 +19,7 @@ def test_quick_checks_hold_and_format(x64):
   rows = verify.run_checks(seeds=(0,), only="prop4-rate")
   assert [r.id for r in rows] == ["prop4-rate-cos2", "prop4-rate-geometry"]
   assert all(r.holds and r.residual < 1e-10 for r in rows)
-  table = verify.format_table(rows)
+  table = verify.checks_table(rows)
   assert table.count("\n") == 3 and "| prop4-rate-cos2 |" in table
 
 
@@ -29,8 +29,8 @@ def test_a_failing_claim_is_a_finding_and_a_failing_identity_an_error(x64, monke
   bad_identity = dataclasses.replace(bad_claim, id="x-identity", kind="identity")
   monkeypatch.setattr(verify, "CHECKS", (bad_claim,))
   rows = verify.run_checks(seeds=(0,), only="x-")
-  assert not rows[0].holds and verify.failures(rows) == []
-  assert "NO (finding)" in verify.format_table(rows)
+  assert not rows[0].holds and verify.failed_checks(rows) == []
+  assert "NO (finding)" in verify.checks_table(rows)
   assert main(["verify", "--only", "x-", "--seeds", "1"]) == 0
   monkeypatch.setattr(verify, "CHECKS", (bad_identity,))
   assert main(["verify", "--only", "x-", "--seeds", "1"]) == 1

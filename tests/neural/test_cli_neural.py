@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 from neural._src.cli import main
-from neural._src.config import shipped_configs
+from neural._src.specs import shipped_configs
 
 FLAGS = ["--dataset", "digits", "--train-subset", "100", "--test-subset", "50",
          "--partition", "label-split", "--alpha", "0.5", "--agents", "2", "--models", "mlp",

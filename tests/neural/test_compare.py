@@ -16,8 +16,8 @@ from neural._src.compare import mlp_ntk
 from neural._src.compare import theory_curves
 from neural._src.compare import theory_problem
 from neural._src.config import ExperimentConfig
-from neural._src.experiment import load_run_data
 from neural._src.models import get_model
+from neural._src.run_data import load_run_data
 from neural._src.training import init_variables
 
 # A few digits (8x8), unequal agents (so the N / N_a kernel scales differ), tiny MLPs;

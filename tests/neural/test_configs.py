@@ -6,11 +6,11 @@ import os
 import pytest
 
 from neural._src.config import ConfigError
-from neural._src.config import ConfigSpec
 from neural._src.config import ExperimentConfig
-from neural._src.config import load_spec
-from neural._src.config import shipped_configs
-from neural._src.experiment import run_configs
+from neural._src.specs import ConfigSpec
+from neural._src.specs import load_spec
+from neural._src.specs import run_configs
+from neural._src.specs import shipped_configs
 
 FIGURES = ("Fig. 4", "Fig. 5", "Fig. 6", "Fig. 8", "Fig. 9", "Fig. 10", "Fig. 11", "Fig. 12",
            "Fig. 13", "Fig. 14", "Fig. 15")
@@ -76,7 +76,7 @@ def test_bad_values_name_the_field(changes, field):
 
 
 def test_unknown_field_and_bad_json():
-  with pytest.raises(ConfigError, match="^epoch: not a config field"):
+  with pytest.raises(ConfigError, match="^epoch: not a field of the KD experiment config"):
     ExperimentConfig.from_dict({"epoch": 3})
   with pytest.raises(ConfigError, match="not valid JSON"):
     ExperimentConfig.from_json("{rounds: 3")

@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 
 from neural._src.config import ExperimentConfig
-from neural._src.experiment import ExperimentError
 from neural._src.experiment import round_key
 from neural._src.experiment import scores
 from neural._src.experiment import train_and_evaluate
 from neural._src.fedavg import FedAvgError
 from neural._src.fedavg import average
 from neural._src.fedavg import fedavg
+from neural._src.rundir import ExperimentError
 from neural._src.rundir import read_metrics
 
 # Tiny runs on the 8x8 digits: a 32-unit MLP, one epoch on 120 points.

@@ -32,6 +32,37 @@ def test_output_shape_and_dtype(name, shape):
   assert logits.dtype == jnp.float32
 
 
+# Cheap models for the numeric check; every model's shapes are checked below.
+@pytest.mark.parametrize("name", ["cnn", "mlp", "lenet5", "resnet2", "resnet4"])
+def test_num_classes_zero_returns_the_features_of_the_full_model(name):
+  """One feature convention: ``get_model(name, 0)`` is the full model without its last layer.
+
+  Initialised from the same key, the headless model's parameters are the full
+  model's minus that layer, and it returns the features ``return_features=True`` gives.
+  """
+  full, headless = neural.get_model(name, 5, tiny=True), neural.get_model(name, 0, tiny=True)
+  key, shape = jax.random.PRNGKey(3), (8, 8, 1)
+  v_full = neural.init_variables(full, key, shape)
+  v_head = neural.init_variables(headless, key, shape)
+  flat_full = dict(jax.tree_util.tree_leaves_with_path(v_full))
+  flat_head = dict(jax.tree_util.tree_leaves_with_path(v_head))
+  assert set(flat_head) < set(flat_full)
+  for path, leaf in flat_head.items():
+    np.testing.assert_array_equal(leaf, flat_full[path])
+  x = jnp.asarray(np.random.default_rng(0).random((4, *shape)), jnp.float32)
+  logits, features = full.apply(v_full, x, return_features=True)
+  np.testing.assert_allclose(headless.apply(v_head, x), features, rtol=1e-6, atol=1e-6)
+  assert logits.shape == (4, 5)
+
+
+@pytest.mark.parametrize("name", neural.MODELS)
+def test_headless_shapes(name):
+  model = neural.get_model(name, 0, tiny=True)
+  x = jax.ShapeDtypeStruct((3, 16, 16, 3), jnp.float32)
+  out = jax.eval_shape(model.apply, shapes(model, (16, 16, 3)), x)
+  assert out.shape[0] == 3 and out.dtype == jnp.float32
+
+
 # The CNN and the MLP run in the training tests; ResNet-18 shares ResNet-8's code (compiling
 # it is slow on a 2-core CPU).
 @pytest.mark.parametrize("name", ["vgg", "resnet8"])
@@ -132,7 +163,7 @@ def test_mlp_dropout_only_in_training():
     (dict(name="lenet"), "name"),
     (dict(name="cnn", width=0), "width"),
     (dict(name="vgg", norm="batch"), "norm"),
-    (dict(name="cnn", num_classes=0), "num_classes"),
+    (dict(name="cnn", num_classes=-1), "num_classes"),
 ])
 def test_bad_arguments_are_named(kwargs, match):
   kwargs = {"num_classes": 10, **kwargs}

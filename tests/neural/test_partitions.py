@@ -292,3 +292,43 @@ def test_public_names():
                "PartitionError", "partition", "iid", "label_split", "label_groups",
                "dirichlet_clients", "dirichlet_classes", "shards", "label_counts"]:
     assert hasattr(neural, name), name
+
+
+# The skewed-label split of multi-headed distillation (Zhmoginov et al. 2023, Sec. 3.3)
+
+
+def test_primary_labels_random_and_even():
+  rng = np.random.default_rng(4)
+  primary = partitions_lib.primary_labels(20, 8, rng, assignment="random", labels_per_client=5)
+  np.testing.assert_array_equal(primary.sum(1), 5)
+  primary = partitions_lib.primary_labels(20, 8, rng, assignment="even", clients_per_label=3)
+  np.testing.assert_array_equal(primary.sum(0), 3)
+  assert primary.sum(1).max() - primary.sum(1).min() <= 1
+  with pytest.raises(PartitionError, match="labels_per_client"):
+    partitions_lib.primary_labels(20, 8, rng, assignment="random", labels_per_client=21)
+
+
+def test_skewed_label_split_counts():
+  rng = np.random.default_rng(5)
+  labels = np.repeat(np.arange(6), 4000)
+  primary = np.zeros((4, 6), bool)
+  primary[0, [0, 1]] = primary[1, [1, 2]] = primary[2, 3] = primary[3, 4] = True   # 5: none
+  s = 3.0
+  split = partitions_lib.skewed_label_split(labels, 4, rng, skew=s, primary=primary)
+  everything = np.sort(np.concatenate(split.parts))
+  np.testing.assert_array_equal(everything, np.arange(labels.size))   # disjoint cover
+  counts = np.stack([np.bincount(labels[p], minlength=6) for p in split.parts])   # (K, C)
+  for label in range(6):
+    n_l = primary[:, label].sum()
+    expected = (1 + s * primary[:, label]) / (4 + s * n_l)
+    np.testing.assert_allclose(counts[:, label] / 4000, expected,
+                               atol=5 * np.sqrt(0.25 / 4000))
+  # s -> infinity: only primary clients (uniform over all when a label has none)
+  split = partitions_lib.skewed_label_split(labels, 4, rng, skew=1e12, primary=primary)
+  counts = np.stack([np.bincount(labels[p], minlength=6) for p in split.parts])
+  assert np.all(counts[:, :5][~primary[:, :5]] == 0)
+  assert np.all(counts[:, 5] > 800)
+  # s = 0: iid
+  split = partitions_lib.skewed_label_split(labels, 4, rng, skew=0.0, primary=primary)
+  counts = np.stack([np.bincount(labels[p], minlength=6) for p in split.parts])
+  np.testing.assert_allclose(counts / 4000, 0.25, atol=5 * np.sqrt(0.25 / 4000))

@@ -5,10 +5,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from neural._src import representation_sharing as rs
-from neural._src.methods import method_config_from_dict
-from neural._src.methods import round_rng
-from neural._src.methods import run_method
+from neural._src.methods import representation_sharing as rs
+from neural._src.methods.registry import method_config_from_dict
+from neural._src.methods.registry import round_rng
+from neural._src.methods.registry import run_method
 from neural._src.rundir import read_metrics
 
 TINY = dict(dataset="digits", train_subset=64, test_subset=40, agents=2, rounds=2,
@@ -176,7 +176,7 @@ def test_one_round_of_each_method_runs_and_counts_its_communication(tiny_runs):
 
 def test_relay_sees_only_the_payload_and_means_are_one_round_stale(monkeypatch):
   config = method_config_from_dict({**TINY, "method": "repshare"})
-  data = rs.load_repshare_data(config)
+  data = rs.load_data(config)
   seen, updates = [], []
   relay, update = rs.relay, rs._update_all
 
@@ -193,10 +193,10 @@ def test_relay_sees_only_the_payload_and_means_are_one_round_stale(monkeypatch):
 
   monkeypatch.setattr(rs, "relay", spy_relay)
   monkeypatch.setattr(rs, "_update_all", spy_update)
-  state = rs._init(config, data)
+  state = rs.init(config, data)
   first = state.downloads
   for t in range(2):
-    state, _ = rs._step(config, data, state, t)
+    state, _ = rs.step(config, data, state, t)
   n, c, d = 2, data.num_classes, config.feature_dim
   for args, kwargs, _ in seen:               # only the agreed payload reaches the server
     payload, key = args

@@ -20,7 +20,7 @@ each other online: client i keeps a rolling pool ``P_i`` of ``N_P`` model
 checkpoints; every step it draws Delta of them as its teachers ``e_t(i)`` for one
 step on a fresh public batch. A round of this module is ``S_P`` local steps; at
 its end every client receives the new checkpoint of one random neighbour in the
-communication graph (``neural._src.graphs``), which replaces a random entry of
+communication graph (``neural.make_graph``), which replaces a random entry of
 its pool (an empty entry first). So the teachers are previous-round snapshots of
 neighbours, lagging by up to a few rounds, and what is sent is one snapshot per
 client and round (``comm_floats``); the prediction-exchange cost of the general
@@ -46,19 +46,26 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from neural._src.methods import Method
-from neural._src.methods import MethodConfig
-from neural._src.methods import register_method
-from neural._src.methods import round_rng
-from neural._src.methods import test_scores
+from neural._src.graphs import GRAPHS
+from neural._src.graphs import make_graph
+from neural._src.methods.registry import Method
+from neural._src.methods.registry import MethodConfig
+from neural._src.methods.registry import register_method
+from neural._src.methods.registry import round_rng
+from neural._src.methods.registry import test_scores
+from neural._src.models import MODELS
+from neural._src.models import get_model
 from neural._src.optimizers import OptimizerConfig
 from neural._src.optimizers import make_optimizer
+from neural._src.partitions import SKEWED_ASSIGNMENTS
+from neural._src.partitions import primary_labels
+from neural._src.partitions import skewed_label_split
+from neural._src.run_data import load_train_test
 from neural._src.train_loop import train_loop
 
 Array = jax.Array
 
 MHD_METHODS = ("mhd", "mhd-isolated", "mhd-fedavg")
-ASSIGNMENTS = ("random", "even")
 TARGET_CHOICES = ("confident", "random")
 OPTIMIZERS = ("sgd", "adam")
 
@@ -71,42 +78,12 @@ class MHDError(ValueError):
 # Models
 
 
-class Penultimate(nn.Module):
-  """The embedding of a classifier: the input of the last ``nn.Dense`` it calls.
-
-  Every model of :func:`neural.get_model` ends in one dense layer on the
-  penultimate features; this wrapper runs the model and returns what entered
-  that layer (the paper's ``xi_i(x)``, "the embedding preceding the final logits
-  layer", Sec. 4.2.1). Wrap the model built with ``num_classes=1``: its unused
-  1-unit output layer is then the only waste.
-
-  Attributes:
-    inner: a module ``(B, ...) -> logits`` ending in ``nn.Dense``.
-  """
-
-  inner: nn.Module
-
-  @nn.compact
-  def __call__(self, x, train: bool = False):
-    inputs = []
-
-    def record(next_fun, args, kwargs, context):
-      if isinstance(context.module, nn.Dense) and context.method_name == "__call__":
-        inputs.append(args[0])
-      return next_fun(*args, **kwargs)
-
-    with nn.intercept_methods(record):
-      self.inner(x, train=train)
-    if not inputs:
-      raise MHDError(f"inner: {type(self.inner).__name__} calls no nn.Dense layer")
-    return inputs[-1]
-
-
 class MultiHeadModel(nn.Module):
   """Backbone + main head + m auxiliary heads, all linear on one embedding (Fig. 2).
 
   Attributes:
-    backbone: a module ``(B, ...) -> (B, D)`` embeddings.
+    backbone: a module ``(B, ...) -> (B, D)`` embeddings, e.g. a model of
+      ``neural.get_model`` built with ``num_classes=0`` (its features).
     num_classes: C, the size of every head.
     num_aux_heads: m >= 0.
 
@@ -130,7 +107,11 @@ class MultiHeadModel(nn.Module):
 
 def mhd_model(name: str, num_classes: int, num_aux_heads: int, *, width: int | None = None,
               tiny: bool = False) -> MultiHeadModel:
-  """A :class:`MultiHeadModel` on the embedding of ``neural.get_model(name)``.
+  """A :class:`MultiHeadModel` on the features of ``neural.get_model(name, 0)``.
+
+  The embedding ``xi_i(x)`` is "the embedding preceding the final logits layer"
+  (Sec. 4.2.1): the model's features, which it returns when built without its
+  last layer (``num_classes=0``).
 
   Args:
     name: a model of ``neural.MODELS`` ("cnn", "mlp", "vgg", "resnet8", "resnet18").
@@ -141,12 +122,11 @@ def mhd_model(name: str, num_classes: int, num_aux_heads: int, *, width: int | N
   Raises:
     MHDError: m < 0 or C < 1; ``ModelError`` for a bad name or width.
   """
-  from neural._src.models import get_model
   if int(num_aux_heads) < 0:
     raise MHDError(f"num_aux_heads: expected an int >= 0, got {num_aux_heads}")
   if int(num_classes) < 1:
     raise MHDError(f"num_classes: expected an int >= 1, got {num_classes}")
-  backbone = Penultimate(get_model(name, 1, width=width, tiny=tiny))
+  backbone = get_model(name, 0, width=width, tiny=tiny)   # features: no output layer
   return MultiHeadModel(backbone, int(num_classes), int(num_aux_heads))
 
 
@@ -291,117 +271,6 @@ def embedding_loss(embedding: Array, teacher_embeddings: Array,
 
 
 # ---------------------------------------------------------------------------
-# Data split (Sec. 3.3)
-
-
-class SkewedSplit(NamedTuple):
-  """The result of :func:`skewed_label_split`.
-
-  Attributes:
-    parts: one sorted int64 index array per client (disjoint, covering all points).
-    primary: (K, C) booleans, ``primary[i, l]`` iff label l is primary for client i.
-  """
-
-  parts: list[np.ndarray]
-  primary: np.ndarray
-
-
-def primary_labels(num_classes: int, clients: int, rng: np.random.Generator, *,
-                   assignment: str = "random", labels_per_client: int | None = None,
-                   clients_per_label: int | None = None) -> np.ndarray:
-  """The primary label sets ``l_i`` of Sec. 3.3 as a (K, C) boolean matrix.
-
-  * ``"random"``: each client gets a uniformly random subset of
-    ``labels_per_client`` labels (the paper: 250 of ImageNet's 1000).
-  * ``"even"``: every label gets exactly ``clients_per_label`` primary clients
-    (the paper's m): labels are shuffled and label p gets the clients
-    ``(p m + r) mod K``, r < m, so the clients' numbers of primary labels
-    differ by at most one.
-
-  Raises:
-    MHDError: a count out of range or an unknown assignment.
-  """
-  if int(num_classes) < 1 or int(clients) < 1:
-    raise MHDError(f"num_classes, clients: expected ints >= 1, got {num_classes}, {clients}")
-  primary = np.zeros((clients, num_classes), dtype=bool)
-  if assignment == "random":
-    if labels_per_client is None or not 0 <= labels_per_client <= num_classes:
-      raise MHDError(f"labels_per_client: expected an int in 0..{num_classes}, got "
-                     f"{labels_per_client!r}")
-    for i in range(clients):
-      primary[i, rng.choice(num_classes, size=labels_per_client, replace=False)] = True
-  elif assignment == "even":
-    if clients_per_label is None or not 0 <= clients_per_label <= clients:
-      raise MHDError(f"clients_per_label: expected an int in 0..{clients}, got "
-                     f"{clients_per_label!r}")
-    for p, label in enumerate(rng.permutation(num_classes)):
-      for r in range(clients_per_label):
-        primary[(p * clients_per_label + r) % clients, label] = True
-  else:
-    raise MHDError(f"assignment: expected one of {ASSIGNMENTS}, got {assignment!r}")
-  return primary
-
-
-def assignment_probabilities(primary: np.ndarray, skew: float) -> np.ndarray:
-  """``P[l, i] = (1 + s [l in l_i]) / sum_j (1 + s [l in l_j])``, shape (C, K) (Sec. 3.3)."""
-  weights = 1.0 + float(skew) * np.asarray(primary, dtype=np.float64).T
-  return weights / np.sum(weights, axis=1, keepdims=True)
-
-
-def skewed_label_split(labels: np.ndarray, clients: int, rng: np.random.Generator, *,
-                       skew: float = 0.0, assignment: str = "random",
-                       labels_per_client: int | None = None,
-                       clients_per_label: int | None = None,
-                       primary: np.ndarray | None = None) -> SkewedSplit:
-  """The paper's skewed-label split of the private samples among K clients (Sec. 3.3).
-
-  Each client i gets primary labels ``l_i`` (:func:`primary_labels`, or the
-  given ``primary``); then every sample of label l goes, independently, to
-  client i with probability ``(1 + s [l in l_i]) / (K + s n_l)``, n_l = number of
-  clients with l primary (:func:`assignment_probabilities`). s = 0 is iid; as
-  s -> infinity label l goes only to its primary clients (uniformly to all if n_l = 0).
-
-  Args:
-    labels: (n,) int labels of the private samples.
-    clients: K >= 1.
-    rng: NumPy generator (labels' assignment first, then the samples').
-    skew: s >= 0.
-    assignment, labels_per_client, clients_per_label: see :func:`primary_labels`.
-    primary: a (K, C) boolean matrix to use instead of drawing one.
-
-  Returns:
-    A :class:`SkewedSplit`.
-
-  Raises:
-    MHDError: bad labels, skew or primary shape.
-  """
-  labels = np.asarray(labels)
-  if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer) or labels.size == 0 \
-     or labels.min() < 0:
-    raise MHDError(f"labels: expected a non-empty 1-D array of ints >= 0, got dtype "
-                   f"{labels.dtype} and shape {labels.shape}")
-  if not isinstance(rng, np.random.Generator):
-    raise MHDError(f"rng: expected a numpy.random.Generator, got {type(rng).__name__}")
-  if not (np.isfinite(skew) and skew >= 0):
-    raise MHDError(f"skew: expected a number >= 0, got {skew!r}")
-  num_classes = int(labels.max()) + 1
-  if primary is None:
-    primary = primary_labels(num_classes, clients, rng, assignment=assignment,
-                             labels_per_client=labels_per_client,
-                             clients_per_label=clients_per_label)
-  primary = np.asarray(primary, dtype=bool)
-  if primary.ndim != 2 or primary.shape[0] != clients or primary.shape[1] < num_classes:
-    raise MHDError(f"primary: expected shape ({clients}, >= {num_classes}), got {primary.shape}")
-  probs = assignment_probabilities(primary, skew)
-  owner = np.empty(labels.shape[0], dtype=np.int64)
-  for label in range(num_classes):
-    idx = np.flatnonzero(labels == label)
-    owner[idx] = rng.choice(clients, size=idx.size, p=probs[label])
-  parts = [np.flatnonzero(owner == i).astype(np.int64) for i in range(clients)]
-  return SkewedSplit(parts, primary)
-
-
-# ---------------------------------------------------------------------------
 # Config and data
 
 
@@ -459,7 +328,6 @@ class MHDConfig(MethodConfig):
   target_choice: str = "confident"
 
   def validate(self) -> None:
-    from neural._src.models import MODELS
     super().validate()
     self.need(self.method in MHD_METHODS, "method", f"one of {MHD_METHODS}")
     self.need(self.model in MODELS, "model", f"one of {MODELS}")
@@ -467,7 +335,8 @@ class MHDConfig(MethodConfig):
     self.need(self.aux_heads >= 0, "aux_heads", "an integer >= 0")
     self.need(0 < self.public_fraction < 1, "public_fraction", "a fraction in (0, 1)")
     self.need(self.skew >= 0, "skew", "a number >= 0")
-    self.need(self.label_assignment in ASSIGNMENTS, "label_assignment", f"one of {ASSIGNMENTS}")
+    self.need(self.label_assignment in SKEWED_ASSIGNMENTS, "label_assignment",
+              f"one of {SKEWED_ASSIGNMENTS}")
     if self.label_assignment == "random":
       self.need(self.labels_per_client is not None and self.labels_per_client >= 0,
                 "labels_per_client", "an integer >= 0 (label_assignment 'random')")
@@ -475,7 +344,6 @@ class MHDConfig(MethodConfig):
       self.need(self.clients_per_label is not None
                 and 0 <= self.clients_per_label <= self.agents, "clients_per_label",
                 f"an integer in 0..{self.agents} (label_assignment 'even')")
-    from neural._src.graphs import GRAPHS
     self.need(self.graph in GRAPHS, "graph", f"one of {GRAPHS}")
     self.need(self.graph_degree >= 1, "graph_degree", "an integer >= 1")
     self.need(self.pool_size is None or self.pool_size >= 1, "pool_size",
@@ -527,14 +395,13 @@ class MHDData(NamedTuple):
   label_dist: np.ndarray
 
 
-def load_mhd_data(config: MHDConfig) -> MHDData:
+def load_data(config: MHDConfig) -> MHDData:
   """Train/test data (config subsets), the public set, and the skewed split (Sec. 3.3).
 
   Raises:
     MHDError: a client got no private point.
   """
-  from neural._src.experiment import load_train_test
-  rng = np.random.default_rng(config.seed)
+  rng = np.random.default_rng(config.data_seed)
   x_train, y_train, x_test, y_test, num_classes = load_train_test(config, rng)
   order = rng.permutation(len(y_train))
   n_pub = max(1, int(round(config.public_fraction * len(y_train))))
@@ -720,12 +587,11 @@ def _to_numpy(tree: Any) -> Any:
 def teacher_adjacency(config: MHDConfig) -> np.ndarray:
   """(K, K) booleans: ``T[i, j]`` iff client i may take checkpoints of client j (e_t(i)).
 
-  The graph comes from ``neural._src.graphs`` (``config.graph``, the random one
-  seeded by ``config.seed``). There ``A[j, i]`` means j sends to i, so ``T = A^T``.
+  The graph comes from ``neural.make_graph`` (``config.graph``, the random one
+  seeded by ``config.data_seed``). There ``A[j, i]`` means j sends to i, so ``T = A^T``.
   """
-  from neural._src import graphs
-  rng = np.random.default_rng([config.seed, 2])
-  graph = graphs.make_graph(config.graph, config.agents, degree=config.graph_degree, rng=rng)
+  rng = np.random.default_rng([config.data_seed, 2])
+  graph = make_graph(config.graph, config.agents, degree=config.graph_degree, rng=rng)
   return np.array(graph.adjacency, dtype=bool).T
 
 
@@ -734,10 +600,10 @@ def _init_jit(key, x0, *, model):
   return model.init({"params": key}, x0, train=False)["params"]
 
 
-def init_mhd(config: MHDConfig, data: MHDData) -> MHDState:
+def init(config: MHDConfig, data: MHDData) -> MHDState:
   """Fresh clients (each its own init key) with empty checkpoint pools."""
   model = _model(config, data.num_classes)
-  keys = jax.random.split(jax.random.fold_in(jax.random.PRNGKey(config.seed), 10**6),
+  keys = jax.random.split(jax.random.fold_in(jax.random.PRNGKey(config.init_seed), 10**6),
                           config.agents)
   x0 = jnp.zeros((1, *data.xs.shape[2:]), jnp.float32)
   if config.method == "mhd-fedavg":   # one initialisation for all, as FedAvg starts
@@ -786,11 +652,11 @@ def update_pools(pool_params: Any, pool_owner: np.ndarray, pool_round: np.ndarra
   return pool_params, pool_owner, pool_round, sources
 
 
-def step_mhd(config: MHDConfig, data: MHDData, state: MHDState, t: int
+def step(config: MHDConfig, data: MHDData, state: MHDState, t: int
              ) -> tuple[MHDState, list[dict[str, Any]]]:
   """Round t: S_P local steps per client, then the pool update (or FedAvg), then metrics."""
   model = _model(config, data.num_classes)
-  keys = jax.random.split(round_rng(config.seed, t), config.agents)
+  keys = jax.random.split(round_rng(config.init_seed, t), config.agents)
   params, opt_state = _local_steps(config, model, state, data, keys)
   params = _to_numpy(params)
   n_params = _num_floats(jax.tree.map(lambda a: a[0], params))
@@ -802,7 +668,7 @@ def step_mhd(config: MHDConfig, data: MHDData, state: MHDState, t: int
         np.tensordot(w, a.astype(np.float64), axes=1).astype(a.dtype), a.shape).copy(), params)
     comm[:] = 2 * n_params            # upload the local model, download the average
   elif config.distills:
-    rng = np.random.default_rng([config.seed, 3, t])
+    rng = np.random.default_rng([config.init_seed, 3, t])
     pool_params, pool_owner, pool_round, sources = update_pools(
         pool_params, pool_owner, pool_round, params, teacher_adjacency(config), t, rng)
     for i, j in enumerate(sources):   # j sends its snapshot, i receives it
@@ -847,4 +713,4 @@ for _name, _text in (
     ("mhd", "multi-headed distillation through checkpoint pools (Zhmoginov et al., 2023)"),
     ("mhd-isolated", "MHD's baseline: each client on its private data only"),
     ("mhd-fedavg", "MHD's baseline: parameter averaging of all clients every S_P steps")):
-  register_method(Method(_name, MHDConfig, init_mhd, step_mhd, load_mhd_data, _text))
+  register_method(Method(_name, MHDConfig, init, step, load_data, _text))

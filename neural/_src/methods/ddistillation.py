@@ -45,14 +45,20 @@ import jax.numpy as jnp
 import numpy as np
 
 from neural._src import graphs
-from neural._src.methods import Method
-from neural._src.methods import MethodConfig
-from neural._src.methods import register_method
-from neural._src.methods import round_rng
-from neural._src.methods import test_scores
+from neural._src.methods.registry import Method
+from neural._src.methods.registry import MethodConfig
+from neural._src.methods.registry import register_method
+from neural._src.methods.registry import round_rng
+from neural._src.methods.registry import test_scores
+from neural._src.models import MODELS
+from neural._src.models import get_model
 from neural._src.optimizers import OptimizerConfig
 from neural._src.optimizers import make_optimizer
+from neural._src.run_data import load_train_test
+from neural._src.run_data import split_agents
 from neural._src.train_loop import train_loop
+from neural._src.training import LOSSES
+from neural._src.training import init_variables
 from neural._src.training import per_example_loss
 
 METHODS = ("d-distillation", "d-sgd", "silo-sgd")
@@ -189,7 +195,7 @@ class DDistConfig(MethodConfig):
     model, width, tiny: the devices' (shared) architecture (``neural.get_model``).
     loss: the private loss L, "ce" or "mse" (the paper does not name it).
     graph, graph_degree: the graph (``neural.make_graph``; "random" = max degree d,
-      the paper's Fig. 2), seeded by ``seed``; W is its Metropolis matrix (uniform
+      the paper's Fig. 2), seeded by ``data_seed``; W is its Metropolis matrix (uniform
       1/(d+1) for the directed ring).
     graph_window: B = 1 keeps the graph fixed; B > 1 makes it time-varying
       (:func:`neural.edge_schedule`): its edges are dealt into B parts and round t
@@ -229,8 +235,6 @@ class DDistConfig(MethodConfig):
 
   def validate(self) -> None:
     super().validate()
-    from neural._src.models import MODELS
-    from neural._src.training import LOSSES
     self.need(self.method in METHODS, "method", f"one of {', '.join(METHODS)}")
     self.need(self.model in MODELS, "model", f"one of {', '.join(MODELS)}")
     self.need(self.width is None or self.width >= 1, "width", "None or an integer >= 1")
@@ -291,10 +295,10 @@ class DDistState(NamedTuple):
 def make_graph_and_weights(config: DDistConfig) -> tuple[np.ndarray, np.ndarray]:
   """Each round's adjacency and checked mixing matrix, stacked (B, N, N) for B = graph_window.
 
-  The graph is seeded by ``[seed, 3]``; with ``graph_window`` > 1 its edges are dealt
+  The graph is seeded by ``[data_seed, 3]``; with ``graph_window`` > 1 its edges are dealt
   into B parts (:func:`neural.edge_schedule`) by the same generator.
   """
-  rng = np.random.default_rng([config.seed, 3])
+  rng = np.random.default_rng([config.data_seed, 3])
   graph = graphs.make_graph(config.graph, config.agents, degree=config.graph_degree, rng=rng)
   if config.graph_window == 1:
     return graph.adjacency[None], graphs.mixing_matrix(graph)[None]
@@ -304,16 +308,14 @@ def make_graph_and_weights(config: DDistConfig) -> tuple[np.ndarray, np.ndarray]
           np.stack([schedule.mixing_matrix(t) for t in rounds]))
 
 
-def load_ddist_data(config: DDistConfig) -> DDistData:
+def load_data(config: DDistConfig) -> DDistData:
   """Reference/private split (a random ``reference_fraction`` of the training set), the
   private part split among devices by the config's partition, and the graph.
 
   Raises:
     DDistError: the step-size condition of :func:`check_z_step` fails for W.
   """
-  from neural._src.experiment import load_train_test
-  from neural._src.experiment import split_agents
-  rng = np.random.default_rng(config.seed)
+  rng = np.random.default_rng(config.data_seed)
   x_train, y_train, x_test, y_test, num_classes = load_train_test(config, rng)
   order = rng.permutation(len(y_train))
   q = int(round(config.reference_fraction * len(y_train)))
@@ -340,7 +342,6 @@ def load_ddist_data(config: DDistConfig) -> DDistData:
 
 
 def _model(config: DDistConfig, num_classes: int):
-  from neural._src.models import get_model
   return get_model(config.model, num_classes, width=config.width, tiny=config.tiny)
 
 
@@ -350,14 +351,13 @@ def _to_numpy(tree: Any) -> Any:
 
 @functools.lru_cache(maxsize=16)
 def _init_fn(model, input_shape: tuple[int, ...]):
-  from neural._src.training import init_variables
   return jax.jit(jax.vmap(lambda k: init_variables(model, k, input_shape)))
 
 
-def init_ddist(config: DDistConfig, data: DDistData) -> DDistState:
+def init(config: DDistConfig, data: DDistData) -> DDistState:
   """Per-device initial variables (one common init for D-SGD) and z_0 in the simplex."""
   model = _model(config, data.num_classes)
-  keys = jax.random.split(jax.random.fold_in(jax.random.PRNGKey(config.seed), 10**6),
+  keys = jax.random.split(jax.random.fold_in(jax.random.PRNGKey(config.init_seed), 10**6),
                           config.agents)
   if config.method == "d-sgd":
     keys = jnp.broadcast_to(keys[:1], keys.shape)
@@ -453,11 +453,11 @@ def _proba_fn(model):
   return jax.jit(jax.vmap(lambda p, x: jax.nn.softmax(model.apply(p, x)), in_axes=(0, None)))
 
 
-def step_ddist(config: DDistConfig, data: DDistData, state: DDistState, t: int
+def step(config: DDistConfig, data: DDistData, state: DDistState, t: int
                ) -> tuple[DDistState, list[dict[str, Any]]]:
   """Round t: ``steps_per_round`` iterations of the method, then per-device test scores.
 
-  Iteration keys come from ``round_rng(seed, t)`` (shared reference batch, per-device
+  Iteration keys come from ``round_rng(init_seed, t)`` (shared reference batch, per-device
   private batches), so a resumed run repeats the same numbers.
   """
   model = _model(config, data.num_classes)
@@ -468,7 +468,7 @@ def step_ddist(config: DDistConfig, data: DDistData, state: DDistState, t: int
   context = {"size": jnp.asarray(data.sizes, jnp.float32)}
   if distills:
     context["z"] = jnp.asarray(state.z)
-  key = round_rng(config.seed, t)
+  key = round_rng(config.init_seed, t)
   mask = np.arange(data.xs.shape[1])[None, :] < data.sizes[:, None]
   out = train_loop(
       _DeviceLoss(model, distills, config.loss, config.network_batch_size, config.distill_beta),
@@ -512,5 +512,5 @@ _DESCRIPTIONS = {
 }
 
 for _name in METHODS:
-  register_method(Method(_name, DDistConfig, init_ddist, step_ddist, load_ddist_data,
+  register_method(Method(_name, DDistConfig, init, step, load_data,
                          _DESCRIPTIONS[_name]))

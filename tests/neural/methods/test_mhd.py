@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from neural._src import mhd
+from neural._src.methods import mhd
 
 
 def _probs(rng, shape):
@@ -94,43 +94,6 @@ def test_aux_chain_and_embedding_losses_match_numpy():
   np.testing.assert_array_equal(np.asarray(g), 0.0)
 
 
-def test_primary_labels_random_and_even():
-  rng = np.random.default_rng(4)
-  primary = mhd.primary_labels(20, 8, rng, assignment="random", labels_per_client=5)
-  np.testing.assert_array_equal(primary.sum(1), 5)
-  primary = mhd.primary_labels(20, 8, rng, assignment="even", clients_per_label=3)
-  np.testing.assert_array_equal(primary.sum(0), 3)
-  assert primary.sum(1).max() - primary.sum(1).min() <= 1
-  with pytest.raises(mhd.MHDError, match="labels_per_client"):
-    mhd.primary_labels(20, 8, rng, assignment="random", labels_per_client=21)
-
-
-def test_skewed_label_split_counts():
-  rng = np.random.default_rng(5)
-  labels = np.repeat(np.arange(6), 4000)
-  primary = np.zeros((4, 6), bool)
-  primary[0, [0, 1]] = primary[1, [1, 2]] = primary[2, 3] = primary[3, 4] = True   # 5: none
-  s = 3.0
-  split = mhd.skewed_label_split(labels, 4, rng, skew=s, primary=primary)
-  everything = np.sort(np.concatenate(split.parts))
-  np.testing.assert_array_equal(everything, np.arange(labels.size))   # disjoint cover
-  counts = np.stack([np.bincount(labels[p], minlength=6) for p in split.parts])   # (K, C)
-  for label in range(6):
-    n_l = primary[:, label].sum()
-    expected = (1 + s * primary[:, label]) / (4 + s * n_l)
-    np.testing.assert_allclose(counts[:, label] / 4000, expected,
-                               atol=5 * np.sqrt(0.25 / 4000))
-  # s -> infinity: only primary clients (uniform over all when a label has none)
-  split = mhd.skewed_label_split(labels, 4, rng, skew=1e12, primary=primary)
-  counts = np.stack([np.bincount(labels[p], minlength=6) for p in split.parts])
-  assert np.all(counts[:, :5][~primary[:, :5]] == 0)
-  assert np.all(counts[:, 5] > 800)
-  # s = 0: iid
-  split = mhd.skewed_label_split(labels, 4, rng, skew=0.0, primary=primary)
-  counts = np.stack([np.bincount(labels[p], minlength=6) for p in split.parts])
-  np.testing.assert_allclose(counts / 4000, 0.25, atol=5 * np.sqrt(0.25 / 4000))
-
-
 def test_update_pools_takes_neighbour_snapshots():
   k, pool = 4, 2
   params = {"w": np.arange(k, dtype=np.float32)[:, None] * np.ones((k, 3), np.float32)}
@@ -151,7 +114,7 @@ def test_update_pools_takes_neighbour_snapshots():
 @pytest.fixture(scope="module")
 def smoke_runs(tmp_path_factory):
   from neural._src.checkpoint import load_checkpoint
-  from neural._src.methods import run_method
+  from neural._src.methods.registry import run_method
   from neural._src.rundir import CHECKPOINT_FILE
   runs = {}
   for method, rounds in (("mhd", 2), ("mhd-isolated", 1), ("mhd-fedavg", 1)):

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import neural
-from neural._src import feddkc
-from neural._src.methods import load_method_data
+from neural._src.methods import feddkc
+from neural._src.methods.registry import load_method_data
 
 C = 10
 
@@ -47,7 +47,7 @@ def assert_in_simplex(refined):
 @pytest.mark.parametrize("T", [0.3, 0.6, 0.95])
 def test_kkr_is_a_probability_with_peak_T_and_the_same_order(T):
   probs = random_probs(0)
-  refined = np.asarray(neural.kkr(probs, T))
+  refined = np.asarray(neural.methods.feddkc.kkr(probs, T))
   assert refined.shape == probs.shape
   assert_in_simplex(refined)
   assert_order_kept(probs, refined)
@@ -62,7 +62,7 @@ def test_kkr_equals_eq14_where_no_entry_is_negative_and_the_kernel_form_eq9():
   eq14 = ((C * T - 1) * probs + v_m - T) / (C * v_m - 1)
   ok = np.all(eq14 >= 0, axis=1)
   assert 0 < ok.sum() < len(ok)          # both branches occur in this batch
-  refined = np.asarray(neural.kkr(probs, T))
+  refined = np.asarray(neural.methods.feddkc.kkr(probs, T))
   np.testing.assert_allclose(refined[ok], eq14[ok], rtol=rtol())
   # Eq. 9 with sigma(x) = k x + b: Eq. 10 gives t = (k / b) times Eq. 13's t (k = b = 1),
   # and then k and b cancel.
@@ -83,11 +83,11 @@ def test_kkr_rectifies_theorem_1s_counterexample():
   assert np.any(((C * T - 1) * probs + v_m - T) / (C * v_m - 1) < 0)
   expected = np.full((1, C), (1 - T) / (C - 1))
   expected[0, 0] = T
-  np.testing.assert_allclose(neural.kkr(probs, T), expected, rtol=1e-6)
+  np.testing.assert_allclose(neural.methods.feddkc.kkr(probs, T), expected, rtol=1e-6)
 
 
 def test_kkr_uniform_row_is_rectified_not_divided_by_zero():
-  refined = np.asarray(neural.kkr(np.full((2, 4), 0.25), 0.7))
+  refined = np.asarray(neural.methods.feddkc.kkr(np.full((2, 4), 0.25), 0.7))
   assert np.all(np.isfinite(refined))
   np.testing.assert_allclose(refined.max(axis=1), 0.7)
   assert_in_simplex(refined)
@@ -96,9 +96,9 @@ def test_kkr_uniform_row_is_rectified_not_divided_by_zero():
 def test_kkr_is_jit_and_vmap_friendly():
   probs = random_probs(2, batch=8)
   Ts = jnp.array([0.2, 0.5, 0.9])
-  out = jax.jit(jax.vmap(neural.kkr, in_axes=(None, 0)))(probs, Ts)
+  out = jax.jit(jax.vmap(neural.methods.feddkc.kkr, in_axes=(None, 0)))(probs, Ts)
   np.testing.assert_allclose(out.max(axis=2), np.broadcast_to(Ts[:, None], (3, 8)), atol=1e-6)
-  np.testing.assert_allclose(out[1], neural.kkr(probs, 0.5), atol=1e-6)
+  np.testing.assert_allclose(out[1], neural.methods.feddkc.kkr(probs, 0.5), atol=1e-6)
 
 
 # ---------------------------------------------------------------------------
@@ -108,7 +108,7 @@ def test_kkr_is_jit_and_vmap_friendly():
 @pytest.mark.parametrize("E, eps", [(0.5, 1e-3), (2.0, 1e-2), (3.2, 1e-3)])
 def test_skr_hits_the_entropy_within_eps_and_keeps_the_order(E, eps):
   probs = random_probs(3, scale=4.0)
-  refined = np.asarray(neural.skr(probs, E, eps))
+  refined = np.asarray(neural.methods.feddkc.skr(probs, E, eps))
   assert_in_simplex(refined)
   assert_order_kept(probs, refined)
   H = np.asarray(feddkc.entropy_bits(jnp.asarray(refined, jnp.float64)))
@@ -122,7 +122,8 @@ def test_skr_is_the_tempered_softmax_of_the_logits_and_jits():
   theta = np.asarray(feddkc.skr_temperature(probs, 1.5, 1e-4))
   assert np.all(theta > 0)
   expected = jax.nn.softmax(jnp.asarray(z / theta[:, None]))               # Eq. 18, 20
-  np.testing.assert_allclose(jax.jit(neural.skr)(probs, 1.5, 1e-4), expected, atol=1e-5)
+  skr = jax.jit(neural.methods.feddkc.skr)
+  np.testing.assert_allclose(skr(probs, 1.5, 1e-4), expected, atol=1e-5)
 
 
 def test_entropy_increases_with_the_temperature():
@@ -135,17 +136,17 @@ def test_entropy_increases_with_the_temperature():
 
 
 @pytest.mark.parametrize("call, match", [
-    (lambda p: neural.kkr(p, 0.05), "T"),               # T <= 1/C
-    (lambda p: neural.kkr(p, 1.0), "T"),
-    (lambda p: neural.skr(p, 0.0, 1e-3), "E"),
-    (lambda p: neural.skr(p, math.log2(C), 1e-3), "E"),
-    (lambda p: neural.skr(p, 1.0, 0.0), "eps"),
-    (lambda p: neural.kkr(np.log(p), 0.5), "probs"),    # logits, not probabilities
-    (lambda p: neural.skr(2 * p, 1.0, 1e-3), "probs"),  # rows do not sum to 1
-    (lambda p: neural.kkr(p[0], 0.5), "probs"),         # not (B, C)
+    (lambda p: neural.methods.feddkc.kkr(p, 0.05), "T"),               # T <= 1/C
+    (lambda p: neural.methods.feddkc.kkr(p, 1.0), "T"),
+    (lambda p: neural.methods.feddkc.skr(p, 0.0, 1e-3), "E"),
+    (lambda p: neural.methods.feddkc.skr(p, math.log2(C), 1e-3), "E"),
+    (lambda p: neural.methods.feddkc.skr(p, 1.0, 0.0), "eps"),
+    (lambda p: neural.methods.feddkc.kkr(np.log(p), 0.5), "probs"),    # logits, not probabilities
+    (lambda p: neural.methods.feddkc.skr(2 * p, 1.0, 1e-3), "probs"),  # rows do not sum to 1
+    (lambda p: neural.methods.feddkc.kkr(p[0], 0.5), "probs"),         # not (B, C)
 ])
 def test_bad_arguments_are_named(call, match):
-  with pytest.raises(neural.FedDKCError, match=match):
+  with pytest.raises(neural.methods.feddkc.FedDKCError, match=match):
     call(random_probs(7, batch=3))
 
 
@@ -215,7 +216,7 @@ def test_get_head_needs_a_split_resnet():
 
 
 def tiny_config(refinement):
-  return neural.FedDKCConfig(
+  return neural.methods.feddkc.FedDKCConfig(
       refinement=refinement, agents=2, client_models=("resnet2",), server_model="resnet2",
       tiny=True, norm="none", train_subset=60, test_subset=30, rounds=2, batch_size=16,
       beta=1.0, T=0.5, E=1.0, eps=0.01, seed=0)
@@ -224,8 +225,8 @@ def tiny_config(refinement):
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
   # Round 0 only (max_rounds=1: no final plot, which the runner's own tests cover).
-  return {r: neural.run_method(tiny_config(r), tmp_path_factory.mktemp(r), max_rounds=1)
-          for r in neural.REFINEMENTS}
+  return {r: neural.methods.run_method(tiny_config(r), tmp_path_factory.mktemp(r), max_rounds=1)
+          for r in neural.methods.feddkc.REFINEMENTS}
 
 
 def test_one_round_of_each_variant(runs):
@@ -261,9 +262,9 @@ def test_refine_logits_follows_the_config():
   logits = np.random.default_rng(10).normal(size=(6, C))
   probs = jax.nn.softmax(jnp.asarray(logits, jnp.float32))
   np.testing.assert_allclose(feddkc.refine_logits(logits, tiny_config("kkr")),
-                             neural.kkr(probs, 0.5), atol=1e-6)
+                             neural.methods.feddkc.kkr(probs, 0.5), atol=1e-6)
   np.testing.assert_allclose(feddkc.refine_logits(logits, tiny_config("none")), probs, atol=1e-6)
-  with pytest.raises(neural.FedDKCError, match="T"):
+  with pytest.raises(neural.methods.feddkc.FedDKCError, match="T"):
     feddkc.refine_logits(np.zeros((2, 20)), tiny_config("kkr").replace(T=0.04))
   # Two classes: only the chosen refinement's bound applies (E = 1 bit is log2 2, out of range
   # for SKR, but KKR and FedGKT do not read E).
@@ -271,7 +272,7 @@ def test_refine_logits_follows_the_config():
   assert feddkc.refine_logits(two, tiny_config("kkr").replace(T=0.9)).shape == (4, 2)
   np.testing.assert_allclose(feddkc.refine_logits(two, tiny_config("none")),
                              jax.nn.softmax(jnp.asarray(two, jnp.float32)), atol=1e-6)
-  with pytest.raises(neural.FedDKCError, match="E"):
+  with pytest.raises(neural.methods.feddkc.FedDKCError, match="E"):
     feddkc.refine_logits(two, tiny_config("skr").replace(E=1.0))
 
 

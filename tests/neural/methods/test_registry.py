@@ -9,18 +9,18 @@ import pytest
 
 from neural._src.cli import main
 from neural._src.config import ConfigError
-from neural._src.config import load_spec
-from neural._src.experiment import ExperimentError
-from neural._src.experiment import load_run_data
-from neural._src.methods import Method
-from neural._src.methods import MethodConfig
-from neural._src.methods import get_method
-from neural._src.methods import method_config_from_dict
-from neural._src.methods import register_method
-from neural._src.methods import round_rng
-from neural._src.methods import run_method
-from neural._src.methods import test_scores as scores_of
+from neural._src.methods.registry import Method
+from neural._src.methods.registry import MethodConfig
+from neural._src.methods.registry import get_method
+from neural._src.methods.registry import method_config_from_dict
+from neural._src.methods.registry import register_method
+from neural._src.methods.registry import round_rng
+from neural._src.methods.registry import run_method
+from neural._src.methods.registry import test_scores as scores_of
+from neural._src.run_data import load_run_data
+from neural._src.rundir import ExperimentError
 from neural._src.rundir import read_metrics
+from neural._src.specs import load_spec
 
 
 @dataclasses.dataclass(frozen=True)

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 import neural
-from neural._src import ddistillation as dd
 from neural._src import graphs
 from neural._src.config import ConfigError
-from neural._src.methods import get_method
-from neural._src.methods import run_method
+from neural._src.methods import ddistillation as dd
+from neural._src.methods.registry import get_method
+from neural._src.methods.registry import run_method
 
 
 def _simplex(rng, shape):
@@ -148,7 +148,7 @@ def test_one_round_smoke_run_with_comm_counts(runs, method):
   if method == "d-distillation":
     assert np.all(sent == config.steps_per_round * config.network_batch_size * 10 * degree)
   elif method == "d-sgd":
-    params = dd.init_ddist(config, dd.load_ddist_data(config)).params
+    params = dd.init(config, dd.load_data(config)).params
     assert np.all(sent == config.steps_per_round * dd.num_params(params) * degree)
   else:
     assert not sent.any()
@@ -166,20 +166,20 @@ def test_resume_gives_the_same_numbers(runs, tmp_path):
 
 def test_data_split_and_graph():
   config = dd.DDistConfig(**{**TINY, "graph": "random", "graph_degree": 2})
-  data = dd.load_ddist_data(config)
+  data = dd.load_data(config)
   q = data.x_ref.shape[0]
   assert q == round(0.4 * 120) and int(data.sizes.sum()) == 120 - q
   assert data.weights.shape == (1, 4, 4) and data.adjacency.shape == (1, 4, 4)
   np.testing.assert_allclose(data.weights[0].sum(0), 1.0, atol=1e-6)
   assert data.adjacency[0].sum(1).max() <= 2
   with pytest.raises(dd.DDistError, match="eta0"):
-    dd.load_ddist_data(config.replace(eta0=0.2, distill_beta=5.0))
+    dd.load_data(config.replace(eta0=0.2, distill_beta=5.0))
 
 
 def test_time_varying_graph_uses_one_part_of_the_edges_a_round(tmp_path):
   """graph_window = 3: three rounds' graphs partition the 6 edges of K_4; W_t doubly stochastic."""
   config = dd.DDistConfig(**{**TINY, "graph": "complete", "graph_window": 3})
-  data = dd.load_ddist_data(config)
+  data = dd.load_data(config)
   assert data.weights.shape == (3, 4, 4)
   np.testing.assert_array_equal(data.adjacency.sum(0), ~np.eye(4, dtype=bool))   # disjoint, all
   for w in data.weights:
@@ -197,7 +197,7 @@ def test_time_varying_graph_uses_one_part_of_the_edges_a_round(tmp_path):
 
 @pytest.mark.parametrize("name", ["ddist_small", "ddist_paper"])
 def test_shipped_configs_compare_the_three_methods(name):
-  from neural._src.config import load_spec
+  from neural._src.specs import load_spec
   runs = load_spec(name).expand()
   assert sorted(config.method for _, config in runs) == sorted(dd.METHODS)
   assert all(config.agents == 16 and config.graph == "random" and config.graph_degree == 3

@@ -54,14 +54,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from neural._src.methods import Method
-from neural._src.methods import MethodConfig
-from neural._src.methods import register_method
-from neural._src.methods import round_rng
-from neural._src.methods import test_scores
-from neural._src.models import BasicBlock
-from neural._src.models import _norm
+from neural._src.methods.registry import Method
+from neural._src.methods.registry import MethodConfig
+from neural._src.methods.registry import register_method
+from neural._src.methods.registry import round_rng
+from neural._src.methods.registry import test_scores
+from neural._src.models import get_model
 from neural._src.optimizers import make_optimizer
+from neural._src.run_data import load_run_data
 from neural._src.train_loop import train_loop
 from neural._src.training import TrainConfig
 
@@ -78,103 +78,72 @@ class RepShareError(ValueError):
 
 
 # ---------------------------------------------------------------------------
-# Models: feature extractor phi_u followed by a linear head tau_u
-
-
-class LeNet5Features(nn.Module):
-  """LeNet-5-style extractor: conv5x5(6) - pool - conv5x5(16) - pool - dense(120) - dense(d').
-
-  ReLU activations, 'SAME' padding (so 8x8 digits work as well as 28x28 MNIST);
-  the last hidden layer has ``feature_dim`` units (d' = 84 in the paper, Sec. 4).
-
-  Attributes:
-    feature_dim: d'.
-    width: channels of the first conv layer (6); the second has ``8 width / 3``.
-  """
-
-  feature_dim: int = 84
-  width: int = 6
-
-  @nn.compact
-  def __call__(self, x):
-    for channels in (self.width, max(1, (8 * self.width) // 3)):
-      x = nn.relu(nn.Conv(channels, (5, 5), padding="SAME")(x))
-      x = nn.max_pool(x, (2, 2), strides=(2, 2), padding="SAME")
-    x = x.reshape((x.shape[0], -1))
-    x = nn.relu(nn.Dense(20 * self.width)(x))
-    return nn.relu(nn.Dense(self.feature_dim)(x))
-
-
-class MLPFeatures(nn.Module):
-  """``flatten - dense(width) - ReLU - dense(d') - ReLU`` (a tiny extractor for tests)."""
-
-  feature_dim: int = 16
-  width: int = 32
-
-  @nn.compact
-  def __call__(self, x):
-    x = x.reshape((x.shape[0], -1))
-    x = nn.relu(nn.Dense(self.width)(x))
-    return nn.relu(nn.Dense(self.feature_dim)(x))
-
-
-class ResNetFeatures(nn.Module):
-  """CIFAR-style ResNet trunk (GroupNorm basic blocks), global average, dense(d') - ReLU.
-
-  ``blocks=(1, 1, 1, 1)`` gives 9 conv layers ("ResNet9"), ``(2, 2, 2, 2)``
-  ResNet-18's 17. The paper's d' (128, 256) is below the trunk's width, so a
-  dense projection to ``feature_dim`` ends the extractor (a gap: not in the text).
-  """
-
-  feature_dim: int = 128
-  blocks: tuple[int, ...] = (1, 1, 1, 1)
-  width: int = 64
-
-  @nn.compact
-  def __call__(self, x):
-    x = nn.Conv(self.width, (3, 3), padding="SAME", use_bias=False)(x)
-    x = nn.relu(_norm("group", self.width)(x))
-    for i, num_blocks in enumerate(self.blocks):
-      for b in range(num_blocks):
-        x = BasicBlock(self.width * 2**i, 2 if i > 0 and b == 0 else 1, "group")(x)
-    x = jnp.mean(x, axis=(1, 2))
-    return nn.relu(nn.Dense(self.feature_dim)(x))
+# Models: feature extractor phi_u (a model's features) followed by a linear head tau_u
 
 
 class FeatureClassifier(nn.Module):
   """``f_u = tau_u o phi_u``: a feature extractor and a linear head (Sec. 3, Preamble).
 
+  The extractor ``phi_u`` is a model of ``neural.get_model`` built without its
+  last layer (``num_classes=0``, so it returns its features), followed, when
+  ``feature_dim`` is set, by a learned projection ``dense(d') - ReLU``.
   ``__call__(x, train=False)`` returns the logits ``z = W phi(x) + b`` (B, C),
   so the module works wherever a classifier does; :meth:`features_logits`
   returns ``(s, z)`` and :meth:`classify` applies ``tau_u`` to given features
-  (e.g. another client's class means), shape (..., d') -> (..., C).
+  (e.g. another client's class means), shape (..., d') -> (..., C). The
+  extractor runs in inference mode (no dropout), as the paper's models have none.
 
   Attributes:
-    backbone: the extractor ``phi_u`` ((B, H, W, C) -> (B, d')).
+    backbone: the model whose features ``phi_u`` reads ((B, H, W, C) -> (B, D)).
     num_classes: C.
+    feature_dim: d' of the projection, or ``None`` for the backbone's D features.
   """
 
   backbone: nn.Module
   num_classes: int
+  feature_dim: int | None = None
 
   def setup(self):
+    if self.feature_dim is not None:
+      self.projection = nn.Dense(self.feature_dim)
     self.head = nn.Dense(self.num_classes)
+
+  def features(self, x):
+    s = self.backbone(x)
+    return s if self.feature_dim is None else nn.relu(self.projection(s))
 
   def __call__(self, x, train: bool = False):
     del train
-    return self.head(self.backbone(x))
+    return self.head(self.features(x))
 
   def features_logits(self, x):
-    s = self.backbone(x)
+    s = self.features(x)
     return s, self.head(s)
 
   def classify(self, s):
     return self.head(s)
 
 
+# Each backbone: (model name, default width, its number of features at width w, tiny).
+_BACKBONES = {
+    "lenet5": ("lenet5", 6, lambda w: 14 * w, False),
+    "mlp": ("mlp", 32, lambda w: w, False),
+    "resnet9": ("resnet18", 64, lambda w: 8 * w, True),    # one block per stage: 9 convs
+    "resnet18": ("resnet18", 64, lambda w: 8 * w, False),
+}
+
+
 def make_client_model(backbone: str, num_classes: int, feature_dim: int,
                       width: int | None = None) -> FeatureClassifier:
-  """The client model: extractor ``backbone`` (one of :data:`BACKBONES`) + linear head.
+  """The client model: the features of ``backbone`` (one of :data:`BACKBONES`) + linear head.
+
+  The extractor is ``neural.get_model(name, 0)``: "lenet5" (whose features are
+  its 14 w units before the last layer: 84 at the default w = 6, the paper's
+  d'), "mlp" (two hidden layers of w units), "resnet9" (ResNet-18's trunk with
+  one block per stage) or "resnet18" (8 w pooled features). When its number of
+  features is not ``feature_dim``, a projection ``dense(d') - ReLU`` follows
+  (for the paper's ResNets, d' = 128 or 256 below the trunk's 512: a gap, the
+  text does not say how d' is reached).
 
   Args:
     backbone: "lenet5", "mlp", "resnet9" or "resnet18".
@@ -190,14 +159,11 @@ def make_client_model(backbone: str, num_classes: int, feature_dim: int,
   if int(num_classes) < 2 or int(feature_dim) < 1 or (width is not None and int(width) < 1):
     raise RepShareError(f"num_classes >= 2, feature_dim >= 1, width >= 1 expected, got "
                         f"{num_classes}, {feature_dim}, {width}")
-  if backbone == "lenet5":
-    net = LeNet5Features(int(feature_dim), int(width or 6))
-  elif backbone == "mlp":
-    net = MLPFeatures(int(feature_dim), int(width or 32))
-  else:
-    blocks = (1, 1, 1, 1) if backbone == "resnet9" else (2, 2, 2, 2)
-    net = ResNetFeatures(int(feature_dim), blocks, int(width or 64))
-  return FeatureClassifier(net, int(num_classes))
+  name, default_width, num_features, tiny = _BACKBONES[backbone]
+  width = int(width or default_width)
+  net = get_model(name, 0, width=width, tiny=tiny)
+  projection = None if num_features(width) == int(feature_dim) else int(feature_dim)
+  return FeatureClassifier(net, int(num_classes), projection)
 
 
 # ---------------------------------------------------------------------------
@@ -723,10 +689,9 @@ def _eval_chunk(n: int, batch_size: int) -> int:
   return batch_size * max(k for k in range(1, 9) if nb % k == 0)
 
 
-def load_repshare_data(config: RepShareConfig) -> RepShareData:
+def load_data(config: RepShareConfig) -> RepShareData:
   """The config's split (``neural.load_run_data``) padded to one shape per client."""
-  from neural._src.methods import load_method_data
-  data = load_method_data(config)
+  data = load_run_data(config)
   sizes = tuple(len(lab) for lab in data.labels)
   n = -(-max(sizes) // config.batch_size) * config.batch_size
   x = np.stack([np.concatenate([xa, np.zeros((n - len(xa), *xa.shape[1:]), np.float32)])
@@ -747,11 +712,11 @@ def _train_config(config: RepShareConfig) -> TrainConfig:
                      loss="ce")
 
 
-def _init(config: RepShareConfig, data: RepShareData) -> RepShareState:
+def init(config: RepShareConfig, data: RepShareData) -> RepShareState:
   model = _model_of(config, data.num_classes)
-  key = jax.random.PRNGKey(config.seed)
+  key = jax.random.PRNGKey(config.init_seed)
   k_model = jax.random.fold_in(key, 10**6)
-  rng = np.random.default_rng([config.seed, 10**6])
+  rng = np.random.default_rng([config.init_seed, 10**6])
   n = len(data.sizes)
   x0 = jnp.zeros((1, *data.x.shape[2:]), jnp.float32)
   keys = jax.random.split(k_model, n)
@@ -793,11 +758,11 @@ def _average(params, weights):
       lambda a: jnp.broadcast_to(jnp.tensordot(weights, a, axes=1)[None], a.shape), params)
 
 
-def _step(config: RepShareConfig, data: RepShareData, state: RepShareState, t: int):
+def step(config: RepShareConfig, data: RepShareData, state: RepShareState, t: int):
   """Round t (Algorithm 1): local updates, uploads, relay (or averaging), evaluation."""
   model = _model_of(config, data.num_classes)
   n, c = len(data.sizes), data.num_classes
-  k_train, k_up, k_relay = jax.random.split(round_rng(config.seed, t), 3)
+  k_train, k_up, k_relay = jax.random.split(round_rng(config.init_seed, t), 3)
   downloads = state.downloads if state.downloads is not None else _no_teacher(n, c)
   params, opt_state = _update_all(state.params, state.opt_state, data.x, data.labels,
                                   data.mask, downloads, jax.random.split(k_train, n),
@@ -832,5 +797,5 @@ _DESCRIPTIONS = {
 }
 
 for _name in METHODS:
-  register_method(Method(_name, RepShareConfig, _init, _step, load_repshare_data,
+  register_method(Method(_name, RepShareConfig, init, step, load_data,
                          _DESCRIPTIONS[_name]))

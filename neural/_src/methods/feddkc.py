@@ -38,17 +38,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from neural._src.methods import Method
-from neural._src.methods import MethodConfig
-from neural._src.methods import register_method
-from neural._src.methods import round_rng
-from neural._src.methods import test_scores
+from neural._src.methods.registry import Method
+from neural._src.methods.registry import MethodConfig
+from neural._src.methods.registry import register_method
+from neural._src.methods.registry import round_rng
+from neural._src.methods.registry import test_scores
 from neural._src.models import NORMS
 from neural._src.models import SPLIT_RESNETS
 from neural._src.models import get_head
 from neural._src.models import get_model
 from neural._src.optimizers import OptimizerConfig
 from neural._src.optimizers import make_optimizer
+from neural._src.run_data import RunData
+from neural._src.run_data import load_run_data
 from neural._src.train_loop import train_loop
 from neural._src.train_loop import weighted_mean
 from neural._src.training import init_variables
@@ -499,7 +501,12 @@ def _init_jit(key, *, model, opt, shape):
   return params, make_optimizer(opt).init(params)
 
 
-def init(config: FedDKCConfig, data) -> FedDKCState:
+def load_data(config: FedDKCConfig) -> RunData:
+  """The config's split (``neural.load_run_data``): FedDKC's clients train on their own points."""
+  return load_run_data(config)
+
+
+def init(config: FedDKCConfig, data: RunData) -> FedDKCState:
   """Fresh client and server models; global knowledge z^S = 0 (Algorithm 1)."""
   num_classes = data.num_classes
   if config.refinement == "kkr":   # the bounds depend on C: fail before any training
@@ -507,7 +514,7 @@ def init(config: FedDKCConfig, data) -> FedDKCState:
   elif config.refinement == "skr":
     _check_entropy(config.E, config.eps, num_classes)
   clients, server = _models(config, num_classes)
-  key = _init_key(config.seed)
+  key = _init_key(config.init_seed)
   opt = _opt(config)
   shape = tuple(data.xs[0].shape[1:])
   client_params, client_opt = zip(*[_init_jit(jax.random.fold_in(key, k), model=m, opt=opt,
@@ -542,13 +549,13 @@ def communication(num_points: int, feature_shape: tuple[int, ...], num_classes: 
   return {"comm_floats": up + down, "comm_up_floats": up, "comm_down_floats": down}
 
 
-def step(config: FedDKCConfig, data, state: FedDKCState, t: int
+def step(config: FedDKCConfig, data: RunData, state: FedDKCState, t: int
          ) -> tuple[FedDKCState, list[dict[str, Any]]]:
   """Round t of Algorithm 1: local distillation, upload, refinement, global distillation."""
   num_classes = data.num_classes
   clients, server = _models(config, num_classes)
   bs = config.batch_size
-  key = round_rng(config.seed, t)
+  key = round_rng(config.init_seed, t)
   kd_weight = jnp.float32(config.kd_weight)
   client_params, client_opt = list(state.clients), list(state.client_opt)
   uploads = []
@@ -603,6 +610,6 @@ def step(config: FedDKCConfig, data, state: FedDKCState, t: int
 
 
 register_method(Method(
-    name="feddkc", config_cls=FedDKCConfig, init=init, step=step,
+    name="feddkc", config_cls=FedDKCConfig, init=init, step=step, load_data=load_data,
     description="FedDKC (Wu et al. 2023): feature-driven distillation with KKR / SKR "
                 "refinement, or FedGKT (refinement 'none')"))

@@ -1,0 +1,88 @@
+"""The data of a run: the seeded train/test subsets, split among the agents.
+
+Works for any config with the data fields of ``neural.RunConfig`` (``dataset``,
+``data_dir``, ``train_subset``, ``test_subset``, ``partition`` and its
+parameters, ``agents``, ``data_seed``): the KD experiments and the methods of the
+other papers draw their data the same way.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from typing import NamedTuple
+
+import numpy as np
+
+from neural._src.data import load_dataset
+from neural._src.data import one_hot
+from neural._src.partitions import PartitionError
+from neural._src.partitions import partition
+
+
+class RunData(NamedTuple):
+  """The data of a run: per-agent training sets and the test set.
+
+  Attributes:
+    xs: per agent, float32 inputs (N_a, H, W, C).
+    ys: per agent, float32 one-hot targets (N_a, C).
+    labels: per agent, int labels (N_a,).
+    x_test: float32 (n_test, H, W, C).
+    y_test: int labels (n_test,).
+    num_classes: C.
+  """
+
+  xs: tuple[np.ndarray, ...]
+  ys: tuple[np.ndarray, ...]
+  labels: tuple[np.ndarray, ...]
+  x_test: np.ndarray
+  y_test: np.ndarray
+  num_classes: int
+
+
+def load_train_test(config: Any, rng: np.random.Generator | None = None
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+  """``(x_train, y_train, x_test, y_test, num_classes)`` with the config's seeded subsets.
+
+  The training subset is drawn from ``rng`` (default ``default_rng(config.data_seed)``),
+  the test subset from ``default_rng([config.data_seed, 1])``.
+  """
+  seed = config.data_seed
+  rng = np.random.default_rng(seed) if rng is None else rng
+  ds = load_dataset(config.dataset, config.data_dir, seed=seed)
+  x_train, y_train = ds.x_train, ds.y_train
+  if config.train_subset is not None and config.train_subset < len(y_train):
+    keep = np.sort(rng.choice(len(y_train), size=config.train_subset, replace=False))
+    x_train, y_train = x_train[keep], y_train[keep]
+  x_test, y_test = ds.x_test, ds.y_test
+  if config.test_subset is not None and config.test_subset < len(y_test):
+    keep = np.sort(np.random.default_rng([seed, 1]).choice(
+        len(y_test), size=config.test_subset, replace=False))
+    x_test, y_test = x_test[keep], y_test[keep]
+  return (x_train, y_train, np.asarray(x_test, np.float32), np.asarray(y_test),
+          ds.num_classes)
+
+
+def split_agents(config: Any, x_train: np.ndarray, y_train: np.ndarray, num_classes: int,
+                 rng: np.random.Generator) -> tuple[tuple[np.ndarray, ...], ...]:
+  """``(xs, ys, labels)`` per agent by the config's partition (one-hot float32 ``ys``).
+
+  Raises:
+    PartitionError: an agent got no training point.
+  """
+  parts = partition(config.partition, y_train, config.agents, rng, **config.partition_params)
+  for a, idx in enumerate(parts):
+    if len(idx) == 0:
+      raise PartitionError(f"partition: agent {a} got no training points "
+                           f"({config.partition} {config.partition_params}); use more data "
+                           f"or another partition")
+  xs = tuple(np.asarray(x_train[idx], np.float32) for idx in parts)
+  labels = tuple(np.asarray(y_train[idx]) for idx in parts)
+  return xs, tuple(one_hot(lab, num_classes) for lab in labels), labels
+
+
+def load_run_data(config: Any) -> RunData:
+  """Loads, subsets and partitions the data of ``config`` (all seeded by ``config.data_seed``)."""
+  rng = np.random.default_rng(config.data_seed)
+  x_train, y_train, x_test, y_test, num_classes = load_train_test(config, rng)
+  xs, ys, labels = split_agents(config, x_train, y_train, num_classes, rng)
+  return RunData(xs, ys, labels, x_test, y_test, num_classes)

@@ -1,0 +1,215 @@
+"""Config files (one config, or a sweep), the shipped paper configs, and running them.
+
+A *config file* is either one config (a JSON object of config fields) or a spec
+with a sweep::
+
+  {"description": "...", "figure": "Fig. 6",
+   "base": {... config fields ...},
+   "grid": [{"alpha": [0.0, 0.1, 1.0]},
+            {"avgkd": {"protocol": "avgkd"}, "fedavg": {"protocol": "fedavg"}}]}
+
+Each grid axis is either ``{field: [values]}`` (runs named ``field=value``) or
+``{name: {field: value, ...}, ...}`` (named variants); the runs are the cartesian
+product of the axes, named by joining the axis names with ``__``. A config with a
+``"method"`` field is a method's config (``neural.methods``); one without is an
+:class:`ExperimentConfig` of the KD protocols. The paper's configs (Afonin &
+Karimireddy, Sec. 6 and App. H, and the other papers' tables) ship in
+``neural/configs``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from collections.abc import Sequence
+import dataclasses
+import itertools
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from fedkrr import atomic_write
+from neural._src.config import ConfigError
+from neural._src.config import ExperimentConfig
+from neural._src.config import RunConfig
+from neural._src.config import with_changes
+from neural._src.experiment import train_and_evaluate
+from neural._src.methods.registry import MethodConfig
+from neural._src.methods.registry import method_config_from_dict
+from neural._src.methods.registry import method_configs
+from neural._src.methods.registry import run_method
+from neural._src.plots import plot_sweep
+from neural._src.rundir import PLOT_FILE
+from neural._src.rundir import ExperimentError
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+SWEEP_FILE = "sweep.json"
+
+
+def config_from_dict(values: Mapping[str, Any]) -> RunConfig:
+  """An ``ExperimentConfig``, or a method's config when ``values`` has a "method" field."""
+  if "method" in values:
+    return method_config_from_dict(values)
+  return ExperimentConfig.from_dict(values)
+
+
+def all_fields() -> set[str]:
+  """The fields of the KD experiment config and of every registered method's config."""
+  names = set(ExperimentConfig.field_names())
+  for cls in method_configs().values():
+    names.update(cls.field_names())
+  return names
+
+
+@dataclasses.dataclass(frozen=True)
+class ConfigSpec:
+  """A config file: base fields, sweep axes and a description."""
+
+  base: dict[str, Any]
+  grid: tuple[dict[str, Any], ...] = ()
+  description: str = ""
+  figure: str = ""
+
+  def expand(self, overrides: Mapping[str, Any] | None = None) -> list[tuple[str, RunConfig]]:
+    """The runs of the sweep as ``(name, config)``; ``overrides`` win over everything.
+
+    A spec without a grid gives one run named ``""``. A ``seed`` set by an axis
+    or an override also sets ``data_seed`` and ``init_seed`` unless the same
+    layer names them.
+    """
+    axes = [_axis_entries(axis, f"grid[{i}]") for i, axis in enumerate(self.grid)]
+    runs = []
+    for combo in itertools.product(*axes):
+      values = dict(self.base)
+      names = []
+      for name, changes in combo:
+        values = with_changes(values, changes)
+        names.append(name)
+      values = with_changes(values, overrides or {})
+      runs.append(("__".join(names), config_from_dict(values)))
+    seen = set()
+    for name, _ in runs:
+      if name in seen:
+        raise ConfigError(f"grid: two runs are both named {name!r}")
+      seen.add(name)
+    return runs
+
+
+def _axis_entries(axis: Any, where: str) -> list[tuple[str, dict[str, Any]]]:
+  if not isinstance(axis, dict) or not axis:
+    raise ConfigError(f"{where}: expected a non-empty object")
+  if len(axis) == 1 and isinstance(next(iter(axis.values())), list):
+    (field, values), = axis.items()
+    if field not in all_fields():
+      raise ConfigError(f"{where}: {field!r} is not a config field")
+    return [(f"{field}={_fmt(v)}", {field: v}) for v in values]
+  entries = []
+  for name, changes in axis.items():
+    if not isinstance(changes, dict):
+      raise ConfigError(f"{where}.{name}: expected an object of config fields")
+    entries.append((name, changes))
+  return entries
+
+
+def _fmt(value: Any) -> str:
+  if isinstance(value, (list, tuple)):
+    return ",".join(_fmt(v) for v in value)
+  return str(value)
+
+
+def shipped_configs() -> dict[str, Path]:
+  """The configs shipped with the package, by name (file name without ``.json``)."""
+  return {p.stem: p for p in sorted(CONFIG_DIR.glob("*.json"))}
+
+
+def load_spec(source: str | os.PathLike) -> ConfigSpec:
+  """Reads a config file, or a shipped config by name (see ``neural configs``).
+
+  Raises:
+    ConfigError: if the file does not exist, is not JSON, or a field is wrong.
+  """
+  path = Path(source)
+  if not path.is_file():
+    shipped = shipped_configs()
+    if str(source) not in shipped:
+      raise ConfigError(f"config: {str(source)!r} is neither a file nor a shipped config "
+                        f"(see `neural configs`)")
+    path = shipped[str(source)]
+  try:
+    data = json.loads(path.read_bytes().decode("utf-8"))
+  except UnicodeDecodeError as e:
+    raise ConfigError(f"config: {path} is not UTF-8 text ({e.reason} at byte {e.start})") from None
+  except json.JSONDecodeError as e:
+    raise ConfigError(f"config: {path} is not valid JSON ({e})") from None
+  if not isinstance(data, dict):
+    raise ConfigError(f"config: {path} must hold a JSON object")
+  if "base" not in data:
+    return ConfigSpec(base=data)
+  extra = sorted(set(data) - {"base", "grid", "description", "figure"})
+  if extra:
+    raise ConfigError(f"config: unknown key {extra[0]!r} in {path} "
+                      f"(expected base, grid, description, figure)")
+  grid = data.get("grid", [])
+  if not isinstance(grid, list):
+    raise ConfigError(f"grid: expected a list of axes in {path}")
+  spec = ConfigSpec(dict(data["base"]), tuple(grid), data.get("description", ""),
+                    data.get("figure", ""))
+  spec.expand()   # validates every run
+  return spec
+
+
+def describe(configs: Sequence[tuple[str, Path]] | None = None) -> list[str]:
+  """One line per shipped config: name, number of runs, description."""
+  configs = list(configs or shipped_configs().items())
+  width = max((len(name) for name, _ in configs), default=0)
+  lines = []
+  for name, path in configs:
+    spec = load_spec(path)
+    runs = len(spec.expand())
+    lines.append(f"{name:{width}s} {runs:3d} run{'s' if runs > 1 else ' '}  {spec.description}")
+  return lines
+
+
+# ---------------------------------------------------------------------------
+# Running
+
+
+def run_one(config: RunConfig, workdir: str | os.PathLike, **kwargs) -> list[dict[str, Any]]:
+  """``train_and_evaluate`` for a KD-protocol config, ``run_method`` for a method's config."""
+  if isinstance(config, MethodConfig):
+    return run_method(config, workdir, **kwargs)
+  return train_and_evaluate(config, workdir, **kwargs)
+
+
+def run_configs(runs: Sequence[tuple[str, RunConfig]], workdir: str | os.PathLike, *,
+                progress: bool = False, description: str = "",
+                max_rounds: int | None = None) -> dict[str, list[dict[str, Any]]]:
+  """Runs (or resumes) named runs: a single unnamed run in ``workdir``, else one subdirectory each.
+
+  With several runs, ``workdir/sweep.json`` lists them and ``workdir/accuracy.png``
+  shows them side by side (one panel per value of the first grid axis).
+
+  Returns:
+    The metric rows of each run, by name.
+  """
+  workdir = Path(workdir)
+  if len(runs) == 1 and runs[0][0] == "":
+    return {"": run_one(runs[0][1], workdir, progress=progress, max_rounds=max_rounds)}
+  workdir.mkdir(parents=True, exist_ok=True)
+  names = [name for name, _ in runs]
+  sweep = {"description": description, "runs": names}
+  sweep_path = workdir / SWEEP_FILE
+  if sweep_path.exists():
+    saved = json.loads(sweep_path.read_text())
+    if saved.get("runs") != names:
+      raise ExperimentError(f"workdir: {workdir} holds a sweep of other runs "
+                            f"({', '.join(saved.get('runs', [])[:3])}...); use another workdir")
+  else:
+    atomic_write(sweep_path, json.dumps(sweep, indent=2) + "\n")
+  results = {}
+  for i, (name, config) in enumerate(runs):
+    if progress:
+      print(f"[{i + 1}/{len(runs)}] {name}", flush=True)
+    results[name] = run_one(config, workdir / name, progress=progress, max_rounds=max_rounds)
+  plot_sweep(results, workdir / PLOT_FILE, title=description)
+  return results

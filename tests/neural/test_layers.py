@@ -1,0 +1,109 @@
+"""`neural` imports one way (docs/architecture.md); no package reaches into another's `_src`."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# The rank of every module of neural/_src: a module imports only modules of lower rank.
+# Layers: data and partitions < models < training < learners < run infrastructure <
+# experiment and methods < bridges and config files < the main job < command line.
+RANKS = {
+    "data": 0, "partitions": 0, "graphs": 0,
+    "run_data": 1,
+    "models": 2,
+    "optimizers": 3, "train_loop": 4, "training": 5,
+    "learners": 6, "forest": 6, "ntk": 6, "fedavg": 6, "linearized": 7,
+    "config": 8, "checkpoint": 8, "plots": 8, "rundir": 9,
+    "experiment": 10, "methods.registry": 10,
+    "methods.ddistillation": 11, "methods.mhd": 11, "methods.representation_sharing": 11,
+    "methods.feddkc": 11, "methods": 12,
+    "compare": 12, "specs": 13, "report": 14, "cli": 15,
+}
+
+
+def _modules():
+  src = ROOT / "neural" / "_src"
+  for path in sorted(src.rglob("*.py")):
+    rel = path.relative_to(src).with_suffix("")
+    parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+    if parts:
+      yield ".".join(parts), path
+
+
+def _imports(path: Path):
+  """``(module, line, at top level)`` of every import in the file."""
+  tree = ast.parse(path.read_text())
+  top = set(map(id, tree.body))
+  for node in ast.walk(tree):
+    if isinstance(node, ast.ImportFrom) and node.module:
+      names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+      yield names, node.lineno, id(node) in top
+    elif isinstance(node, ast.Import):
+      yield [a.name for a in node.names], node.lineno, id(node) in top
+
+
+def _neural_module(names):
+  """The neural._src module an import refers to (the longest known prefix), else None."""
+  for name in sorted(names, key=len, reverse=True):
+    if name.startswith("neural._src."):
+      rest = name[len("neural._src."):]
+      while rest and rest not in RANKS:
+        rest = rest.rpartition(".")[0]
+      if rest:
+        return rest
+  return None
+
+
+def test_every_module_has_a_layer():
+  missing = [name for name, _ in _modules() if name not in RANKS]
+  assert not missing, f"add these modules to RANKS (and docs/architecture.md): {missing}"
+
+
+@pytest.mark.parametrize("name,path", list(_modules()), ids=[n for n, _ in _modules()])
+def test_imports_go_down_the_layers_at_the_top_of_the_module(name, path):
+  for names, line, at_top in _imports(path):
+    target = _neural_module(names)
+    if target is None or target == name:
+      continue
+    assert RANKS[target] < RANKS[name], \
+        f"{path.name}:{line} imports {target} (rank {RANKS[target]} >= {RANKS[name]})"
+    assert at_top, f"{path.name}:{line} imports {target} inside a function"
+
+
+def _python_files(*dirs):
+  for d in dirs:
+    yield from sorted((ROOT / d).rglob("*.py"))
+
+
+def test_no_package_imports_another_packages_private_modules():
+  for path in _python_files("neural", "benchmarks"):
+    for names, line, _ in _imports(path):
+      assert not any(n.startswith("fedkrr._src") for n in names), f"{path}:{line}"
+  for path in _python_files("fedkrr", "benchmarks"):
+    for names, line, _ in _imports(path):
+      assert not any(n.startswith("neural._src") for n in names), f"{path}:{line}"
+  for path in [*(ROOT / "docs").glob("*.md"), *(ROOT / "notebooks").glob("*.ipynb"),
+               ROOT / "README.md"]:
+    text = path.read_text()
+    for private in ("from fedkrr._src", "import fedkrr._src", "from neural._src",
+                    "import neural._src"):
+      assert private not in text, f"{path.name} sends users into a private module: {private}"
+
+
+def test_fedkrr_library_never_imports_neural():
+  for path in _python_files("fedkrr"):
+    if path.name == "cli.py":   # the command line runs the main job, which joins both halves
+      continue
+    for names, line, _ in _imports(path):
+      assert not any(n.split(".")[0] in ("neural", "flax") for n in names), f"{path}:{line}"
+
+
+def test_library_code_never_switches_the_matplotlib_backend():
+  for path in _python_files("fedkrr", "neural"):
+    text = path.read_text()
+    assert "matplotlib.use(" not in text, path
+    for names, line, _ in _imports(path):
+      assert "matplotlib.pyplot" not in names, f"{path}:{line} uses pyplot's global state"
