@@ -28,6 +28,7 @@ import importlib
 import json
 import os
 from pathlib import Path
+import sys
 from typing import Any
 
 import flax.linen as nn
@@ -55,16 +56,31 @@ def _type_name(cls: type) -> str:
   return f"{cls.__module__}:{cls.__qualname__}"
 
 
+_TRUSTED_MODULES: set[str] = set()   # modules that registered a method (trust_module)
+
+
+def trust_module(module: str) -> None:
+  """Lets checkpoints hold the NamedTuples and Flax modules of ``module`` (already imported).
+
+  ``neural.methods.register_method`` calls it for the module of each method's
+  config, so that a method written outside ``neural`` can keep NamedTuples in
+  its state. Such a module is looked up among the imported modules only: a
+  checkpoint never causes an import of it.
+  """
+  _TRUSTED_MODULES.add(str(module))
+
+
 def _resolve(name: Any, kind: str) -> type:
   """The class called ``name`` in an allowed package, if it is a NamedTuple / Flax module."""
   module, _, qualname = str(name).partition(":")
-  if module.split(".")[0] not in _PACKAGES or not qualname:
+  trusted = module in _TRUSTED_MODULES
+  if (module.split(".")[0] not in _PACKAGES and not trusted) or not qualname:
     raise CheckpointError(f"it names the type {name!r}, which a checkpoint may not hold")
   try:
-    obj = importlib.import_module(module)
+    obj = sys.modules[module] if trusted else importlib.import_module(module)
     for part in qualname.split("."):
       obj = getattr(obj, part)
-  except (ImportError, AttributeError):
+  except (ImportError, AttributeError, KeyError):
     raise CheckpointError(f"it names the type {name!r}, which does not exist here") from None
   ok = isinstance(obj, type) and (
       (kind == "namedtuple" and issubclass(obj, tuple) and hasattr(obj, "_fields"))

@@ -192,8 +192,9 @@ def field_help(cls: type) -> dict[str, str]:
   out: dict[str, str] = {}
   for klass in reversed(cls.__mro__):
     doc = klass.__dict__.get("__doc__") or ""
-    _, _, section = doc.partition("Attributes:")
-    entries = re.split(r"\n    (?=[a-z_][\w, ]*:)", "\n" + section.split("\n\n  ")[0])
+    section = re.split(r"\n\s*Attributes[^\n]*:\n", doc, maxsplit=1)[1:] or [""]
+    section = section[0]
+    entries = re.split(r"\n    (?=[A-Za-z_][\w, ]*:)", "\n" + section.split("\n\n  ")[0])
     for entry in entries:
       head, colon, text = entry.partition(":")
       if not colon:

@@ -4,6 +4,7 @@ nothing created by a failed start, and the one-line errors of corrupt files."""
 import json
 import os
 import pickle
+from typing import NamedTuple
 
 import filelock
 import jax
@@ -12,6 +13,7 @@ import pytest
 
 import fedkrr
 import neural
+from neural._src import checkpoint as checkpoint_lib
 from neural._src.checkpoint import CheckpointError
 from neural._src.checkpoint import load_checkpoint
 from neural._src.checkpoint import save_checkpoint
@@ -78,6 +80,30 @@ def test_a_checkpoint_naming_another_type_is_refused(tmp_path):
                                                  "os:system")
   np.savez(tmp_path / "c.npz", **{**arrays, "__skeleton__": np.asarray(skeleton)})
   with pytest.raises(CheckpointError, match="may not hold"):
+    load_checkpoint(tmp_path / "c.npz")
+
+
+class _OutsideState(NamedTuple):   # a method's state defined outside fedkrr and neural
+  step: int
+  values: np.ndarray
+
+
+def test_only_trusted_modules_beyond_the_packages_may_name_a_type(tmp_path, monkeypatch):
+  """A method registered from its own module may keep NamedTuples; nothing else may."""
+  monkeypatch.setattr(checkpoint_lib, "_TRUSTED_MODULES", set())
+  save_checkpoint(tmp_path / "c.npz", {"state": _OutsideState(2, np.arange(3.0))})
+  with pytest.raises(CheckpointError, match="may not hold"):
+    load_checkpoint(tmp_path / "c.npz")
+  checkpoint_lib.trust_module(__name__)   # what register_method does for its module
+  back = load_checkpoint(tmp_path / "c.npz")["state"]
+  assert type(back) is _OutsideState and back.step == 2
+  np.testing.assert_array_equal(back.values, np.arange(3.0))
+  checkpoint_lib.trust_module("no_such_module_anywhere")   # trusted, but never imported by it
+  with np.load(tmp_path / "c.npz") as data:
+    arrays = dict(data)
+  skeleton = str(arrays["__skeleton__"]).replace(f"{__name__}:", "no_such_module_anywhere:")
+  np.savez(tmp_path / "c.npz", **{**arrays, "__skeleton__": np.asarray(skeleton)})
+  with pytest.raises(CheckpointError, match="does not exist here"):
     load_checkpoint(tmp_path / "c.npz")
 
 

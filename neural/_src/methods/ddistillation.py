@@ -204,7 +204,8 @@ class DDistConfig(MethodConfig):
     reference_fraction: share of the training data taken (labels dropped) as the
       public reference set D_r (0.4 in Fig. 2); the rest is split among devices.
     steps_per_round: iterations t per round (per evaluation and checkpoint).
-    batch_size: private mini-batch |S^p|; network_batch_size: b = |S^r|.
+    batch_size: private mini-batch |S^p|.
+    network_batch_size: b = |S^r|.
     distill_beta: beta (coupling of eq. 5 and 6; ``beta`` is the Dirichlet field).
     eta0, eta_power, eta_t0: eta_t = eta0 (eta_t0 / (t + eta_t0))^eta_power.
     z_init: "uniform" (1/K) or "model" (each device's initial s(theta_0, x)).

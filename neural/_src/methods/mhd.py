@@ -288,7 +288,9 @@ class MHDConfig(MethodConfig):
     skew: s (0 or 100 in the paper).
     label_assignment: "random" (``labels_per_client`` each) or "even"
       (``clients_per_label`` each).
-    graph: communication graph of ``neural._src.graphs`` ("complete", "ring", "random",
+    labels_per_client: primary labels of each client ("random" assignment).
+    clients_per_label: primary clients of each label ("even" assignment).
+    graph: communication graph of ``neural.make_graph`` ("complete", "ring", "random",
       "directed-ring"); client i takes checkpoints of the clients that send to it.
     graph_degree: the degree bound of the "random" graph.
     pool_size: N_P (``None``: K, as in the paper).
@@ -296,8 +298,8 @@ class MHDConfig(MethodConfig):
     steps_per_round: S_P, local steps between pool updates (200) or FedAvg averagings (u).
     batch_size, public_batch_size: private and public examples per step.
     optimizer: "sgd" (momentum; the paper's) or "adam".
-    learning_rate, momentum, weight_decay: of the optimizer; the learning rate
-      decays by a cosine over all rounds when ``cosine``.
+    learning_rate, momentum, weight_decay: of the optimizer.
+    cosine: the learning rate decays by a cosine over all rounds.
     nu_emb, nu_aux: the loss weights (1 and 3 in the paper).
     target_choice: "confident" (the method) or "random" (the ablation).
   """

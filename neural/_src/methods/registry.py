@@ -36,6 +36,7 @@ import jax
 import numpy as np
 from tqdm.auto import tqdm
 
+from neural._src.checkpoint import trust_module
 from neural._src.config import ConfigError
 from neural._src.config import RunConfig
 from neural._src.plots import plot_run
@@ -98,6 +99,7 @@ def register_method(method: Method) -> Method:
   if not (isinstance(method.config_cls, type) and issubclass(method.config_cls, MethodConfig)):
     raise TypeError(f"config_cls of {method.name!r}: expected a MethodConfig subclass")
   _REGISTRY[method.name] = method
+  trust_module(method.config_cls.__module__)   # its state's NamedTuples may be checkpointed
   return method
 
 

@@ -1,7 +1,9 @@
 """The method plug-in: typed configs, the registry, run_method (resume), config files, CLI."""
 
 import dataclasses
+import importlib
 import json
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -73,6 +75,11 @@ class Interrupt(Exception):
   pass
 
 
+def _interrupt_at_round_1(t):
+  if t == 1:
+    raise Interrupt
+
+
 def test_config_fields_are_typed_and_checked():
   config = method_config_from_dict({**TINY, "noise": 1, "weights": [1, 2]})
   assert isinstance(config, CentroidConfig)
@@ -137,3 +144,22 @@ def test_config_file_sweep_and_cli(tmp_path, capsys):
   code = main(["run", "--config", str(path), "--workdir", str(tmp_path / "x"),
                "--set", "noise"])
   assert code == 2 and "--set: expected FIELD=VALUE" in capsys.readouterr().err
+
+
+def test_the_worked_example_of_docs_architecture_runs_and_resumes(tmp_path, monkeypatch):
+  """The method added in docs/architecture.md registers, runs, checkpoints and resumes."""
+  text = (Path(__file__).resolve().parents[3] / "docs" / "architecture.md").read_text()
+  code = text.split("```python\n", 1)[1].split("```", 1)[0]
+  (tmp_path / "consensus_example.py").write_text(code)
+  monkeypatch.syspath_prepend(str(tmp_path))
+  example = importlib.import_module("consensus_example")
+  assert get_method("consensus").config_cls is example.ConsensusConfig
+  config = example.ConsensusConfig(train_subset=240, test_subset=60, public_points=60,
+                                   agents=2, rounds=2)
+  killed = tmp_path / "killed"
+  with pytest.raises(Interrupt):
+    run_method(config, killed, on_round_end=_interrupt_at_round_1)
+  rows = run_method(config, killed)                   # resumes round 1 from the checkpoint
+  assert rows == run_method(config, tmp_path / "whole")
+  assert [(r["round"], r["agent"]) for r in rows] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+  assert all(r["comm_floats"] == 600 for r in rows)   # 60 public points x 10 classes

@@ -1,4 +1,4 @@
-"""ExperimentConfig (typed, validated, JSON), config files with sweeps, the paper configs."""
+"""Config files with sweeps (``neural._src.specs``), the shipped paper configs, run_configs."""
 
 import json
 import os
@@ -22,64 +22,6 @@ KD_SMALL = [name for name in SMALL if name not in METHOD_CONFIGS]
 EXTRA_SMALL = ("compare_small",)   # the main job's theory-vs-network config: no paper figure
 # One round of one epoch on a few points: the smoke test of every small config.
 QUICK = dict(rounds=1, epochs=1, train_subset=80, test_subset=40, batch_size=32)
-
-
-def test_json_round_trip_and_normalisation():
-  config = ExperimentConfig(models="cnn,mlp", proportions=[0.7, 0.3], alpha=1, rounds=3)
-  assert config.models == ("cnn", "mlp")
-  assert config.proportions == (0.7, 0.3)
-  assert isinstance(config.alpha, float)
-  again = ExperimentConfig.from_json(config.to_json())
-  assert again == config
-  assert json.loads(config.to_json())["models"] == ["cnn", "mlp"]
-  assert config.agent_models == ("cnn", "mlp")
-  assert ExperimentConfig(agents=3).agent_models == ("cnn",) * 3
-
-
-def test_partition_params_follow_the_partition():
-  assert ExperimentConfig(partition="label-split", alpha=0.1).partition_params == {"alpha": 0.1}
-  assert ExperimentConfig(proportions=(0.7, 0.3)).partition_params == {"proportions": (0.7, 0.3)}
-  assert ExperimentConfig().partition_params == {}
-  assert ExperimentConfig(partition="dirichlet-clients", beta=0.5,
-                          alpha=0.3).partition_params == {"beta": 0.5}
-
-
-@pytest.mark.parametrize("changes, field", [
-    (dict(dataset="imagenet"), "dataset"),
-    (dict(partition="random"), "partition"),
-    (dict(protocol="fedprox"), "protocol"),
-    (dict(agents=1), "agents"),
-    (dict(agents=2.0), "agents"),
-    (dict(rounds=0), "rounds"),
-    (dict(epochs=True), "epochs"),
-    (dict(loss="hinge"), "loss"),
-    (dict(learning_rate=0), "learning_rate"),
-    (dict(weight_decay=-1e-4), "weight_decay"),
-    (dict(start=2), "start"),
-    (dict(models=("cnn", "mlp", "cnn")), "models"),
-    (dict(models=("cnn", "transformer")), "models"),
-    (dict(models=()), "models"),
-    (dict(protocol="fedavg", models=("cnn", "mlp")), "models"),
-    (dict(protocol="fedavg", models=("forest",)), "models"),
-    (dict(partition="label-split"), "alpha"),
-    (dict(partition="label-split", alpha=1.5), "alpha"),
-    (dict(partition="dirichlet-classes"), "beta"),
-    (dict(proportions=(0.5, 0.4)), "proportions"),
-    (dict(proportions=(1.0,)), "proportions"),
-    (dict(train_subset=1), "train_subset"),
-    (dict(seed="0"), "seed"),
-    (dict(tiny=1), "tiny"),
-])
-def test_bad_values_name_the_field(changes, field):
-  with pytest.raises(ConfigError, match=rf"^{field}: expected"):
-    ExperimentConfig(**changes)
-
-
-def test_unknown_field_and_bad_json():
-  with pytest.raises(ConfigError, match="^epoch: not a field of the KD experiment config"):
-    ExperimentConfig.from_dict({"epoch": 3})
-  with pytest.raises(ConfigError, match="not valid JSON"):
-    ExperimentConfig.from_json("{rounds: 3")
 
 
 def test_grid_expands_to_the_product_with_overrides_winning():

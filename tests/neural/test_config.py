@@ -1,0 +1,183 @@
+"""The typed configs (``neural._src.config``): one coercer, RunConfig's shared fields, seeds."""
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+import neural
+from neural._src.config import ConfigError
+from neural._src.config import ExperimentConfig
+from neural._src.config import coerce
+from neural._src.config import field_help
+from neural._src.experiment import build_learners
+from neural._src.methods import mhd
+from neural._src.run_data import load_run_data
+from neural._src.specs import ConfigSpec
+
+
+def test_json_round_trip_and_normalisation():
+  config = ExperimentConfig(models="cnn,mlp", proportions=[0.7, 0.3], alpha=1, rounds=3)
+  assert config.models == ("cnn", "mlp")
+  assert config.proportions == (0.7, 0.3)
+  assert isinstance(config.alpha, float)
+  again = ExperimentConfig.from_json(config.to_json())
+  assert again == config
+  assert json.loads(config.to_json())["models"] == ["cnn", "mlp"]
+  assert config.agent_models == ("cnn", "mlp")
+  assert ExperimentConfig(agents=3).agent_models == ("cnn",) * 3
+
+
+def test_partition_params_follow_the_partition():
+  assert ExperimentConfig(partition="label-split", alpha=0.1).partition_params == {"alpha": 0.1}
+  assert ExperimentConfig(proportions=(0.7, 0.3)).partition_params == {"proportions": (0.7, 0.3)}
+  assert ExperimentConfig().partition_params == {}
+  assert ExperimentConfig(partition="dirichlet-clients", beta=0.5,
+                          alpha=0.3).partition_params == {"beta": 0.5}
+
+
+@pytest.mark.parametrize("changes, field", [
+    (dict(dataset="imagenet"), "dataset"),
+    (dict(partition="random"), "partition"),
+    (dict(protocol="fedprox"), "protocol"),
+    (dict(agents=1), "agents"),
+    (dict(agents=2.0), "agents"),
+    (dict(rounds=0), "rounds"),
+    (dict(epochs=True), "epochs"),
+    (dict(loss="hinge"), "loss"),
+    (dict(learning_rate=0), "learning_rate"),
+    (dict(weight_decay=-1e-4), "weight_decay"),
+    (dict(start=2), "start"),
+    (dict(models=("cnn", "mlp", "cnn")), "models"),
+    (dict(models=("cnn", "transformer")), "models"),
+    (dict(models=()), "models"),
+    (dict(protocol="fedavg", models=("cnn", "mlp")), "models"),
+    (dict(protocol="fedavg", models=("forest",)), "models"),
+    (dict(partition="label-split"), "alpha"),
+    (dict(partition="label-split", alpha=1.5), "alpha"),
+    (dict(partition="dirichlet-classes"), "beta"),
+    (dict(proportions=(0.5, 0.4)), "proportions"),
+    (dict(proportions=(1.0,)), "proportions"),
+    (dict(train_subset=1), "train_subset"),
+    (dict(seed="0"), "seed"),
+    (dict(tiny=1), "tiny"),
+])
+def test_bad_values_name_the_field(changes, field):
+  with pytest.raises(ConfigError, match=rf"^{field}: expected"):
+    ExperimentConfig(**changes)
+
+
+def test_unknown_field_and_bad_json():
+  with pytest.raises(ConfigError, match="^epoch: not a field of the KD experiment config"):
+    ExperimentConfig.from_dict({"epoch": 3})
+  with pytest.raises(ConfigError, match="not valid JSON"):
+    ExperimentConfig.from_json("{rounds: 3")
+
+
+@pytest.mark.parametrize("kind, value, expected", [
+    (float, 3, 3.0),
+    (int | None, None, None),
+    (tuple[float, ...], [1, 0.5], (1.0, 0.5)),
+    (tuple[str, ...], "mlp, cnn", ("mlp", "cnn")),
+    (tuple[int, ...], (2, 3), (2, 3)),
+])
+def test_coerce_canonical_forms(kind, value, expected):
+  got = coerce("field", kind, value)
+  assert got == expected and type(got) is type(expected)
+
+
+@pytest.mark.parametrize("kind, value, words", [
+    (int, True, "an integer"), (int, 1.5, "an integer"), (float, "1", "a number"),
+    (bool, 1, "true or false"), (str, 3, "a string"), (tuple[float, ...], [], "non-empty"),
+    (tuple[int, ...], [1, "a"], "list of integers"),
+])
+def test_coerce_names_the_field_and_what_was_expected(kind, value, words):
+  with pytest.raises(ConfigError, match=f"^field: expected .*{words}"):
+    coerce("field", kind, value)
+
+
+@dataclasses.dataclass(frozen=True)
+class _ToyConfig(neural.RunConfig):
+  """A config with one field of its own.
+
+  Attributes:
+    gamma: the toy's
+      step size.
+  """
+
+  gamma: float = 1.0
+
+  def validate(self) -> None:
+    super().validate()
+    self.need(self.gamma > 0, "gamma", "a number > 0")
+
+
+def test_a_new_field_is_declared_once():
+  """The annotation is the type check, the docstring the help; RunConfig's fields come along."""
+  assert _ToyConfig(gamma=2).gamma == 2.0 and isinstance(_ToyConfig(gamma=2).gamma, float)
+  with pytest.raises(ConfigError, match="^gamma: expected a number"):
+    _ToyConfig(gamma="fast")
+  with pytest.raises(ConfigError, match="^gamma: expected a number > 0"):
+    _ToyConfig(gamma=-1)
+  with pytest.raises(ConfigError, match="^agents: expected an integer >= 2"):
+    _ToyConfig(agents=1)
+  help_text = field_help(_ToyConfig)
+  assert help_text["gamma"] == "the toy's step size."
+  assert help_text["agents"].startswith("number of agents")
+
+
+def test_every_field_of_every_config_has_a_description():
+  shipped = [c for c in neural.methods.method_configs().values()
+             if c.__module__.startswith("neural.")]   # not the tests' own toy methods
+  classes = [ExperimentConfig, *shipped]
+  for cls in classes:
+    missing = [f.name for f in dataclasses.fields(cls) if not field_help(cls).get(f.name)]
+    assert not missing, f"{cls.__name__}: no description for {missing}"
+
+
+def test_seed_sets_both_seeds_unless_they_are_named():
+  c = ExperimentConfig(seed=3)
+  assert (c.data_seed, c.init_seed) == (3, 3)
+  assert (c.replace(seed=5).data_seed, c.replace(seed=5).init_seed) == (5, 5)
+  d = c.replace(init_seed=7)
+  assert (d.seed, d.data_seed, d.init_seed) == (3, 3, 7)
+  assert (d.replace(seed=4).data_seed, d.replace(seed=4).init_seed) == (4, 4)
+  assert ExperimentConfig(seed=3, data_seed=1).init_seed == 3
+  with pytest.raises(ConfigError, match="^init_seed: expected an integer in 0..2"):
+    ExperimentConfig(init_seed=-1)
+
+
+def test_a_config_saved_with_one_seed_reads_as_the_same_config():
+  """Run directories written before data_seed/init_seed existed still resume."""
+  old = {k: v for k, v in ExperimentConfig(seed=9).to_dict().items()
+         if k not in ("data_seed", "init_seed")}
+  assert ExperimentConfig.from_dict(old) == ExperimentConfig(seed=9)
+  assert ExperimentConfig.from_json(json.dumps(old)).to_dict()["init_seed"] == 9
+
+
+def test_a_sweep_over_seed_moves_both_and_over_init_seed_only_the_initialisation():
+  runs = ConfigSpec(base={"data_seed": 4}, grid=({"seed": [0, 1]},)).expand()
+  assert [(c.data_seed, c.init_seed) for _, c in runs] == [(0, 0), (1, 1)]
+  runs = ConfigSpec(base={"seed": 4}, grid=({"init_seed": [0, 1]},)).expand({"tiny": True})
+  assert [(c.data_seed, c.init_seed) for _, c in runs] == [(4, 0), (4, 1)]
+
+
+def test_init_seed_varies_the_initialisation_with_the_split_held_fixed():
+  base = ExperimentConfig(models=("mlp",), tiny=True, train_subset=120, test_subset=30,
+                          partition="label-split", alpha=0.3, seed=1)
+  other_init, other_data = base.replace(init_seed=2), base.replace(data_seed=2)
+  split = load_run_data(base)
+  for a in range(base.agents):
+    np.testing.assert_array_equal(load_run_data(other_init).labels[a], split.labels[a])
+  assert any(not np.array_equal(load_run_data(other_data).xs[a], split.xs[a])
+             for a in range(base.agents))
+  keys = [np.asarray(build_learners(c, (8, 8, 1), 10)[0].key) for c in (base, other_init,
+                                                                         other_data)]
+  assert not np.array_equal(keys[0], keys[1]) and np.array_equal(keys[0], keys[2])
+
+
+def test_method_configs_share_the_run_fields_and_the_seeds():
+  c = mhd.MHDConfig(method="mhd", labels_per_client=3, seed=2, init_seed=5)
+  assert (c.data_seed, c.init_seed) == (2, 5)
+  assert set(neural.RunConfig.field_names()) <= set(c.field_names())
