@@ -80,7 +80,7 @@ class Method(NamedTuple):
     name: the registered name (``config.method``).
     config_cls: its config, a frozen subclass of :class:`MethodConfig`.
     init: ``init(config, data) -> state``: NamedTuples, dicts, tuples and arrays (what
-      a checkpoint holds, see ``neural.save_checkpoint``).
+      a checkpoint holds: see ``neural._src.checkpoint``).
     step: ``step(config, data, state, t) -> (state, rows)``: round t and its metric rows.
     load_data: ``load_data(config) -> data`` (default :func:`load_method_data`).
     description: one line for listings.
