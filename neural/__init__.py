@@ -88,6 +88,7 @@ from neural._src.optimizers import SCHEDULES
 from neural._src.optimizers import OptimizerConfig
 from neural._src.optimizers import OptimizerError
 from neural._src.optimizers import make_optimizer
+from neural._src.paper_units import paper_rounds
 from neural._src.partitions import PARTITIONS
 from neural._src.partitions import PartitionError
 from neural._src.partitions import SkewedSplit

@@ -29,6 +29,8 @@ from neural._src.config import field_help
 from neural._src.config import field_type
 from neural._src.methods.registry import get_method
 from neural._src.methods.registry import method_configs
+from neural._src.paper_units import UNITS
+from neural._src.paper_units import paper_rounds
 from neural._src.specs import ConfigSpec
 from neural._src.specs import describe
 from neural._src.specs import load_spec
@@ -56,6 +58,10 @@ def _parser() -> argparse.ArgumentParser:
   run.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", dest="sets",
                    help="set any config field (a method's too); VALUE is JSON or a plain "
                         "string, e.g. --set topology=ring --set lambdas=[1,2]; repeatable")
+  run.add_argument("--units", choices=UNITS, default="paper",
+                   help="rounds of accuracy.png and of the summary: paper (the paper's "
+                        "figures: an AKD round is M steps, the mean of the agents, EKD's even "
+                        "partial sums; default) or steps (every logged step and agent)")
   run.add_argument("--max-rounds", type=int, metavar="K",
                    help="stop after K rounds in this call (resume later)")
   run.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
@@ -67,8 +73,8 @@ def _parser() -> argparse.ArgumentParser:
                   "data with each agent's kernel (empirical NTK at initialisation by default) "
                   "and the ridge matched to the weight decay, and writes compare.json, "
                   "compare.md and compare.png there. Takes the flags of `neural run`.")
-  for action in run._actions:   # the flags of `neural run`, but --max-rounds
-    if action.dest not in ("help", "max_rounds"):
+  for action in run._actions:   # the flags of `neural run`, but --max-rounds, --units
+    if action.dest not in ("help", "max_rounds", "units"):
       compare._add_action(action)
   compare.add_argument("--kernel", default="ntk",
                        help="ntk (empirical NTK at initialisation; default), nngp or relu-ntk "
@@ -190,7 +196,8 @@ def _run(args: argparse.Namespace) -> int:
   if args.max_rounds is not None and args.max_rounds < 1:
     raise ValueError(f"--max-rounds: expected an integer >= 1, got {args.max_rounds}")
   results = run_configs(runs, args.workdir, progress=args.progress,
-                        description=spec.description, max_rounds=args.max_rounds)
+                        description=spec.description, max_rounds=args.max_rounds,
+                        units=args.units)
   for name, rows in results.items():
     if not rows:
       continue
@@ -198,6 +205,10 @@ def _run(args: argparse.Namespace) -> int:
     final = [r for r in rows if r["round"] == last]
     summary = ", ".join(f"{_agent(r['agent'])} {r['test_accuracy']:.3f}" for r in final)
     print(f"{name or args.workdir}: round {last}: test accuracy {summary}")
+    paper = paper_rounds(rows) if args.units == "paper" and rows[0].get("protocol") else []
+    if paper and paper != rows:
+      curve = " ".join(f"{r['test_accuracy']:.3f}" for r in paper)
+      print(f"  the paper's rounds 1-{len(paper)} ({paper[0]['agent']}): {curve}")
   return 0
 
 

@@ -53,6 +53,7 @@ from neural._src.fedavg import fedavg
 from neural._src.forest import ForestLearner
 from neural._src.learners import FlaxLearner
 from neural._src.models import get_model
+from neural._src.paper_units import UNITS
 from neural._src.plots import plot_run
 from neural._src.run_data import RunData
 from neural._src.run_data import load_run_data
@@ -237,8 +238,8 @@ class _Counted:
 
 def train_and_evaluate(config: ExperimentConfig, workdir: str | os.PathLike, *,
                        progress: bool = False, max_rounds: int | None = None,
-                       on_round_end: Callable[[int], None] | None = None
-                       ) -> list[dict[str, Any]]:
+                       on_round_end: Callable[[int], None] | None = None,
+                       units: str = "paper") -> list[dict[str, Any]]:
   """Runs (or resumes) the experiment ``config`` in ``workdir``.
 
   Args:
@@ -251,6 +252,9 @@ def train_and_evaluate(config: ExperimentConfig, workdir: str | os.PathLike, *,
       call resumes).
     on_round_end: called with t after round t's metrics are written and before
       its checkpoint (tests use it to interrupt a run at the worst moment).
+    units: the rounds of ``accuracy.png``: "paper" (the paper's figures: AKD rounds
+      of M steps, means over agents, EKD's even sums; ``neural.paper_rounds``) or
+      "steps" (every logged step and agent). The metrics are the same either way.
 
   Returns:
     All metric rows of the run so far (as in ``metrics.jsonl``).
@@ -259,13 +263,15 @@ def train_and_evaluate(config: ExperimentConfig, workdir: str | os.PathLike, *,
     ExperimentError: a different config in ``workdir``, or data the protocol
       cannot use. ``ConfigError``, ``DataError``, ``PartitionError``: bad settings.
   """
+  if units not in UNITS:
+    raise ValueError(f"units: expected one of {', '.join(UNITS)}, got {units!r}")
   rounds = total_rounds(config)
   with open_run(workdir, config, from_dict=ExperimentConfig.from_dict, rounds=rounds,
                 load_data=lambda: load_run_data(config)) as run:
     if run.done < rounds:
       _run_rounds(config, run, rounds, progress, max_rounds, on_round_end)
     if run.done >= rounds:
-      _plot(run.workdir, config, run.rows)
+      _plot(run.workdir, config, run.rows, units)
     return list(run.rows)
 
 
@@ -305,8 +311,9 @@ def _run_rounds(config: ExperimentConfig, run: Run, rounds: int, progress: bool,
     round_bar.close()
 
 
-def _plot(workdir: Path, config: ExperimentConfig, rows: list[dict[str, Any]]) -> None:
+def _plot(workdir: Path, config: ExperimentConfig, rows: list[dict[str, Any]],
+          units: str) -> None:
   plot_run(rows, workdir / PLOT_FILE,
            title=f"{config.protocol} on {config.dataset} ({config.partition}"
                  + (f", alpha={config.alpha:g}" if config.partition == "label-split" else "")
-                 + f"; {','.join(config.agent_models)})")
+                 + f"; {','.join(config.agent_models)})", units=units)

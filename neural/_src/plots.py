@@ -1,10 +1,11 @@
 """Plots of test accuracy per round per agent, like the paper's Figs. 4-6.
 
 Agents are shown 1-based ("agent 1", "agent 2") as in the paper; round 0 (local
-training on the labels) is the paper's round 1. Runs of a single round (the
-baselines "central" and "local") are drawn as dashed horizontal lines in a
-sweep's panels. Colours follow the agent (agent 1 blue, agent 2 red, as in the
-paper), markers the run.
+training on the labels) is the paper's round 1. With ``units="paper"`` the curves
+are the paper's (:mod:`neural._src.paper_units`): one line, the agents' mean.
+Runs of a single round (the baselines "central" and "local") are drawn as dashed
+horizontal lines in a sweep's panels. Colours follow the agent (agent 1 blue,
+agent 2 red, as in the paper), markers the run.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 from matplotlib.figure import Figure
 
 from fedkrr import atomic_savefig
+from neural._src.paper_units import in_units
 
 # Agent 1 blue, agent 2 red as in the paper's figures; the ensemble black, FedAvg green.
 _COLORS = ("tab:blue", "tab:red", "tab:orange", "tab:purple", "tab:brown", "tab:pink",
@@ -44,6 +46,8 @@ def _curves(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 _MARKERS = ("o", "s", "^", "v", "D", "P", "X")
+_XLABEL = {"steps": "round (0: local training on the labels)",
+           "paper": "round, the paper's (AKD: M steps; EKD: even sums)"}
 
 
 def _draw(ax, rows, prefix: str = "", run_index: int = 0, max_round: int | None = None) -> None:
@@ -63,12 +67,18 @@ def _draw(ax, rows, prefix: str = "", run_index: int = 0, max_round: int | None 
               label=name, color=c["color"], linewidth=width)
 
 
-def plot_run(rows: Sequence[Mapping[str, Any]], path: str | os.PathLike, title: str = "") -> None:
-  """Test accuracy per round, one line per agent (and ensemble / server), into ``path`` (PNG)."""
+def plot_run(rows: Sequence[Mapping[str, Any]], path: str | os.PathLike, title: str = "",
+             units: str = "steps") -> None:
+  """Test accuracy per round, one line per agent (and ensemble / server), into ``path`` (PNG).
+
+  ``units="paper"`` draws the paper's curve instead (:func:`neural.paper_rounds`: AKD
+  rounds of M steps, means over the agents, EKD's even partial sums).
+  """
+  rows = in_units(rows, units)
   fig = Figure(figsize=(6.5, 4))
   ax = fig.subplots()
   _draw(ax, rows)
-  ax.set_xlabel("round (0: local training on the labels)")
+  ax.set_xlabel(_XLABEL[units])
   ax.set_ylabel("test accuracy (end of local training)")
   ax.set_title(title, fontsize=9)
   ax.grid(alpha=0.3)
@@ -78,7 +88,7 @@ def plot_run(rows: Sequence[Mapping[str, Any]], path: str | os.PathLike, title: 
 
 
 def plot_sweep(results: Mapping[str, Sequence[Mapping[str, Any]]], path: str | os.PathLike,
-               title: str = "") -> None:
+               title: str = "", units: str = "steps") -> None:
   """The runs of a sweep, one panel per first name component (before ``__``), into ``path``.
 
   Args:
@@ -86,7 +96,9 @@ def plot_sweep(results: Mapping[str, Sequence[Mapping[str, Any]]], path: str | o
       (e.g. ``alpha=0.1__avgkd``); the runs sharing the first part share a panel.
     path: the PNG file.
     title: the figure title.
+    units: "steps" (as logged) or "paper" (:func:`neural.paper_rounds`).
   """
+  results = {name: in_units(rows, units) for name, rows in results.items()}
   panels: dict[str, list[tuple[str, Sequence[Mapping[str, Any]]]]] = {}
   for name, rows in results.items():
     head, _, rest = name.partition("__")
@@ -101,7 +113,7 @@ def plot_sweep(results: Mapping[str, Sequence[Mapping[str, Any]]], path: str | o
     for i, (rest, rows) in enumerate(runs):
       _draw(ax, rows, prefix=f"{rest}: " if rest else "", run_index=i, max_round=max_round)
     ax.set_title(head, fontsize=9)
-    ax.set_xlabel("round")
+    ax.set_xlabel(_XLABEL[units])
     ax.set_ylabel("test accuracy")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=6)

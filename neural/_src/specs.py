@@ -174,27 +174,34 @@ def describe(configs: Sequence[tuple[str, Path]] | None = None) -> list[str]:
 # Running
 
 
-def run_one(config: RunConfig, workdir: str | os.PathLike, **kwargs) -> list[dict[str, Any]]:
-  """``train_and_evaluate`` for a KD-protocol config, ``run_method`` for a method's config."""
+def run_one(config: RunConfig, workdir: str | os.PathLike, units: str = "paper",
+            **kwargs) -> list[dict[str, Any]]:
+  """``train_and_evaluate`` for a KD-protocol config, ``run_method`` for a method's config.
+
+  ``units`` (the rounds of the KD runs' figure, see ``neural.paper_rounds``) does not
+  apply to the methods, whose rows have no KD protocol.
+  """
   if isinstance(config, MethodConfig):
     return run_method(config, workdir, **kwargs)
-  return train_and_evaluate(config, workdir, **kwargs)
+  return train_and_evaluate(config, workdir, units=units, **kwargs)
 
 
 def run_configs(runs: Sequence[tuple[str, RunConfig]], workdir: str | os.PathLike, *,
                 progress: bool = False, description: str = "",
-                max_rounds: int | None = None) -> dict[str, list[dict[str, Any]]]:
+                max_rounds: int | None = None,
+                units: str = "paper") -> dict[str, list[dict[str, Any]]]:
   """Runs (or resumes) named runs: a single unnamed run in ``workdir``, else one subdirectory each.
 
   With several runs, ``workdir/sweep.json`` lists them and ``workdir/accuracy.png``
-  shows them side by side (one panel per value of the first grid axis).
+  shows them side by side (one panel per value of the first grid axis), in ``units``
+  ("paper": the paper's rounds and agent means, ``neural.paper_rounds``; "steps").
 
   Returns:
     The metric rows of each run, by name.
   """
   workdir = Path(workdir)
   if len(runs) == 1 and runs[0][0] == "":
-    return {"": run_one(runs[0][1], workdir, progress=progress, max_rounds=max_rounds)}
+    return {"": run_one(runs[0][1], workdir, units, progress=progress, max_rounds=max_rounds)}
   workdir.mkdir(parents=True, exist_ok=True)
   names = [name for name, _ in runs]
   sweep = {"description": description, "runs": names}
@@ -210,6 +217,7 @@ def run_configs(runs: Sequence[tuple[str, RunConfig]], workdir: str | os.PathLik
   for i, (name, config) in enumerate(runs):
     if progress:
       print(f"[{i + 1}/{len(runs)}] {name}", flush=True)
-    results[name] = run_one(config, workdir / name, progress=progress, max_rounds=max_rounds)
-  plot_sweep(results, workdir / PLOT_FILE, title=description)
+    results[name] = run_one(config, workdir / name, units, progress=progress,
+                            max_rounds=max_rounds)
+  plot_sweep(results, workdir / PLOT_FILE, title=description, units=units)
   return results
