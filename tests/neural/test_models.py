@@ -170,3 +170,16 @@ def test_bad_arguments_are_named(kwargs, match):
   name = kwargs.pop("name")
   with pytest.raises(neural.ModelError, match=match):
     neural.get_model(name, **kwargs)
+
+
+def test_vgg9_is_the_authors_cifar_model():
+  """8 convs 32-64-128-128-256-256-256-256 (3x3, bias), 5 pools, dense 256 -> 10: 2,308,810."""
+  model = neural.get_model("vgg9", 10, norm="none")
+  variables = shapes(model, (32, 32, 3))
+  channels = [3, 32, 64, 128, 128, 256, 256, 256, 256]
+  convs = sum(9 * c_in * c_out + c_out for c_in, c_out in zip(channels, channels[1:]))
+  assert num_params(variables) == convs + 256 * 10 + 10 == 2_308_810
+  params = neural.init_variables(model, jax.random.PRNGKey(0), (32, 32, 3))["params"]
+  kernel = np.asarray(params["Conv_7"]["kernel"])            # 3x3x256x256, fan-out 9 * 256
+  assert abs(kernel.std() / np.sqrt(2 / (9 * 256)) - 1) < 0.02   # He normal on fan-out
+  np.testing.assert_array_equal(params["Conv_7"]["bias"], 0.0)

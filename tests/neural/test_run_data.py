@@ -35,3 +35,14 @@ def test_an_agent_without_points_is_a_partition_error_naming_it():
   x, y = np.zeros((3, 8, 8, 1), np.float32), np.array([0, 1, 2])
   with pytest.raises(neural.PartitionError, match="no (training )?points"):
     neural.split_agents(config, x, y, 10, np.random.default_rng(0))
+
+
+def test_normalize_standardises_with_the_authors_constants_or_the_datas_own():
+  config = _config(dataset="mnist-subset", normalize=True)
+  raw = neural.load_run_data(config.replace(normalize=False))
+  data = neural.load_run_data(config)
+  np.testing.assert_allclose(data.xs[0], (raw.xs[0] - 0.1307) / 0.3081, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(data.x_test, (raw.x_test - 0.1307) / 0.3081, rtol=1e-5, atol=1e-5)
+  digits = neural.load_run_data(_config(normalize=True))   # no published constants: its own
+  pooled = np.concatenate(digits.xs)
+  assert abs(float(pooled.mean())) < 1e-4 and abs(float(pooled.std()) - 1) < 1e-3
