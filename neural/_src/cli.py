@@ -32,6 +32,7 @@ from neural._src.methods.registry import method_configs
 from neural._src.paper_units import UNITS
 from neural._src.paper_units import paper_rounds
 from neural._src.specs import ConfigSpec
+from neural._src.specs import all_fields
 from neural._src.specs import describe
 from neural._src.specs import load_spec
 from neural._src.specs import run_configs
@@ -162,7 +163,7 @@ def add_field_flags(parser: argparse.ArgumentParser) -> None:
 
 def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
   """The config fields set on the command line (flags, then ``--set``)."""
-  fields = {name for _, _, names in _field_groups() for name in names}
+  fields = all_fields()
   out = {name: value for name, value in vars(args).items() if name in fields}
   for item in getattr(args, "sets", None) or []:
     field, eq, text = item.partition("=")

@@ -30,16 +30,12 @@ PAPER_LABEL = "mean of agents"
 
 
 def _mean_row(r: int, group: Sequence[Mapping[str, Any]], protocol: str) -> dict[str, Any]:
-  out = {"round": r, "agent": PAPER_LABEL, "protocol": protocol,
-         "model": "+".join(sorted({str(g.get("model", "?")) for g in group})),
-         "test_accuracy": float(np.mean([g["test_accuracy"] for g in group])),
-         "test_loss": float(np.mean([g["test_loss"] for g in group])),
-         "steps": sorted({int(g["round"]) for g in group}),
-         "agent_accuracies": [float(g["test_accuracy"]) for g in group]}
-  for key in ("best_test_accuracy",):
-    if all(key in g for g in group):
-      out[key] = float(np.mean([g[key] for g in group]))
-  return out
+  return {"round": r, "agent": PAPER_LABEL, "protocol": protocol,
+          "model": "+".join(sorted({str(g.get("model", "?")) for g in group})),
+          "test_accuracy": float(np.mean([g["test_accuracy"] for g in group])),
+          "test_loss": float(np.mean([g["test_loss"] for g in group])),
+          "steps": sorted({int(g["round"]) for g in group}),
+          "agent_accuracies": [float(g["test_accuracy"]) for g in group]}
 
 
 def paper_rounds(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
