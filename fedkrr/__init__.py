@@ -123,7 +123,8 @@ from fedkrr._src.verify import checks_table
 from fedkrr._src.verify import failed_checks
 from fedkrr._src.verify import run_checks
 from fedkrr._src.verify import write_checks
+from fedkrr._src.version import installed_version as _installed_version
 from fedkrr._src.xla_env import XLA_CPU_FLAGS
 from fedkrr._src.xla_env import avoid_cpu_eigh_deadlock
 
-__version__ = "0.1.0"
+__version__ = _installed_version()

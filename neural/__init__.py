@@ -9,6 +9,7 @@ hand; the implementation lives in ``neural._src`` (its layers and where to add a
 method: ``docs/architecture.md``).
 """
 
+from fedkrr import __version__  # one distribution, one version
 from neural import methods
 from neural._src.compare import CompareError
 from neural._src.compare import Comparison
@@ -136,4 +137,3 @@ from neural._src.training import predict_proba
 from neural._src.training import train
 from neural._src.training import train_batch
 
-__version__ = "0.1.0"

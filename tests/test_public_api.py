@@ -86,3 +86,19 @@ def test_importing_fedkrr_starts_no_backend():
   out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                        env={"PATH": "", "JAX_PLATFORMS": "cpu"})
   assert out.stdout.strip() == "False"
+
+
+def test_version_is_defined_once_by_the_installed_distribution():
+  from importlib import metadata
+  assert fedkrr.__version__ == neural.__version__ == metadata.version("fedkrr")
+
+
+@pytest.mark.parametrize("program", ["fedkrr", "neural"])
+def test_version_flag_prints_the_version(program, capsys):
+  from fedkrr._src import cli as fedkrr_cli
+  from neural._src import cli as neural_cli
+  main = {"fedkrr": fedkrr_cli.main, "neural": neural_cli.main}[program]
+  with pytest.raises(SystemExit) as exit_info:
+    main(["--version"])
+  assert exit_info.value.code == 0
+  assert capsys.readouterr().out.strip() == f"{program} {fedkrr.__version__}"

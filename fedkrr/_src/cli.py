@@ -14,6 +14,7 @@ import sys
 import numpy as np
 
 from fedkrr._src.files import atomic_savez
+from fedkrr._src.version import installed_version
 
 METHODS = ("closed-form", "simulate")
 
@@ -25,6 +26,8 @@ def _parser() -> argparse.ArgumentParser:
   parser = argparse.ArgumentParser(
       prog="fedkrr",
       description="Exact federated kernel ridge regression by knowledge distillation.")
+  parser.add_argument("--version", action="version",
+                      version=f"%(prog)s {installed_version()}")
   sub = parser.add_subparsers(dest="command", required=True)
 
   run = sub.add_parser(

@@ -20,6 +20,7 @@ from typing import Any
 
 import jax
 
+from fedkrr import __version__
 from fedkrr import avoid_cpu_eigh_deadlock
 from neural._src.compare import compare
 from neural._src.config import ExperimentConfig
@@ -43,6 +44,8 @@ def _parser() -> argparse.ArgumentParser:
       prog="neural",
       description="Model-agnostic federated learning by knowledge distillation with neural "
                   "networks and random forests (Afonin & Karimireddy, Sec. 6, App. H).")
+  parser.add_argument("--version", action="version",
+                      version=f"%(prog)s {__version__}")
   sub = parser.add_subparsers(dest="command", required=True)
   run = sub.add_parser(
       "run", help="run (or resume) an experiment or a sweep of experiments",
