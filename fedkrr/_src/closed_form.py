@@ -259,7 +259,12 @@ def trajectory(problem: FederatedProblem, protocol: str, rounds: int, x_eval: Ar
     The predictions, in ``problem``'s dtype.
 
   Example:
-    >>> preds = fedkrr.trajectory(problem, "avgkd", 100, x_test)  # (100, M, n_test)
+    >>> x = jnp.linspace(-1.0, 1.0, 8)[:, None]
+    >>> y = jnp.sin(3.0 * x[:, 0])
+    >>> problem = fedkrr.make_problem([x[:4], x[4:]], [y[:4], y[4:]], fedkrr.RBF(gamma=2.0),
+    ...                               ridge=1e-2)
+    >>> fedkrr.trajectory(problem, "avgkd", 100, x).shape   # (rounds, agents, points)
+    (100, 2, 8)
   """
   _check_arguments(problem, protocol, start, rounds)
   check_every(every, protocol, problem.num_agents)
@@ -301,6 +306,7 @@ class Limit(NamedTuple):
 
   @property
   def converges(self) -> bool:
+    """Whether the rounds converge to the limit (spectral radius below one)."""
     return bool(self.spectral_radius < 1.0)
 
 

@@ -152,8 +152,13 @@ def geometry(problem: FederatedProblem) -> Geometry:
     ProblemError: if the problem does not have two agents.
 
   Example:
-    >>> geo = fedkrr.geometry(problem)
-    >>> a = geo.two_round_operator()   # its spectral radius is the degradation rate
+    >>> x = jnp.linspace(-1.0, 1.0, 8)[:, None]
+    >>> y = jnp.sin(3.0 * x[:, 0])
+    >>> problem = fedkrr.make_problem([x[:4], x[4:]], [y[:4], y[4:]], fedkrr.RBF(gamma=2.0),
+    ...                               ridge=1e-2)
+    >>> a = fedkrr.geometry(problem).two_round_operator()   # (N, N)
+    >>> bool(jnp.isclose(fedkrr.spectral_radius(a), fedkrr.degradation_rate(problem)))
+    True
   """
   check_two_agents(problem, "the geometry of App. B")
   k = stacked_gram(problem)

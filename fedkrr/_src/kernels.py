@@ -72,6 +72,7 @@ class Linear:
     return x1 @ x2.T
 
   def to_dict(self) -> dict[str, Any]:
+    """The kernel as a JSON-ready dict (:func:`kernel_from_dict` reads it back)."""
     return {"name": "linear"}
 
 
@@ -92,6 +93,7 @@ class Polynomial:
     return (self.gamma * (x1 @ x2.T) + self.coef0) ** self.degree
 
   def to_dict(self) -> dict[str, Any]:
+    """The kernel as a JSON-ready dict (:func:`kernel_from_dict` reads it back)."""
     return {"name": "polynomial", "degree": self.degree,
             "gamma": float(self.gamma), "coef0": float(self.coef0)}
 
@@ -106,6 +108,7 @@ class RBF:
     return jnp.exp(-self.gamma * _sq_distances(x1, x2))
 
   def to_dict(self) -> dict[str, Any]:
+    """The kernel as a JSON-ready dict (:func:`kernel_from_dict` reads it back)."""
     return {"name": "rbf", "gamma": float(self.gamma)}
 
 
@@ -119,6 +122,7 @@ class Laplace:
     return jnp.exp(-self.gamma * _distances(x1, x2))
 
   def to_dict(self) -> dict[str, Any]:
+    """The kernel as a JSON-ready dict (:func:`kernel_from_dict` reads it back)."""
     return {"name": "laplace", "gamma": float(self.gamma)}
 
 
@@ -137,6 +141,7 @@ class CustomKernel:
     return jnp.asarray(self.fn(x1, x2))
 
   def to_dict(self) -> dict[str, Any]:
+    """Names the kernel's function (for reports: a custom kernel cannot be read back)."""
     return {"name": "custom", "fn": getattr(self.fn, "__name__", repr(self.fn))}
 
 

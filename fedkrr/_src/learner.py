@@ -27,6 +27,7 @@ class Model(Protocol):
   """A trained model: ``predict(x)`` returns predictions of shape (n,) or (n, C)."""
 
   def predict(self, x: Array) -> Array:
+    """The model's predictions at the points ``x``."""
     ...
 
 
@@ -34,6 +35,7 @@ class Learner(Protocol):
   """Fits a model on inputs ``x`` (n, d) and targets (n,) or (n, C)."""
 
   def fit(self, x: Array, targets: Array) -> Model:
+    """Fits a model to ``targets`` at the points ``x``; the protocols call nothing else."""
     ...
 
 
@@ -47,6 +49,7 @@ class KRRModel:
   num_points: Array
 
   def predict(self, x: Array) -> Array:
+    """The fitted function at the points ``x``: ``k(x, X) alpha``."""
     return _krr_predict(self, jnp.asarray(x, dtype=self.alpha.dtype))
 
 
@@ -75,6 +78,7 @@ class KRRLearner:
   rtol: float | None = dataclasses.field(default=None, metadata=dict(static=True))
 
   def fit(self, x: Array, targets: Array) -> KRRModel:
+    """Kernel ridge regression of ``targets`` on ``x`` (cast to the ridge's dtype)."""
     dtype = jnp.asarray(self.ridge).dtype
     return _krr_fit(self, jnp.asarray(x, dtype=dtype), jnp.asarray(targets, dtype=dtype))
 

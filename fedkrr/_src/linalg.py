@@ -77,7 +77,12 @@ def ridge_factor(gram: Array, ridge: Array | float, rtol: float | None = None) -
     A :class:`RidgeFactor` ``F`` with ``F.solve(t) = (c I + K)^+ t``.
 
   Example:
-    >>> alpha = ridge_factor(k_train_train, 1e-3).solve(y_train)
+    >>> x = jnp.linspace(-1.0, 1.0, 8)[:, None]
+    >>> y = jnp.sin(3.0 * x[:, 0])
+    >>> gram = fedkrr.RBF(gamma=2.0)(x, x)
+    >>> alpha = fedkrr.ridge_factor(gram, 1e-2).solve(y)   # (c I + K)^+ y
+    >>> bool(jnp.allclose((1e-2 * jnp.eye(8) + gram) @ alpha, y))
+    True
   """
   gram = jnp.asarray(gram)
   ridge = jnp.asarray(ridge, dtype=gram.dtype)

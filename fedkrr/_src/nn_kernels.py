@@ -150,8 +150,9 @@ class ReluNNGP:
   the last layer alone (module docstring).
 
   Example:
-    >>> k = fedkrr.ReluNNGP(depth=2)
-    >>> gram = k(x1, x2)   # (n1, n2)
+    >>> x = jnp.linspace(-1.0, 1.0, 8).reshape(4, 2)
+    >>> fedkrr.ReluNNGP(depth=2)(x, x[:3]).shape   # (n1, n2)
+    (4, 3)
   """
 
   depth: int = dataclasses.field(default=1, metadata=dict(static=True))
@@ -165,6 +166,7 @@ class ReluNNGP:
                         self.parametrization, self.width)[0]
 
   def to_dict(self) -> dict[str, Any]:
+    """The kernel as a JSON-ready dict (:func:`kernel_from_dict` reads it back)."""
     return _to_dict("relu_nngp", self)
 
 
@@ -183,8 +185,12 @@ class ReluNTK:
   MLP (Flax's ``nn.Dense``), ``Theta_s^{L+1}`` of the module docstring.
 
   Example:
+    >>> x = jnp.linspace(-1.0, 1.0, 8)[:, None]
+    >>> y = jnp.sin(3.0 * x[:, 0])
     >>> k = fedkrr.ReluNTK(depth=2, weight_var=2.0, bias_var=0.1)
-    >>> problem = fedkrr.make_problem(xs, ys, k, ridge=1e-3)
+    >>> problem = fedkrr.make_problem([x[:4], x[4:]], [y[:4], y[4:]], k, ridge=1e-3)
+    >>> fedkrr.limit(problem, "avgkd", x).converges
+    True
   """
 
   depth: int = dataclasses.field(default=1, metadata=dict(static=True))
@@ -198,6 +204,7 @@ class ReluNTK:
                         self.parametrization, self.width)[1]
 
   def to_dict(self) -> dict[str, Any]:
+    """The kernel as a JSON-ready dict (:func:`kernel_from_dict` reads it back)."""
     return _to_dict("relu_ntk", self)
 
 

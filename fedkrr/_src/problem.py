@@ -49,10 +49,12 @@ class FederatedProblem:
 
   @property
   def num_agents(self) -> int:
+    """The number of agents M."""
     return len(self.xs)
 
   @property
   def sizes(self) -> tuple[int, ...]:
+    """Each agent's number of training points."""
     return tuple(int(x.shape[0]) for x in self.xs)
 
   @property
@@ -72,9 +74,11 @@ class FederatedProblem:
     return (self.kernels[kernel_of](x1, x2) / self.num_points).astype(dtype)
 
   def pooled_x(self) -> Array:
+    """All agents' inputs stacked in agent order (the centralised problem's inputs)."""
     return jnp.concatenate(self.xs, axis=0)
 
   def pooled_y(self) -> Array:
+    """All agents' targets stacked in agent order (the centralised problem's targets)."""
     return jnp.concatenate(self.ys, axis=0)
 
 
@@ -142,7 +146,11 @@ def make_problem(xs: Sequence[Any], ys: Sequence[Any], kernels: Any, ridge: floa
       or a callable whose Gram matrix is not symmetric positive semi-definite).
 
   Example:
-    >>> p = make_problem([x0, x1], [y0, y1], fedkrr.RBF(gamma=0.5), ridge=1e-3)
+    >>> x = jnp.linspace(-1.0, 1.0, 8)[:, None]
+    >>> y = jnp.sin(3.0 * x[:, 0])
+    >>> p = fedkrr.make_problem([x[:4], x[4:]], [y[:4], y[4:]], fedkrr.RBF(gamma=0.5), ridge=1e-3)
+    >>> p.num_agents, p.sizes
+    (2, (4, 4))
   """
   if dtype is None:
     dtype = jnp.float64 if jax.config.read("jax_enable_x64") else jnp.float32

@@ -90,6 +90,7 @@ class WeightedKRRLearner:
   rtol: float | None = dataclasses.field(default=None, metadata=dict(static=True))
 
   def fit(self, x: Array, targets: Array, weights: Array | None = None) -> KRRModel:
+    """Weighted kernel ridge regression; ``weights=None`` weighs every point 1 (plain KRR)."""
     dtype = jnp.asarray(self.ridge).dtype
     x = jnp.asarray(x, dtype)
     if weights is None:
@@ -294,8 +295,14 @@ def public_distillation(problem: FederatedProblem, reference: Array, weight: flo
       doubly stochastic (M, M) matrix.
 
   Example:
+    >>> x = jnp.linspace(-1.0, 1.0, 8)[:, None]
+    >>> y = jnp.sin(3.0 * x[:, 0])
+    >>> problem = fedkrr.make_problem([x[:4], x[4:]], [y[:4], y[4:]], fedkrr.RBF(gamma=2.0),
+    ...                               ridge=1e-2)
+    >>> z = jnp.linspace(-1.0, 1.0, 5)[:, None]   # the public reference points
     >>> rec = fedkrr.public_distillation(problem, z, weight=1.0)
-    >>> v1 = rec.step(rec.initial)   # every agent's round-1 predictions on z
+    >>> rec.step(rec.initial).shape   # every agent's round-1 predictions on z
+    (2, 5)
   """
   z, lam, w, _ = _check(problem, reference, weight, mixing, reference)
   return _build(problem, z, lam, w, z, rtol)[0]   # read out at Z: one shape fewer to compile
@@ -327,7 +334,13 @@ def public_distillation_trajectory(problem: FederatedProblem, reference: Array, 
     (rounds, M, n_eval[, C]): entry [t, a] is agent a's round-t model (round 0: local).
 
   Example:
-    >>> preds = fedkrr.public_distillation_trajectory(problem, z, 50, x_test, weight=1.0)
+    >>> x = jnp.linspace(-1.0, 1.0, 8)[:, None]
+    >>> y = jnp.sin(3.0 * x[:, 0])
+    >>> problem = fedkrr.make_problem([x[:4], x[4:]], [y[:4], y[4:]], fedkrr.RBF(gamma=2.0),
+    ...                               ridge=1e-2)
+    >>> z = jnp.linspace(-1.0, 1.0, 5)[:, None]
+    >>> fedkrr.public_distillation_trajectory(problem, z, 50, x, weight=1.0).shape
+    (50, 2, 8)
   """
   check_rounds(rounds)
   z, lam, w, x = _check(problem, reference, weight, mixing, x_eval)

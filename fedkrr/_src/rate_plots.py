@@ -132,8 +132,10 @@ def rate_curves(clusters: rates.TwoClusters, ridge: float = 1e-2, mixing: float 
     A :class:`RateCurves`.
 
   Example:
-    >>> curves = fedkrr.rate_curves(fedkrr.TwoClusters.draw(0, 50))
-    >>> fig = fedkrr.plot_rate_curves(curves, path="rates.png")
+    >>> curves = fedkrr.rate_curves(fedkrr.TwoClusters.draw(0, 20))
+    >>> bool(np.all(np.diff(curves.rho_ridge) < 0))   # more regularisation, faster decay
+    True
+    >>> fig = fedkrr.plot_rate_curves(curves)   # pass path="rates.png" to write it
   """
   base = clusters.problem(mixing, ridge)
   as_np = lambda a: np.asarray(a, dtype=np.float64)  # noqa: E731
@@ -366,7 +368,11 @@ def degradation_report(seed: int, out_dir: str | os.PathLike, points_per_agent: 
     A :class:`DegradationReport`.
 
   Example:
-    >>> report = fedkrr.degradation_report(0, "runs/rates")
+    >>> import os, tempfile
+    >>> out = tempfile.mkdtemp()
+    >>> report = fedkrr.degradation_report(0, out, points_per_agent=10, grid_size=3)
+    >>> sorted(os.listdir(out))
+    ['rate_curves.png', 'rate_heatmap.png', 'rates.json']
   """
   os.makedirs(out_dir, exist_ok=True)
   clusters = rates.TwoClusters.draw(seed, points_per_agent)

@@ -194,6 +194,7 @@ class Comparison(NamedTuple):
   paths: dict[str, str]
 
   def to_dict(self) -> dict[str, Any]:
+    """The comparison's settings and curves as a JSON-ready dict (``compare.json``)."""
     return {"config": self.config.to_dict(), "kernel": self.kernel, "ridge": self.ridge,
             "kernel_scales": list(self.scales), "spectral_radius": self.spectral_radius,
             "degradation_rate": self.degradation_rate, "rate_estimator": ESTIMATOR,
@@ -627,8 +628,16 @@ def compare(config: ExperimentConfig, workdir: str | os.PathLike, *, kernel: str
       run in ``workdir``.
 
   Example:
-    >>> cmp = neural.compare(neural.ExperimentConfig(...), "runs/cmp", kernel="ntk")
-    >>> cmp.spectral_radius, cmp.rates["agent 0"]["network_fit_sq_error"]
+    >>> import tempfile
+    >>> config = neural.ExperimentConfig(dataset="digits", train_subset=26, test_subset=12,
+    ...                                  models=("mlp",), width=8, rounds=4, epochs=1,
+    ...                                  protocol="akd")
+    >>> cmp = neural.compare(config, tempfile.mkdtemp(), kernel="ntk")
+    >>> sorted(cmp.rates["chain"])   # AKD's one series, the chain of models
+    ['network_fit_accuracy', 'network_fit_sq_error', 'spectral_radius', 'theory_fit_accuracy',
+     'theory_fit_sq_error', 'theory_limit_accuracy', 'theory_limit_sq_error']
+    >>> sorted(cmp.paths)
+    ['figure', 'json', 'markdown']
   """
   check_config(config, kernel)
   workdir = Path(workdir)

@@ -94,14 +94,17 @@ class Config:
     """Checks the ranges of the fields (subclasses extend it, calling ``super()``)."""
 
   def to_dict(self) -> dict[str, Any]:
+    """The config as a JSON-ready dict (tuples as lists)."""
     return {k: list(v) if isinstance(v, tuple) else v
             for k, v in dataclasses.asdict(self).items()}
 
   def to_json(self) -> str:
+    """The config as indented JSON, as run directories store it."""
     return json.dumps(self.to_dict(), indent=2) + "\n"
 
   @classmethod
   def field_names(cls) -> tuple[str, ...]:
+    """The names of the config's fields, in declaration order."""
     return tuple(f.name for f in dataclasses.fields(cls))
 
   @classmethod
@@ -121,6 +124,7 @@ class Config:
 
   @classmethod
   def from_json(cls, text: str) -> Config:
+    """Reads a config from JSON text, validated (``ConfigError`` names a bad field)."""
     return cls.from_dict(json_fields(text))
 
   def replace(self, **changes) -> Config:
@@ -265,6 +269,7 @@ class RunConfig(Config):
         object.__setattr__(self, name, self.seed)
 
   def validate(self) -> None:
+    """Raises ``ConfigError`` naming the first field with a bad value and what it expects."""
     super().validate()
     need = self.need
     need(self.dataset in DATASETS, "dataset", f"one of {', '.join(DATASETS)}")
@@ -345,6 +350,7 @@ class ExperimentConfig(RunConfig):
 
   @classmethod
   def config_name(cls, values: Mapping[str, Any] | None = None) -> str:
+    """The config's name in error messages."""
     return "the KD experiment config"
 
   @property
@@ -353,6 +359,7 @@ class ExperimentConfig(RunConfig):
     return self.models * self.agents if len(self.models) == 1 else self.models
 
   def validate(self) -> None:
+    """Raises ``ConfigError`` naming the first field with a bad value and what it expects."""
     super().validate()
     need = self.need
     need(self.protocol in RUN_PROTOCOLS, "protocol", f"one of {', '.join(RUN_PROTOCOLS)}")

@@ -76,10 +76,12 @@ class Dataset:
 
   @property
   def num_train(self) -> int:
+    """The number of training examples."""
     return int(self.x_train.shape[0])
 
   @property
   def num_test(self) -> int:
+    """The number of test examples."""
     return int(self.x_test.shape[0])
 
 

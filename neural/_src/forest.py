@@ -31,6 +31,7 @@ class ForestModel:
   num_outputs: int
 
   def predict(self, x: Array) -> Array:
+    """The forest's predictions at ``x`` (flattened per example), shape ``(n, num_outputs)``."""
     x = np.asarray(x, dtype=np.float32)
     out = self.forest.predict(x.reshape(x.shape[0], -1))
     return jnp.asarray(np.reshape(out, (x.shape[0], self.num_outputs)), dtype=jnp.float32)
@@ -47,8 +48,11 @@ class ForestLearner:
     n_jobs: scikit-learn's parallelism (the result does not depend on it).
 
   Example:
-    >>> model = ForestLearner(n_estimators=50, seed=0).fit(x, one_hot(y, 10))
-    >>> model.predict(x_test).shape   # (n_test, 10)
+    >>> ds = neural.load_dataset("digits", test_fraction=0.25)
+    >>> learner = neural.ForestLearner(n_estimators=20, seed=0)
+    >>> model = learner.fit(ds.x_train[:200], neural.one_hot(ds.y_train[:200], 10))
+    >>> model.predict(ds.x_test).shape   # (n_test, 10)
+    (450, 10)
   """
 
   n_estimators: int = 100

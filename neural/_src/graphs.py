@@ -105,6 +105,7 @@ class Graph:
 
   @property
   def num_nodes(self) -> int:
+    """The number of nodes (agents)."""
     return int(self.adjacency.shape[0])
 
   @property
@@ -123,9 +124,11 @@ class Graph:
     return self.out_degrees
 
   def out_neighbors(self, node: int) -> np.ndarray:
+    """The nodes that ``node`` sends to (row ``node`` of the adjacency matrix)."""
     return np.flatnonzero(self.adjacency[node])
 
   def in_neighbors(self, node: int) -> np.ndarray:
+    """The nodes that ``node`` receives from (column ``node`` of the adjacency matrix)."""
     return np.flatnonzero(self.adjacency[:, node])
 
   @property
@@ -135,6 +138,7 @@ class Graph:
 
   @property
   def is_strongly_connected(self) -> bool:
+    """Whether every node reaches every other along directed edges."""
     return is_strongly_connected(self.adjacency)
 
 

@@ -69,10 +69,12 @@ class FlaxLearner:
     init: variables to warm-start from (used only if ``config.warm_start``).
 
   Example:
-    >>> learner = FlaxLearner(get_model("cnn", 10), (28, 28, 1), TrainConfig(),
-    ...                       jax.random.PRNGKey(0))
-    >>> model = learner.fit(x, one_hot(y, 10))
-    >>> probs = model.predict(x_test)   # (n_test, 10)
+    >>> ds = neural.load_dataset("digits", test_fraction=0.25)
+    >>> learner = neural.FlaxLearner(neural.get_model("mlp", 10, width=16), (8, 8, 1),
+    ...                              neural.TrainConfig(epochs=2), jax.random.PRNGKey(0))
+    >>> model = learner.fit(ds.x_train[:200], neural.one_hot(ds.y_train[:200], 10))
+    >>> model.predict(ds.x_test[:5]).shape   # softmax probabilities
+    (5, 10)
   """
 
   model: nn.Module
@@ -94,6 +96,7 @@ class FlaxLearner:
 
   @property
   def warm(self) -> bool:
+    """Whether ``fit`` continues from the previous weights (``warm_start`` and an initial model)."""
     return bool(self.config.warm_start) and self.init is not None
 
   @property

@@ -173,9 +173,14 @@ class LinearizedLearner:
     LinearizedError: for bad settings (at construction) or data (in ``fit``).
 
   Example:
-    >>> learner = LinearizedLearner(model, variables, (8, 8, 1), ridge=1e-2, num_total=200)
-    >>> model_a = learner.fit(x_flat, targets)            # targets (n, C)
-    >>> preds = model_a.predict(x_test_flat)              # (n_test, C)
+    >>> ds = neural.load_dataset("digits", test_fraction=0.25)
+    >>> x = ds.x_train[:200].reshape(200, -1)   # flat inputs, as fedkrr passes them
+    >>> mlp = neural.get_model("mlp", 10, width=16)
+    >>> variables = mlp.init(jax.random.PRNGKey(0), ds.x_train[:1])
+    >>> learner = neural.LinearizedLearner(mlp, variables, (8, 8, 1), ridge=1e-2, num_total=200)
+    >>> model = learner.fit(x, neural.one_hot(ds.y_train[:200], 10))
+    >>> model.predict(ds.x_test[:5].reshape(5, -1)).shape
+    (5, 10)
   """
 
   model: nn.Module
@@ -201,10 +206,12 @@ class LinearizedLearner:
 
   @property
   def apply_fn(self) -> ModelApply:
+    """The network's apply function of (params, x), as the NTK and the linearisation use it."""
     return ModelApply(self.model, self.input_shape)
 
   @property
   def params0(self) -> Any:
+    """The parameters at initialisation, the point of linearisation (float32)."""
     return jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float32), self.variables["params"])
 
   def fit(self, x: Array, targets: Array) -> LinearizedModel:

@@ -347,9 +347,11 @@ class SplitResNet(nn.Module):
     self.predictor = ResNetHead(self.num_classes, tuple(self.blocks), self.width, self.norm)
 
   def features(self, x):
+    """The extractor's output: the features the client uploads."""
     return self.extractor(x)
 
   def head(self, h, train: bool = False):
+    """The server-side predictor's logits from the features ``h``."""
     return self.predictor(h, train)
 
   def __call__(self, x, train: bool = False, return_features: bool = False):
@@ -391,7 +393,10 @@ def get_model(name: str, num_classes: int, *, width: int | None = None, tiny: bo
     ModelError: for an unknown name or norm, a width < 1 or num_classes < 0.
 
   Example:
-    >>> model = get_model("cnn", 10)
+    >>> model = neural.get_model("cnn", 10)
+    >>> variables = model.init(jax.random.PRNGKey(0), jnp.zeros((1, 28, 28, 1)))
+    >>> model.apply(variables, jnp.zeros((4, 28, 28, 1))).shape
+    (4, 10)
   """
   if name not in MODELS:
     raise ModelError(f"name: expected one of {MODELS}, got {name!r}")

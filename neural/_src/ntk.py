@@ -124,8 +124,13 @@ def empirical_ntk(apply_fn: Callable[[Any, Array], Array], params: Any, x1: Arra
     NTKError: for a batch size < 1 or inputs whose trailing shapes differ.
 
   Example:
-    >>> apply_fn = lambda p, x: model.apply({"params": p}, x)
-    >>> k = neural.empirical_ntk(apply_fn, variables["params"], x_train)
+    >>> mlp = neural.get_model("mlp", 10, width=16)
+    >>> x = jax.random.normal(jax.random.PRNGKey(1), (6, 8, 8, 1))
+    >>> variables = mlp.init(jax.random.PRNGKey(0), x)
+    >>> apply_fn = lambda p, x: mlp.apply({"params": p}, x)
+    >>> k = neural.empirical_ntk(apply_fn, variables["params"], x)
+    >>> k.shape, bool(jnp.allclose(k, k.T))
+    ((6, 6), True)
   """
   if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
     raise NTKError(f"batch_size: expected an integer >= 1, got {batch_size!r}")
@@ -209,8 +214,14 @@ def ntk_kernel(model: nn.Module, variables: Any, input_shape: tuple[int, ...], *
     NTKError: if ``variables`` has no ``"params"`` or a bad batch size.
 
   Example:
-    >>> kernel = neural.ntk_kernel(model, variables, (8, 8, 1))
-    >>> problem = fedkrr.make_problem(xs_flat, ys, kernel, ridge=1e-3)
+    >>> mlp = neural.get_model("mlp", 10, width=16)
+    >>> variables = mlp.init(jax.random.PRNGKey(0), jnp.zeros((1, 8, 8, 1)))
+    >>> kernel = neural.ntk_kernel(mlp, variables, (8, 8, 1))
+    >>> x = jax.random.normal(jax.random.PRNGKey(1), (20, 64))   # flat inputs
+    >>> y = neural.one_hot(jnp.arange(20) % 10, 10)
+    >>> problem = fedkrr.make_problem([x[:10], x[10:]], [y[:10], y[10:]], kernel, ridge=1e-3)
+    >>> problem.sizes
+    (10, 10)
   """
   if not isinstance(variables, dict) and not hasattr(variables, "keys"):
     raise NTKError(f"variables: expected a Flax variables dict, got {type(variables).__name__}")

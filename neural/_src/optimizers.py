@@ -93,7 +93,12 @@ def make_optimizer(config) -> optax.GradientTransformation:
   docstring for the update equations).
 
   Example:
-    >>> tx = make_optimizer(OptimizerConfig("sgd", 0.1, weight_decay=5e-4, momentum=0.9))
+    >>> tx = neural.make_optimizer(neural.OptimizerConfig("sgd", 0.1, weight_decay=5e-4,
+    ...                                                   momentum=0.9))
+    >>> params = {"w": jnp.ones(3)}
+    >>> updates, state = tx.update({"w": jnp.ones(3)}, tx.init(params), params)
+    >>> updates["w"].round(6).tolist()   # -0.1 * (1 + 5e-4): no momentum in the first step
+    [-0.10005, -0.10005, -0.10005]
   """
   if not isinstance(config, OptimizerConfig):
     config = config.optimizer_config()

@@ -360,7 +360,10 @@ def partition(name: str, labels: np.ndarray, num_agents: int, rng: np.random.Gen
     PartitionError: unknown name, unknown or missing parameter, bad value.
 
   Example:
-    >>> parts = partition("label-split", labels, 2, np.random.default_rng(0), alpha=0.1)
+    >>> labels = np.repeat(np.arange(10), 20)
+    >>> parts = neural.partition("label-split", labels, 2, np.random.default_rng(0), alpha=0.0)
+    >>> [sorted(set(labels[p].tolist())) for p in parts]   # Alpha = 0: disjoint label sets
+    [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]]
   """
   if name not in PARTITIONS:
     raise PartitionError(f"name must be one of {PARTITIONS}, got {name!r}")

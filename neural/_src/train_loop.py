@@ -354,9 +354,13 @@ def train_loop(loss_fn: Callable[..., Any], params: Any, data: Any, *,
     >>> def loss_fn(params, batch):
     ...   pred = batch.data["x"] @ params["w"]
     ...   return weighted_mean((pred - batch.data["y"]) ** 2, batch.weights)
+    >>> x = jax.random.normal(jax.random.PRNGKey(1), (64, 3))
+    >>> y = x @ jnp.array([1.0, -2.0, 0.5])
     >>> out = train_loop(loss_fn, {"w": jnp.zeros(3)}, {"x": x, "y": y},
     ...                  optimizer=OptimizerConfig("sgd", 0.1), key=jax.random.PRNGKey(0),
-    ...                  batch_size=16, epochs=5)
+    ...                  batch_size=16, epochs=50)
+    >>> out.params["w"].round(2).tolist()
+    [1.0, -2.0, 0.5]
   """
   if (epochs is None) == (steps is None):
     raise TrainError(f"epochs, steps: expected exactly one of them, got {epochs!r} and {steps!r}")

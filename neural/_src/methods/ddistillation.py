@@ -235,6 +235,7 @@ class DDistConfig(MethodConfig):
   z_step_scale: float = 1.0
 
   def validate(self) -> None:
+    """Raises ``ConfigError`` naming the first field with a bad value and what it expects."""
     super().validate()
     self.need(self.method in METHODS, "method", f"one of {', '.join(METHODS)}")
     self.need(self.model in MODELS, "model", f"one of {', '.join(MODELS)}")

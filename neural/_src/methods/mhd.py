@@ -330,6 +330,7 @@ class MHDConfig(MethodConfig):
   target_choice: str = "confident"
 
   def validate(self) -> None:
+    """Raises ``ConfigError`` naming the first field with a bad value and what it expects."""
     super().validate()
     self.need(self.method in MHD_METHODS, "method", f"one of {MHD_METHODS}")
     self.need(self.model in MODELS, "model", f"one of {MODELS}")
@@ -365,10 +366,12 @@ class MHDConfig(MethodConfig):
 
   @property
   def distills(self) -> bool:
+    """Whether the aux heads distil from the teacher pool (``mhd``; not the baselines)."""
     return self.method == "mhd"
 
   @property
   def pool(self) -> int:
+    """The number of teachers kept per client (all agents unless ``pool_size`` is set)."""
     return self.agents if self.pool_size is None else self.pool_size
 
 

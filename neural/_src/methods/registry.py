@@ -65,9 +65,11 @@ class MethodConfig(RunConfig):
 
   @classmethod
   def config_name(cls, values: Mapping[str, Any] | None = None) -> str:
+    """The config's name in error messages (by its method)."""
     return f"the {(values or {}).get('method', '?')!r} config"
 
   def validate(self) -> None:
+    """Raises ``ConfigError`` naming the first field with a bad value and what it expects."""
     self.need(self.method in registered_methods(), "method",
               f"one of {', '.join(registered_methods())}")
     super().validate()

@@ -109,6 +109,7 @@ class FeatureClassifier(nn.Module):
     self.head = nn.Dense(self.num_classes)
 
   def features(self, x):
+    """The representation ``s = phi_u(x)`` (projected when ``feature_dim`` is set)."""
     s = self.backbone(x)
     return s if self.feature_dim is None else nn.relu(self.projection(s))
 
@@ -117,10 +118,12 @@ class FeatureClassifier(nn.Module):
     return self.head(self.features(x))
 
   def features_logits(self, x):
+    """The representation and the logits of ``x``, as ``(s, tau_u(s))``."""
     s = self.features(x)
     return s, self.head(s)
 
   def classify(self, s):
+    """The logits ``tau_u(s)`` of given representations ``s``."""
     return self.head(s)
 
 
@@ -514,6 +517,7 @@ class RepShareConfig(MethodConfig):
   eps: float = 1e-6
 
   def validate(self) -> None:
+    """Raises ``ConfigError`` naming the first field with a bad value and what it expects."""
     super().validate()
     self.need(self.method in METHODS, "method", f"one of {', '.join(METHODS)}")
     self.need(self.backbone in BACKBONES, "backbone", f"one of {', '.join(BACKBONES)}")
@@ -713,6 +717,7 @@ def _train_config(config: RepShareConfig) -> TrainConfig:
 
 
 def init(config: RepShareConfig, data: RepShareData) -> RepShareState:
+  """Round-0 state: each client's initial weights and optimiser state, and the first class means."""
   model = _model_of(config, data.num_classes)
   key = jax.random.PRNGKey(config.init_seed)
   k_model = jax.random.fold_in(key, 10**6)
