@@ -326,7 +326,11 @@ def public_distillation_trajectory(problem: FederatedProblem, reference: Array, 
   One factorisation per agent, then a ``lax.scan`` of ``v -> b + H (W^T ⊗ I) v``.
 
   Args:
-    problem, reference, weight, mixing, rtol: as in :func:`public_distillation`.
+    problem: as in :func:`public_distillation`.
+    reference: as in :func:`public_distillation`.
+    weight: as in :func:`public_distillation`.
+    mixing: as in :func:`public_distillation`.
+    rtol: as in :func:`public_distillation`.
     rounds: T >= 1 (static).
     x_eval: evaluation points (n_eval, d).
 
@@ -392,8 +396,13 @@ def public_distillation_round(problem: FederatedProblem, reference: Array, t: in
   over rounds).
 
   Args:
+    problem: as in :func:`public_distillation_trajectory`.
+    reference: as in :func:`public_distillation_trajectory`.
     t: the round, an integer >= 0.
-    Others: as in :func:`public_distillation_trajectory`.
+    x_eval: as in :func:`public_distillation_trajectory`.
+    weight: as in :func:`public_distillation_trajectory`.
+    mixing: as in :func:`public_distillation_trajectory`.
+    rtol: as in :func:`public_distillation_trajectory`.
 
   Returns:
     (M, n_eval[, C]): agent a's round-t model at ``x_eval``.
@@ -452,7 +461,10 @@ def public_distillation_simulate(problem: FederatedProblem, reference: Array, ro
   ``model.predict(x)`` are called.
 
   Args:
-    problem, reference, weight, mixing: as in :func:`public_distillation`.
+    problem: as in :func:`public_distillation`.
+    reference: as in :func:`public_distillation`.
+    weight: as in :func:`public_distillation`.
+    mixing: as in :func:`public_distillation`.
     rounds: T >= 1.
     x_eval: evaluation points (n_eval, d).
     learners: one learner per agent with ``fit(x, targets, weights)``; default
@@ -527,7 +539,10 @@ def coverage_sweep(problem: FederatedProblem, references: Sequence[Array], x_tes
   ``docs/public_distillation.md``).
 
   Args:
-    problem, weight, mixing, rtol: as in :func:`public_distillation`.
+    problem: as in :func:`public_distillation`.
+    weight: as in :func:`public_distillation`.
+    mixing: as in :func:`public_distillation`.
+    rtol: as in :func:`public_distillation`.
     references: R reference sets, each (n_Z_r, d) (sizes may differ).
     x_test: (n_test, d); y_test: (n_test,) or (n_test, C) like the labels.
 

@@ -392,7 +392,8 @@ def checks_table(rows: list[CheckRow]) -> str:
            "| --- | --- | --- | --- | --- | --- | --- |"]
   for r in rows:
     verdict = "yes" if r.holds else ("NO (finding)" if r.kind == "claim" else "NO (FAILURE)")
-    lines.append(f"| {r.id} | {r.statement} | {r.source} | {r.kind} | {r.residual:.2e} | "
+    statement = r.statement.replace("|", "\\|")   # norms ||x|| would split the row
+    lines.append(f"| {r.id} | {statement} | {r.source} | {r.kind} | {r.residual:.2e} | "
                  f"{r.tolerance:.1e} | {verdict} |")
   return "\n".join(lines)
 

@@ -309,7 +309,8 @@ def mlp_ntk(model: Any, params: Any, x1: Array, x2: Array) -> Array:
   Args:
     model: an :class:`neural.MLP` (static).
     params: its parameters ``{"Dense_0": {"kernel", "bias"}, ...}``.
-    x1, x2: flat inputs (n1, d), (n2, d).
+    x1: flat inputs (n1, d).
+    x2: flat inputs (n2, d).
   """
   depth = int(model.depth)
   dense = [params[f"Dense_{i}"] for i in range(depth + 1)]

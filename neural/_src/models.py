@@ -433,7 +433,10 @@ def get_head(name: str, num_classes: int, *, width: int | None = None, tiny: boo
 
   Args:
     name: a key of ``SPLIT_RESNETS`` ("resnet2" ... "resnet20").
-    num_classes, width, tiny, norm: as in :func:`get_model`.
+    num_classes: as in :func:`get_model`.
+    width: as in :func:`get_model`.
+    tiny: as in :func:`get_model`.
+    norm: as in :func:`get_model`.
 
   Returns:
     A :class:`ResNetHead` mapping feature maps (B, h, w, c) to (B, num_classes) logits.

@@ -510,7 +510,9 @@ def skewed_label_split(labels: np.ndarray, clients: int, rng: np.random.Generato
     clients: K >= 1.
     rng: NumPy generator (labels' assignment first, then the samples').
     skew: s >= 0.
-    assignment, labels_per_client, clients_per_label: see :func:`primary_labels`.
+    assignment: see :func:`primary_labels`.
+    labels_per_client: see :func:`primary_labels`.
+    clients_per_label: see :func:`primary_labels`.
     primary: a (K, C) boolean matrix to use instead of drawing one.
 
   Returns:

@@ -328,8 +328,8 @@ def train_loop(loss_fn: Callable[..., Any], params: Any, data: Any, *,
     optimizer: an :class:`neural.OptimizerConfig` (static).
     key: PRNG key of the sampling and of ``batch.key`` ((M,) keys if ``stacked``).
     batch_size: B.
-    epochs, steps: exactly one: E shuffled passes, or S mini-batches drawn with
-      replacement (see the module docstring).
+    epochs: E shuffled passes (give exactly one of ``epochs`` and ``steps``).
+    steps: S mini-batches drawn with replacement (see the module docstring).
     mask: (n,) booleans ((M, n) if ``stacked``), ``None`` for all points.
     context: per-agent PyTree handed to the loss (and updated by ``communicate``).
     shared: PyTree common to all agents, handed to the loss and ``communicate``.
@@ -341,8 +341,8 @@ def train_loop(loss_fn: Callable[..., Any], params: Any, data: Any, *,
       of the stacked agents (static, like ``loss_fn``); needs ``stacked``.
     has_aux: ``loss_fn`` returns ``(loss, aux)``; aux reaches ``communicate``.
     first_step: the global index of this call's first step (``batch.step``).
-    step_loop, agent_batching: "auto" (see the module docstring), or "scan" /
-      "python" and "vmap" / "sequential".
+    step_loop: "auto" (see the module docstring), "scan" or "python".
+    agent_batching: "auto" (see the module docstring), "vmap" or "sequential".
 
   Returns:
     A :class:`TrainResult` (params, optimiser state, context).

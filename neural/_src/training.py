@@ -212,7 +212,8 @@ def train_batch(model: nn.Module, variables: Variables, xs: Array, targets: Arra
   (``config.agent_batching``; "auto" picks the faster for the backend and model).
 
   Args:
-    model, config: shared by all agents (static).
+    model: shared by all agents (static).
+    config: shared by all agents (static).
     variables: stacked variables, every leaf with a leading axis of size M.
     xs: (M, n, H, W, C) inputs; agents with fewer points are padded and masked.
     targets: (M, n, C).

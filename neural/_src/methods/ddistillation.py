@@ -143,7 +143,8 @@ def z_update(z, s, weights, beta, eta):
     z: (N, b, K) network soft-decisions at time t.
     s: (N, b, K) soft-decisions s(theta^n_t, x) at time t.
     weights: (N, N) doubly stochastic W (``W[m, n]``: n's weight on m's message).
-    beta, eta: the coupling beta and step size eta_t (scalars).
+    beta: the coupling beta (a scalar).
+    eta: the step size eta_t (a scalar).
 
   Returns:
     (N, b, K) z at time t + 1.

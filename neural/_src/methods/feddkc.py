@@ -216,8 +216,8 @@ def skr_temperature(probs, E, eps, *, theta_min: float = 1e-6, theta_max: float 
     probs: (B, C) probability vectors.
     E: target entropy in bits, ``0 < E < log2 C``.
     eps: tolerance, > 0: rows end within eps/2 of E (Eq. 17).
-    theta_min, theta_max: the search bracket (paper: "close to zero" and
-      "reasonably big"), ``0 < theta_min < theta_max``.
+    theta_min: the bracket's low end (paper: "close to zero"), ``0 < theta_min < theta_max``.
+    theta_max: the bracket's high end (paper: "reasonably big").
     max_iter: most bisection steps.
 
   Returns:
@@ -268,7 +268,9 @@ def skr(probs, E, eps, *, theta_min: float = 1e-6, theta_max: float = 1e6,
     E: target Shannon entropy in bits, ``0 < E < log2 C``.
     eps: the tolerance of Eq. 6 / 17 (> 0); rows end with ``|H - E| < eps / 2``
       when E is reachable (see :func:`skr_temperature`).
-    theta_min, theta_max, max_iter: the bisection (static settings).
+    theta_min: as in :func:`skr_temperature` (static).
+    theta_max: as in :func:`skr_temperature` (static).
+    max_iter: as in :func:`skr_temperature` (static).
 
   Returns:
     (B, C) refined probability vectors.

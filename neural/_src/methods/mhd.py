@@ -117,7 +117,8 @@ def mhd_model(name: str, num_classes: int, num_aux_heads: int, *, width: int | N
     name: a model of ``neural.MODELS`` ("cnn", "mlp", "vgg", "resnet8", "resnet18").
     num_classes: C.
     num_aux_heads: m >= 0.
-    width, tiny: as in ``neural.get_model``.
+    width: as in ``neural.get_model``.
+    tiny: as in ``neural.get_model``.
 
   Raises:
     MHDError: m < 0 or C < 1; ``ModelError`` for a bad name or width.

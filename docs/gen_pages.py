@@ -1,0 +1,149 @@
+"""Generates the site's derived pages at build time (run by mkdocs-gen-files).
+
+- ``index.md``: the README, its ``docs/`` links made relative to the site;
+- ``api/*.md``: one page per public namespace, grouped as its ``__init__`` lists
+  the names (one section per implementation module, in import order);
+- ``cli/*.md``: the ``--help`` of every command and subcommand, from the parsers;
+- ``notebooks/*.ipynb``: the notebooks (mkdocs-jupyter executes them);
+- ``examples/main_job/``: the main job's report (``fedkrr demo``), run now, or
+  copied from ``FEDKRR_DOCS_MAIN_JOB=DIR`` (a finished ``fedkrr demo --out DIR``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import os
+from pathlib import Path
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import mkdocs_gen_files
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# (page, title, the __init__ that lists the public names)
+NAMESPACES = (
+    ("fedkrr", "fedkrr", "fedkrr/__init__.py"),
+    ("neural", "neural", "neural/__init__.py"),
+    ("neural.methods", "neural.methods", "neural/methods/__init__.py"),
+    ("neural.methods.ddistillation", "neural.methods.ddistillation",
+     "neural/methods/ddistillation.py"),
+    ("neural.methods.mhd", "neural.methods.mhd", "neural/methods/mhd.py"),
+    ("neural.methods.representation_sharing", "neural.methods.representation_sharing",
+     "neural/methods/representation_sharing.py"),
+    ("neural.methods.feddkc", "neural.methods.feddkc", "neural/methods/feddkc.py"),
+)
+# What the report links to; checkpoints, metrics and arrays stay out of the site.
+REPORT_SUFFIXES = (".md", ".png", ".json")
+
+
+def public_names(init_file: Path) -> list[tuple[str, list[str]]]:
+  """(source module, [public names]) in the order the file imports them."""
+  groups: dict[str, list[str]] = {}
+  for node in ast.parse(init_file.read_text()).body:
+    if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+      for alias in node.names:
+        name = alias.asname or alias.name
+        if not name.startswith("_") and node.module.split(".")[0] in ("fedkrr", "neural"):
+          if node.module in ("neural", "neural.methods") or name == "__version__":
+            continue   # submodules get pages of their own; the version is on the index
+          groups.setdefault(node.module, []).append(name)
+  return list(groups.items())
+
+
+def module_summary(module: str) -> str:
+  """The first paragraph of a module's docstring, read without importing it."""
+  path = ROOT / (module.replace(".", "/") + ".py")
+  doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+  return doc.split("\n\n")[0].replace("\n", " ")
+
+
+def api_page(namespace: str, title: str, init_file: str) -> str:
+  doc = ast.get_docstring(ast.parse((ROOT / init_file).read_text())) or ""
+  lines = [f"# `{title}`", "", doc.split("\n\n")[0].replace("\n", " "), ""]
+  for module, names in public_names(ROOT / init_file):
+    section = module.rsplit(".", 1)[-1].replace("_", " ")
+    lines += [f"## {section.capitalize()}", "",
+              module_summary(module), ""]
+    for name in names:
+      lines += [f"::: {namespace}.{name}", "    options:", "      heading_level: 3", ""]
+  return "\n".join(lines)
+
+
+def subcommands(parser: argparse.ArgumentParser):
+  yield [], parser
+  for action in parser._actions:   # argparse exposes no public walk of its subparsers
+    if isinstance(action, argparse._SubParsersAction):
+      for name, sub in action.choices.items():
+        yield [name], sub
+
+
+def cli_page(program: str, parser: argparse.ArgumentParser) -> str:
+  lines = [f"# `{program}` command line", "",
+           f"Every command's `--help`, as the installed `{program}` prints it. "
+           "The guide to the commands is [the command line](../cli.md).", ""]
+  for names, sub in subcommands(parser):
+    lines += [f"## `{' '.join([program, *names])}`", "", "```text", sub.format_help().rstrip(),
+              "```", ""]
+  return "\n".join(lines)
+
+
+def readme_as_index() -> str:
+  text = (ROOT / "README.md").read_text()
+  text = re.sub(r"\]\(docs/([^)]+)\)", r"](\1)", text)
+  return text
+
+
+def main_job_dir() -> Path:
+  given = os.environ.get("FEDKRR_DOCS_MAIN_JOB")
+  if given:
+    path = Path(given)
+    if not (path / "report.md").is_file():
+      raise SystemExit(f"FEDKRR_DOCS_MAIN_JOB: expected a fedkrr demo directory with report.md, "
+                       f"got {path}")
+    return path
+  out = Path(tempfile.mkdtemp(prefix="fedkrr-docs-")) / "main-job"
+  code = "import sys; from fedkrr._src.cli import main; sys.exit(main(sys.argv[1:]))"
+  subprocess.run([sys.executable, "-c", code, "demo", "--out", str(out)], check=True,
+                 stdout=subprocess.DEVNULL)
+  return out
+
+
+def main() -> None:
+  with mkdocs_gen_files.open("index.md", "w") as f:
+    f.write(readme_as_index())
+  mkdocs_gen_files.set_edit_path("index.md", "../README.md")
+
+  for page, title, init_file in NAMESPACES:
+    with mkdocs_gen_files.open(f"api/{page}.md", "w") as f:
+      f.write(api_page(page, title, init_file))
+    mkdocs_gen_files.set_edit_path(f"api/{page}.md", f"../{init_file}")
+
+  os.environ["COLUMNS"] = "100"   # argparse wraps help at the terminal's width
+  from fedkrr._src.cli import _parser as fedkrr_parser
+  from neural._src.cli import _parser as neural_parser
+  for program, parser in (("fedkrr", fedkrr_parser()), ("neural", neural_parser())):
+    with mkdocs_gen_files.open(f"cli/{program}.md", "w") as f:
+      f.write(cli_page(program, parser))
+
+  for notebook in sorted((ROOT / "notebooks").glob("*.ipynb")):
+    with mkdocs_gen_files.open(f"notebooks/{notebook.name}", "wb") as f:
+      f.write(notebook.read_bytes())
+
+  given = "FEDKRR_DOCS_MAIN_JOB" in os.environ
+  job = main_job_dir()
+  for path in sorted(job.rglob("*")):
+    if path.is_file() and path.suffix in REPORT_SUFFIXES and path.name != "metrics.jsonl":
+      relative = path.relative_to(job)
+      name = "index.md" if relative == Path("report.md") else relative.as_posix()
+      with mkdocs_gen_files.open(f"examples/main_job/{name}", "wb") as f:
+        f.write(path.read_bytes())
+  if not given:
+    shutil.rmtree(job.parent, ignore_errors=True)
+
+
+main()

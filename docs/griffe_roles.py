@@ -1,0 +1,52 @@
+"""A griffe extension for the API reference: the docstrings' Sphinx roles as links.
+
+The docstrings write cross-references the Sphinx way (``:func:`make_problem```,
+``:class:`fedkrr.RBF```). This turns each into a link to the API reference when
+it names a documented public name (``fedkrr.X``, ``neural.X``, ``neural.methods.X``,
+or a bare ``X`` that one of them exports), and into code otherwise.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+import re
+
+import griffe
+
+ROOT = Path(__file__).resolve().parent.parent
+ROLE = re.compile(r":(?:func|class|meth|mod|attr|data|exc|obj):`~?([^`]+)`")
+NAMESPACES = {"fedkrr": "fedkrr/__init__.py", "neural": "neural/__init__.py",
+              "neural.methods": "neural/methods/__init__.py"}
+
+
+def documented_names() -> dict[str, str]:
+  """Every public name of the API pages: full identifier -> itself, bare name -> first owner."""
+  names: dict[str, str] = {}
+  for namespace, init_file in NAMESPACES.items():
+    for node in ast.parse((ROOT / init_file).read_text()).body:
+      if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(
+          ("fedkrr._src", "neural._src")):
+        for alias in node.names:
+          name = alias.asname or alias.name
+          names[f"{namespace}.{name}"] = f"{namespace}.{name}"
+          names.setdefault(name, f"{namespace}.{name}")
+  return names
+
+
+class SphinxRoles(griffe.Extension):
+  """Rewrites ``:role:`target``` in every docstring griffe loads."""
+
+  def __init__(self) -> None:
+    super().__init__()
+    self.names = documented_names()
+
+  def link(self, match: re.Match) -> str:
+    target = match.group(1)
+    identifier = self.names.get(target)
+    return f"[`{target}`][{identifier}]" if identifier else f"`{target}`"
+
+  def on_instance(self, *, obj: griffe.Object, **kwargs) -> None:
+    del kwargs
+    if obj.docstring is not None:
+      obj.docstring.value = ROLE.sub(self.link, obj.docstring.value)
