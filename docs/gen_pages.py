@@ -108,8 +108,10 @@ def main_job_dir() -> Path:
     return path
   out = Path(tempfile.mkdtemp(prefix="fedkrr-docs-")) / "main-job"
   code = "import sys; from fedkrr._src.cli import main; sys.exit(main(sys.argv[1:]))"
-  subprocess.run([sys.executable, "-c", code, "demo", "--out", str(out)], check=True,
-                 stdout=subprocess.DEVNULL)
+  run = subprocess.run([sys.executable, "-c", code, "demo", "--out", str(out)],
+                       capture_output=True, text=True)
+  if run.returncode != 0:   # progress bars are noise in a build log; a failure's output is not
+    raise SystemExit(f"fedkrr demo failed ({run.returncode}):\n{run.stdout}\n{run.stderr}")
   return out
 
 
