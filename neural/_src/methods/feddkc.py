@@ -35,6 +35,7 @@ from typing import NamedTuple
 
 import flax.linen as nn
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 
