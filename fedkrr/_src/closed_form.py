@@ -141,6 +141,7 @@ def recurrence(problem: FederatedProblem, protocol: str, start: int = 0,
     blocks = {(i, j): matrix[sl[i], sl[j]] for i in range(m) for j in range(1, m)}
     return Recurrence(blocks, 0.0, solve(a0), zeros)
   protocols.check_protocol_name(protocol)  # raises: every known name returned above
+  raise AssertionError(f"no recurrence for protocol {protocol!r}")  # unreachable
 
 
 def _check_arguments(problem: FederatedProblem, protocol: str, start: int,

@@ -159,7 +159,8 @@ def geometry(problem: FederatedProblem) -> Geometry:
   k = stacked_gram(problem)
   d, q = jnp.linalg.eigh(0.5 * (k + k.T))
   d = jnp.maximum(d, 0.0)   # K is PSD: negative eigenvalues are rounding
-  return Geometry(q.T, d, problem.ridge, tuple(problem.sizes))
+  n1, n2 = problem.sizes   # two agents: checked above
+  return Geometry(q.T, d, problem.ridge, (n1, n2))
 
 
 def prepare(problem: FederatedProblem, x_eval: Array, geo: Geometry | None,
