@@ -49,6 +49,7 @@ from fedkrr._src import protocols
 from fedkrr._src.problem import FederatedProblem
 
 Array = jax.Array
+ArrayLike = jax.typing.ArrayLike
 
 
 class Recurrence(NamedTuple):
@@ -151,7 +152,7 @@ def _check_arguments(problem: FederatedProblem, protocol: str, start: int,
   protocols.check_rounds(rounds)
 
 
-def readout(problem: FederatedProblem, x_eval: Array) -> list[Array]:
+def readout(problem: FederatedProblem, x_eval: ArrayLike) -> list[Array]:
   """Per-agent read-outs ``E_a = k_a(x_eval, X_a) / N``, each (n_eval, N_a)."""
   return [problem.gram(a, x_eval, x) for a, x in enumerate(problem.xs)]
 
@@ -236,7 +237,7 @@ def _per_agent(problem: FederatedProblem, evals: list[Array], coeffs: Array) -> 
 
 
 @functools.partial(jax.jit, static_argnames=("protocol", "rounds", "start", "rtol", "every"))
-def trajectory(problem: FederatedProblem, protocol: str, rounds: int, x_eval: Array,
+def trajectory(problem: FederatedProblem, protocol: str, rounds: int, x_eval: ArrayLike,
                start: int = 0, rtol: float | None = None, every: int = 1) -> Array:
   """Predictions of every round 0..rounds-1 (or every k-th) at ``x_eval``, without refitting.
 
@@ -311,7 +312,7 @@ def spectral_radius(matrix: Array) -> Array:
 
 
 @functools.partial(jax.jit, static_argnames=("protocol", "start", "rtol"))
-def limit(problem: FederatedProblem, protocol: str, x_eval: Array, start: int = 0,
+def limit(problem: FederatedProblem, protocol: str, x_eval: ArrayLike, start: int = 0,
           rtol: float | None = None) -> Limit:
   """The t -> infinity limit of a protocol, by one linear solve.
 
@@ -346,7 +347,7 @@ def limit(problem: FederatedProblem, protocol: str, x_eval: Array, start: int = 
 
 
 @functools.partial(jax.jit, static_argnames=("rtol",))
-def central(problem: FederatedProblem, x_eval: Array, rtol: float | None = None) -> Array:
+def central(problem: FederatedProblem, x_eval: ArrayLike, rtol: float | None = None) -> Array:
   """Each agent's centralised optimum g^a* (eq. 5) at ``x_eval``: (M, n_eval[, C])."""
   x_eval = jnp.asarray(x_eval, problem.ridge.dtype)
   x_all, y_all = problem.pooled_x(), problem.pooled_y()
@@ -358,7 +359,7 @@ def central(problem: FederatedProblem, x_eval: Array, rtol: float | None = None)
 
 
 @functools.partial(jax.jit, static_argnames=("rtol",))
-def local(problem: FederatedProblem, x_eval: Array, rtol: float | None = None) -> Array:
+def local(problem: FederatedProblem, x_eval: ArrayLike, rtol: float | None = None) -> Array:
   """Each agent's model fitted on its own data only, at ``x_eval``: (M, n_eval[, C])."""
   preds = [e @ f.solve(y) for e, f, y in
            zip(readout(problem, x_eval), factors(problem, rtol), problem.ys)]

@@ -33,6 +33,7 @@ from fedkrr._src.problem import ProblemError
 from fedkrr._src.pytree import pytree_dataclass
 
 Array = jax.Array
+ArrayLike = jax.typing.ArrayLike
 
 
 def check_two_agents(problem: FederatedProblem, what: str) -> None:
@@ -163,7 +164,7 @@ def geometry(problem: FederatedProblem) -> Geometry:
   return Geometry(q.T, d, problem.ridge, (n1, n2))
 
 
-def prepare(problem: FederatedProblem, x_eval: Array, geo: Geometry | None,
+def prepare(problem: FederatedProblem, x_eval: ArrayLike, geo: Geometry | None,
             what: str) -> tuple[Geometry, list[Callable[[Array], Array]]]:
   """The common set-up of the closed forms built on the geometry (two agents only).
 
@@ -183,7 +184,7 @@ def prepare(problem: FederatedProblem, x_eval: Array, geo: Geometry | None,
   return geo, fits
 
 
-def akd_by_projections(problem: FederatedProblem, rounds: int, x_eval: Array,
+def akd_by_projections(problem: FederatedProblem, rounds: int, x_eval: ArrayLike,
                        geo: Geometry | None = None) -> Array:
   """AKD from agent 1, reconstructed from projections and contractions (Prop. III, eq. 12).
 

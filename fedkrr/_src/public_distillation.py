@@ -63,6 +63,7 @@ from fedkrr._src.protocols import check_rounds
 from fedkrr._src.pytree import pytree_dataclass
 
 Array = jax.Array
+ArrayLike = jax.typing.ArrayLike
 
 
 # ----------------------------------------------------------------------------- learner
@@ -90,7 +91,7 @@ class WeightedKRRLearner:
   num_points: Array
   rtol: float | None = dataclasses.field(default=None, metadata=dict(static=True))
 
-  def fit(self, x: Array, targets: Array, weights: Array | None = None) -> KRRModel:
+  def fit(self, x: ArrayLike, targets: ArrayLike, weights: ArrayLike | None = None) -> KRRModel:
     dtype = jnp.asarray(self.ridge).dtype
     x = jnp.asarray(x, dtype)
     if weights is None:
@@ -312,7 +313,7 @@ def _scan(rec: PublicDistillation, out: _Readout, rounds: int) -> Array:
 
 
 def public_distillation_trajectory(problem: FederatedProblem, reference: Array, rounds: int,
-                                   x_eval: Array, weight: float | Array,
+                                   x_eval: ArrayLike, weight: float | Array,
                                    mixing: Array | None = None,
                                    rtol: float | None = None) -> Array:
   """Every agent's predictions at ``x_eval`` for rounds 0..rounds-1, without refitting.
@@ -369,7 +370,7 @@ def _at_round(rec: PublicDistillation, out: _Readout, t: Array) -> Array:
 
 
 def public_distillation_round(problem: FederatedProblem, reference: Array, t: int | Array,
-                              x_eval: Array, weight: float | Array,
+                              x_eval: ArrayLike, weight: float | Array,
                               mixing: Array | None = None,
                               rtol: float | None = None) -> Array:
   """Every agent's round-t predictions at ``x_eval`` in one shot (no iteration).
@@ -402,7 +403,7 @@ def _fixed_point(rec: PublicDistillation, out: _Readout) -> closed_form.Limit:
   return closed_form.Limit(_read(rec, out, fixed), closed_form.spectral_radius(a))
 
 
-def public_distillation_limit(problem: FederatedProblem, reference: Array, x_eval: Array,
+def public_distillation_limit(problem: FederatedProblem, reference: Array, x_eval: ArrayLike,
                               weight: float | Array, mixing: Array | None = None,
                               rtol: float | None = None) -> closed_form.Limit:
   """The t -> infinity fixed point ``v* = (I - A)^{-1} b`` read out at ``x_eval``.
@@ -428,7 +429,7 @@ def public_distillation_limit(problem: FederatedProblem, reference: Array, x_eva
 
 
 def public_distillation_simulate(problem: FederatedProblem, reference: Array, rounds: int,
-                                 x_eval: Array, weight: float | Array,
+                                 x_eval: ArrayLike, weight: float | Array,
                                  mixing: Array | None = None,
                                  learners: Sequence[Any] | None = None,
                                  rtol: float | None = None) -> Array:

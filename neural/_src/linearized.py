@@ -56,6 +56,7 @@ from neural._src.ntk import _outputs
 from neural._src.ntk import check_flat_inputs
 
 Array = jax.Array
+ArrayLike = jax.typing.ArrayLike
 
 
 class LinearizedError(ValueError):
@@ -85,7 +86,7 @@ class LinearizedModel:
   steps: Array
   scalar: bool = dataclasses.field(default=False, metadata=dict(static=True))
 
-  def predict(self, x: Array) -> Array:
+  def predict(self, x: ArrayLike) -> Array:
     """Predictions (n, C) float32, or (n,) for vector targets; ``x`` flat (n, d) or (n, *shape)."""
     x = check_flat_inputs(x, self.apply_fn.input_shape).astype(jnp.float32)
     out = _linear_predict(self.apply_fn, self.params0, self.delta, x)
@@ -207,7 +208,7 @@ class LinearizedLearner:
   def params0(self) -> Any:
     return jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float32), self.variables["params"])
 
-  def fit(self, x: Array, targets: Array) -> LinearizedModel:
+  def fit(self, x: ArrayLike, targets: ArrayLike) -> LinearizedModel:
     """Trains on ``x`` (n, d) and ``targets`` (n,) or (n, C); returns the linearised model."""
     x = check_flat_inputs(x, self.input_shape).astype(jnp.float32)
     t = jnp.asarray(targets, jnp.float32)
