@@ -254,11 +254,11 @@ def _operators(problem: FederatedProblem, reference: Array, weight: Array, point
   return _Readout(jnp.stack(local), jnp.stack(offset), jnp.stack(transfer))
 
 
-def _split(ops: _Readout, n_z: int) -> tuple[PublicDistillation, _Readout]:
+def _split(ops: _Readout, n_z: int, mixing: Array) -> tuple[PublicDistillation, _Readout]:
   """Operators read out at ``[Z; x_eval]`` -> the recurrence on Z and the x_eval read-out."""
   head = lambda v: v[:, :n_z]  # noqa: E731
   tail = lambda v: v[:, n_z:]  # noqa: E731
-  rec = PublicDistillation(head(ops.transfer), head(ops.offset), head(ops.local), None)
+  rec = PublicDistillation(head(ops.transfer), head(ops.offset), head(ops.local), mixing)
   return rec, _Readout(tail(ops.local), tail(ops.offset), tail(ops.transfer))
 
 
@@ -266,8 +266,7 @@ def _split(ops: _Readout, n_z: int) -> tuple[PublicDistillation, _Readout]:
 def _build(problem, reference, weight, mixing, x_eval, rtol):
   """The recurrence on Z and the read-out at x_eval: every factorisation, one compilation."""
   ops = _operators(problem, reference, weight, jnp.concatenate([reference, x_eval], axis=0), rtol)
-  rec, out = _split(ops, reference.shape[0])
-  return rec._replace(mixing=mixing), out
+  return _split(ops, reference.shape[0], mixing)
 
 
 def _read(rec: PublicDistillation, out: _Readout, v: Array) -> Array:
