@@ -27,6 +27,7 @@ import dataclasses
 import functools
 import math
 from typing import Any
+from typing import cast
 
 import flax.linen as nn
 import jax
@@ -158,7 +159,7 @@ class ModelApply:
 
   def __call__(self, params: Any, x: Array) -> Array:
     x = x.reshape((x.shape[0],) + self.input_shape)
-    return self.model.apply({"params": params}, x, train=False)
+    return cast(Array, self.model.apply({"params": params}, x, train=False))
 
 
 def check_flat_inputs(x: Any, input_shape: tuple[int, ...], name: str = "x") -> Array:

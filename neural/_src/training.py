@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from typing import Any
+from typing import cast
 
 import flax.linen as nn
 import jax
@@ -127,8 +128,8 @@ class SoftmaxLoss:
 
   def __call__(self, params, batch: Batch) -> Array:
     variables = {"params": params, **(batch.context or {})}
-    logits = self.model.apply(variables, batch.data["x"], train=True,
-                              rngs={"dropout": batch.key})
+    logits = cast(Array, self.model.apply(variables, batch.data["x"], train=True,
+                                          rngs={"dropout": batch.key}))
     return weighted_mean(per_example_loss(logits.astype(jnp.float32), batch.data["t"],
                                           self.loss), batch.weights)
 

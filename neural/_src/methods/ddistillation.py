@@ -39,6 +39,7 @@ import dataclasses
 import functools
 from typing import Any
 from typing import NamedTuple
+from typing import cast
 
 import jax
 import jax.numpy as jnp
@@ -369,7 +370,7 @@ def init(config: DDistConfig, data: DDistData) -> DDistState:
     if config.z_init == "uniform":
       z = jnp.full((config.agents, q, k), 1.0 / k, jnp.float32)
     else:
-      z = jax.vmap(lambda p: jax.nn.softmax(model.apply(p, data.x_ref)))(params)
+      z = jax.vmap(lambda p: jax.nn.softmax(cast(jax.Array, model.apply(p, data.x_ref))))(params)
   opt_state = jax.vmap(make_optimizer(_step_size(config)).init)(params)
   return DDistState(_to_numpy(params), _to_numpy(z), np.zeros(config.agents, np.int64),
                     _to_numpy(opt_state))

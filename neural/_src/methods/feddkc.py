@@ -32,6 +32,7 @@ import functools
 import math
 from typing import Any
 from typing import NamedTuple
+from typing import cast
 
 import flax.linen as nn
 import jax
@@ -439,7 +440,7 @@ class _DistillLoss:
   model: nn.Module
 
   def __call__(self, params, batch):
-    logits = self.model.apply({"params": params}, batch.data["x"], train=True)
+    logits = cast(Array, self.model.apply({"params": params}, batch.data["x"], train=True))
     losses = distillation_loss(logits.astype(jnp.float32), batch.data["y"],
                                batch.data["target"], batch.shared)
     return weighted_mean(losses, batch.weights)

@@ -40,6 +40,7 @@ import dataclasses
 import functools
 from typing import Any
 from typing import NamedTuple
+from typing import cast
 
 import flax.linen as nn
 import jax
@@ -520,8 +521,9 @@ class _MHDLoss:
       slots, teacher_valid = _pick_slots(pool_key, pool_valid, config.teachers_per_step)
 
       def teach(slot):
-        e, lg = self.model.apply({"params": jax.tree.map(lambda a: a[slot], pool_params)}, xu,
-                                 train=False)
+        e, lg = cast(tuple[Array, Array],
+                     self.model.apply({"params": jax.tree.map(lambda a: a[slot], pool_params)},
+                                      xu, train=False))
         return e, jax.nn.softmax(lg, axis=-1)
 
       teacher_emb, teacher_probs = jax.lax.stop_gradient(jax.vmap(teach)(slots))

@@ -48,6 +48,7 @@ import dataclasses
 import functools
 from typing import Any
 from typing import NamedTuple
+from typing import cast
 
 import flax.linen as nn
 import jax
@@ -571,14 +572,15 @@ def local_loss(model: FeatureClassifier, loss: _Loss, params: Any, x: Array, lab
   lambda_FD l_FD`` for "fd". Terms whose teacher is missing (``download.valid``
   False) are dropped, so FD without any teacher (FedAvg, IL) is ``l_CE`` alone.
   """
-  s, z = model.apply({"params": params}, x, method=FeatureClassifier.features_logits)
+  s, z = cast(tuple[Array, Array],
+              model.apply({"params": params}, x, method=FeatureClassifier.features_logits))
   z = z.astype(jnp.float32)
   total = -jnp.take_along_axis(jax.nn.log_softmax(z, -1), labels[:, None], axis=1)[:, 0]
   if loss.kind == "repshare":
     kd = feature_matching_loss(s, labels, download.means, loss.kd_reduction)
     total = total + loss.lambda_kd * jnp.where(download.valid[labels], kd, 0.0)
-    t_logits = model.apply({"params": params}, download.observations,
-                           method=FeatureClassifier.classify)        # (M_down, C, C)
+    t_logits = cast(Array, model.apply({"params": params}, download.observations,
+                                       method=FeatureClassifier.classify))  # (M_down, C, C)
     m = jax.random.randint(key, labels.shape, 0, t_logits.shape[0])
     disc = contrastive_loss(z, t_logits[m], labels, download.observation_valid[m], loss.eps)
     if loss.disc_reduction == "mean":
