@@ -67,6 +67,7 @@ from neural._src.train_loop import train_loop
 from neural._src.training import TrainConfig
 
 Array = jax.Array
+ArrayLike = jax.typing.ArrayLike
 
 METHODS = ("repshare", "repshare-fd", "repshare-fedavg", "repshare-independent")
 BACKBONES = ("lenet5", "mlp", "resnet9", "resnet18")
@@ -236,7 +237,7 @@ def contrastive_loss(student_logits: Array, teacher_logits: Array, labels: Array
   return jnp.sum(terms, axis=1)
 
 
-def feature_matching_loss(features: Array, labels: Array, class_means: Array,
+def feature_matching_loss(features: ArrayLike, labels: ArrayLike, class_means: ArrayLike,
                           reduction: str = "sum") -> Array:
   """Per-sample feature-based KD term ``l_KD(s_i, tbar^{y_i}) = ||s_i - tbar^{y_i}||^2`` (Eq. 7).
 
@@ -319,10 +320,10 @@ class Download(NamedTuple):
     observation_valid: (M_down, C).
   """
 
-  means: Array
-  valid: Array
-  observations: Array
-  observation_valid: Array
+  means: Array | np.ndarray
+  valid: Array | np.ndarray
+  observations: Array | np.ndarray
+  observation_valid: Array | np.ndarray
 
 
 def tree_size(tree: Any) -> int:
@@ -564,7 +565,7 @@ def _loss_of(config: RepShareConfig) -> _Loss:
 
 
 def local_loss(model: FeatureClassifier, loss: _Loss, params: Any, x: Array, labels: Array,
-               weights: Array, download: Download | None, key: Array) -> Array:
+               weights: Array, download: Download, key: Array) -> Array:
   """The mini-batch objective of LOCALUPDATE (Eq. 6; Algorithm 2), a scalar.
 
   ``sum_i w_i [l_CE + lambda_KD l_KD + lambda_disc l_disc] / sum_i w_i`` for
