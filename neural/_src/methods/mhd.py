@@ -65,6 +65,7 @@ from neural._src.run_data import load_train_test
 from neural._src.train_loop import train_loop
 
 Array = jax.Array
+ArrayLike = jax.typing.ArrayLike
 
 MHD_METHODS = ("mhd", "mhd-isolated", "mhd-fedavg")
 TARGET_CHOICES = ("confident", "random")
@@ -460,7 +461,8 @@ def _model(config: MHDConfig, num_classes: int) -> MultiHeadModel:
 
 def _optimizer(config: MHDConfig) -> OptimizerConfig:
   """SGD with momentum (the paper's) or Adam, L2 decay, cosine decay over all rounds."""
-  cosine = dict(schedule="cosine", decay_steps=config.rounds * config.steps_per_round)
+  cosine: dict[str, Any] = dict(schedule="cosine",
+                                decay_steps=config.rounds * config.steps_per_round)
   return OptimizerConfig(config.optimizer, config.learning_rate, config.weight_decay,
                          config.momentum, **(cosine if config.cosine else {}))
 
@@ -552,7 +554,7 @@ def _heads_jit(params, x, *, model):
   return jax.vmap(one)(params)
 
 
-def head_probabilities(model: MultiHeadModel, params: Any, x: Array,
+def head_probabilities(model: MultiHeadModel, params: Any, x: ArrayLike,
                        batch_size: int = 512) -> np.ndarray:
   """Softmax of every head of every client, shape (K, m + 1, n, C), in chunks of x."""
   x = np.asarray(x, dtype=np.float32)
