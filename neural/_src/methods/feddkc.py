@@ -412,7 +412,7 @@ def _opt(config: FedDKCConfig) -> OptimizerConfig:
 
 
 def _models(config: FedDKCConfig, num_classes: int) -> tuple[list[nn.Module], nn.Module]:
-  kw = dict(width=config.width, tiny=config.tiny, norm=config.norm)
+  kw: dict[str, Any] = dict(width=config.width, tiny=config.tiny, norm=config.norm)
   clients = [get_model(config.client_model_name(k), num_classes, **kw)
              for k in range(config.agents)]
   return clients, get_head(config.server_model, num_classes, **kw)
