@@ -442,7 +442,8 @@ class _Gossip:
       mixed = gossip(weights, ex.params_before)
       return jax.tree.map(lambda m, new, old: m + (new - old), mixed, ex.params,
                           ex.params_before), ex.context
-    eta = self.step_size.learning_rate_at()(ex.step)
+    schedule = cast(Callable[..., Any], self.step_size.learning_rate_at())  # polynomial schedule
+    eta = schedule(ex.step)
     ref = _reference_batch(ex.shared_key, ex.shared["x_ref"].shape[0], self.network_batch_size)
     z = ex.context["z"]
     z = z.at[:, ref].set(z_update(z[:, ref], ex.aux, weights, self.beta,
