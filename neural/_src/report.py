@@ -244,8 +244,8 @@ def _mnist(out: Path, settings: MainJobSettings, progress: bool):
                    f"{_num(nn[0] if nn else None)} / {_num(nn[-1] if nn else None)} | {gap} | "
                    f"{rate['spectral_radius']:.4f} | {_num(rate['theory_fit_sq_error'])} | "
                    f"{_num(rate['network_fit_sq_error'])} |")
-    assert c.test_subset is not None   # the MNIST config evaluates on a test subset
-    reading.append(_mnist_reading(protocol, comp, int(c.test_subset)))
+    num_test = cast(int, c.test_subset)   # the MNIST config evaluates on a test subset
+    reading.append(_mnist_reading(protocol, comp, int(num_test)))
   lines += ["", "The first and last columns are taken on the rounds where both the theory and "
             "the network have a value; the gap is the mean over those rounds.", "",
             "Per-round tables: " + ", ".join(f"[{p}](mnist/{p}/compare.md)" for p in results)
