@@ -43,6 +43,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from typing import Any
+from typing import cast
 
 import flax.linen as nn
 import jax
@@ -94,8 +95,8 @@ class LinearizedModel:
 
 
 def _dot(u: Any, v: Any) -> Array:
-  return sum(jnp.vdot(a, b) for a, b in zip(jax.tree_util.tree_leaves(u),
-                                            jax.tree_util.tree_leaves(v)))
+  return cast(Array, sum(jnp.vdot(a, b) for a, b in zip(jax.tree_util.tree_leaves(u),
+                                                        jax.tree_util.tree_leaves(v))))
 
 
 def _axpy(alpha: Array, u: Any, v: Any) -> Any:

@@ -187,9 +187,9 @@ class _NTKFunction:
   def __call__(self, x1: Array, x2: Array) -> Array:
     shape = self.apply_fn.input_shape
     same = x2 is x1
-    x1 = check_flat_inputs(x1, shape, "x1")
-    x2 = None if same else check_flat_inputs(x2, shape, "x2")
-    return empirical_ntk(self.apply_fn, self.params, x1, x2, batch_size=self.batch_size)
+    flat1 = check_flat_inputs(x1, shape, "x1")
+    flat2 = None if same else check_flat_inputs(x2, shape, "x2")
+    return empirical_ntk(self.apply_fn, self.params, flat1, flat2, batch_size=self.batch_size)
 
 
 def ntk_kernel(model: nn.Module, variables: Any, input_shape: tuple[int, ...], *,
