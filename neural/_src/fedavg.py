@@ -22,7 +22,6 @@ import jax.numpy as jnp
 from fedkrr import Protocol
 from fedkrr import RoundOutput
 from fedkrr import fit_all
-from neural._src.learners import FlaxModel
 
 
 class FedAvgError(ValueError):
@@ -90,7 +89,7 @@ def fedavg(initial_variables: Any) -> Protocol:
   def step(state, learners, xs, ys):
     check_same_architecture(learners)
     local = [learner.with_init(state.variables) for learner in learners]
-    models = cast(tuple[FlaxModel, ...], fit_all(local, xs, ys))   # Flax learners' models
+    models = cast(tuple[Any, ...], fit_all(local, xs, ys))   # Flax models (with variables)
     sizes = [int(x.shape[0]) for x in xs]
     weights = [n / sum(sizes) for n in sizes]
     variables = average([m.variables for m in models], weights)
