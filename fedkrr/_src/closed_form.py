@@ -49,6 +49,7 @@ from fedkrr._src import protocols
 from fedkrr._src.problem import FederatedProblem
 
 Array = jax.Array
+ArrayLike = jax.typing.ArrayLike
 
 
 class Recurrence(NamedTuple):
@@ -141,6 +142,7 @@ def recurrence(problem: FederatedProblem, protocol: str, start: int = 0,
     blocks = {(i, j): matrix[sl[i], sl[j]] for i in range(m) for j in range(1, m)}
     return Recurrence(blocks, 0.0, solve(a0), zeros)
   protocols.check_protocol_name(protocol)  # raises: every known name returned above
+  raise AssertionError(f"no recurrence for protocol {protocol!r}")  # unreachable
 
 
 def _check_arguments(problem: FederatedProblem, protocol: str, start: int,
@@ -150,7 +152,7 @@ def _check_arguments(problem: FederatedProblem, protocol: str, start: int,
   protocols.check_rounds(rounds)
 
 
-def readout(problem: FederatedProblem, x_eval: Array) -> list[Array]:
+def readout(problem: FederatedProblem, x_eval: ArrayLike) -> list[Array]:
   """Per-agent read-outs ``E_a = k_a(x_eval, X_a) / N``, each (n_eval, N_a)."""
   return [problem.gram(a, x_eval, x) for a, x in enumerate(problem.xs)]
 
@@ -235,7 +237,7 @@ def _per_agent(problem: FederatedProblem, evals: list[Array], coeffs: Array) -> 
 
 
 @functools.partial(jax.jit, static_argnames=("protocol", "rounds", "start", "rtol", "every"))
-def trajectory(problem: FederatedProblem, protocol: str, rounds: int, x_eval: Array,
+def trajectory(problem: FederatedProblem, protocol: str, rounds: int, x_eval: ArrayLike,
                start: int = 0, rtol: float | None = None, every: int = 1) -> Array:
   """Predictions of every round 0..rounds-1 (or every k-th) at ``x_eval``, without refitting.
 
@@ -316,7 +318,7 @@ def spectral_radius(matrix: Array) -> Array:
 
 
 @functools.partial(jax.jit, static_argnames=("protocol", "start", "rtol"))
-def limit(problem: FederatedProblem, protocol: str, x_eval: Array, start: int = 0,
+def limit(problem: FederatedProblem, protocol: str, x_eval: ArrayLike, start: int = 0,
           rtol: float | None = None) -> Limit:
   """The t -> infinity limit of a protocol, by one linear solve.
 
@@ -351,7 +353,7 @@ def limit(problem: FederatedProblem, protocol: str, x_eval: Array, start: int = 
 
 
 @functools.partial(jax.jit, static_argnames=("rtol",))
-def central(problem: FederatedProblem, x_eval: Array, rtol: float | None = None) -> Array:
+def central(problem: FederatedProblem, x_eval: ArrayLike, rtol: float | None = None) -> Array:
   """Each agent's centralised optimum g^a* (eq. 5) at ``x_eval``: (M, n_eval[, C])."""
   x_eval = jnp.asarray(x_eval, problem.ridge.dtype)
   x_all, y_all = problem.pooled_x(), problem.pooled_y()
@@ -363,7 +365,7 @@ def central(problem: FederatedProblem, x_eval: Array, rtol: float | None = None)
 
 
 @functools.partial(jax.jit, static_argnames=("rtol",))
-def local(problem: FederatedProblem, x_eval: Array, rtol: float | None = None) -> Array:
+def local(problem: FederatedProblem, x_eval: ArrayLike, rtol: float | None = None) -> Array:
   """Each agent's model fitted on its own data only, at ``x_eval``: (M, n_eval[, C])."""
   preds = [e @ f.solve(y) for e, f, y in
            zip(readout(problem, x_eval), factors(problem, rtol), problem.ys)]

@@ -33,6 +33,7 @@ from fedkrr._src.problem import ProblemError
 from fedkrr._src.pytree import pytree_dataclass
 
 Array = jax.Array
+ArrayLike = jax.typing.ArrayLike
 
 
 def check_two_agents(problem: FederatedProblem, what: str) -> None:
@@ -164,10 +165,11 @@ def geometry(problem: FederatedProblem) -> Geometry:
   k = stacked_gram(problem)
   d, q = jnp.linalg.eigh(0.5 * (k + k.T))
   d = jnp.maximum(d, 0.0)   # K is PSD: negative eigenvalues are rounding
-  return Geometry(q.T, d, problem.ridge, tuple(problem.sizes))
+  n1, n2 = problem.sizes   # two agents: checked above
+  return Geometry(q.T, d, problem.ridge, (n1, n2))
 
 
-def prepare(problem: FederatedProblem, x_eval: Array, geo: Geometry | None,
+def prepare(problem: FederatedProblem, x_eval: ArrayLike, geo: Geometry | None,
             what: str) -> tuple[Geometry, list[Callable[[Array], Array]]]:
   """The common set-up of the closed forms built on the geometry (two agents only).
 
@@ -187,7 +189,7 @@ def prepare(problem: FederatedProblem, x_eval: Array, geo: Geometry | None,
   return geo, fits
 
 
-def akd_by_projections(problem: FederatedProblem, rounds: int, x_eval: Array,
+def akd_by_projections(problem: FederatedProblem, rounds: int, x_eval: ArrayLike,
                        geo: Geometry | None = None) -> Array:
   """AKD from agent 1, reconstructed from projections and contractions (Prop. III, eq. 12).
 

@@ -23,6 +23,7 @@ from typing import Any
 
 import jax
 from jax import lax
+import jax.core
 import jax.numpy as jnp
 
 from fedkrr._src.nn_kernels import PARAMETRIZATIONS

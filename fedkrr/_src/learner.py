@@ -21,12 +21,13 @@ from fedkrr._src.problem import FederatedProblem
 from fedkrr._src.pytree import pytree_dataclass
 
 Array = jax.Array
+ArrayLike = jax.typing.ArrayLike
 
 
 class Model(Protocol):
   """A trained model: ``predict(x)`` returns predictions of shape (n,) or (n, C)."""
 
-  def predict(self, x: Array) -> Array:
+  def predict(self, x: ArrayLike) -> Array:
     """The model's predictions at the points ``x``."""
     ...
 
@@ -34,7 +35,7 @@ class Model(Protocol):
 class Learner(Protocol):
   """Fits a model on inputs ``x`` (n, d) and targets (n,) or (n, C)."""
 
-  def fit(self, x: Array, targets: Array) -> Model:
+  def fit(self, x: ArrayLike, targets: ArrayLike) -> Model:
     """Fits a model to ``targets`` at the points ``x``; the protocols call nothing else."""
     ...
 
@@ -48,7 +49,7 @@ class KRRModel:
   alpha: Array
   num_points: Array
 
-  def predict(self, x: Array) -> Array:
+  def predict(self, x: ArrayLike) -> Array:
     """The fitted function at the points ``x``: ``k(x, X) alpha``."""
     return _krr_predict(self, jnp.asarray(x, dtype=self.alpha.dtype))
 
@@ -77,7 +78,7 @@ class KRRLearner:
   num_points: Array
   rtol: float | None = dataclasses.field(default=None, metadata=dict(static=True))
 
-  def fit(self, x: Array, targets: Array) -> KRRModel:
+  def fit(self, x: ArrayLike, targets: ArrayLike) -> KRRModel:
     """Kernel ridge regression of ``targets`` on ``x`` (cast to the ridge's dtype)."""
     dtype = jnp.asarray(self.ridge).dtype
     return _krr_fit(self, jnp.asarray(x, dtype=dtype), jnp.asarray(targets, dtype=dtype))
@@ -101,8 +102,8 @@ def krr_learners(problem: FederatedProblem, rtol: float | None = None) -> tuple[
   return tuple(KRRLearner(k, problem.ridge, n, rtol) for k in problem.kernels)
 
 
-def fit_all(learners: Sequence[Learner], xs: Sequence[Array],
-            targets: Sequence[Array]) -> tuple[Model, ...]:
+def fit_all(learners: Sequence[Learner], xs: Sequence[ArrayLike],
+            targets: Sequence[ArrayLike]) -> tuple[Model, ...]:
   """Fits ``learners[k]`` on ``(xs[k], targets[k])`` for every k: the fits of one round.
 
   The fits are independent, so learners may train them together. Learners whose

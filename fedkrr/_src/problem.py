@@ -20,6 +20,7 @@ from fedkrr._src import kernels as kernels_lib
 from fedkrr._src.pytree import pytree_dataclass
 
 Array = jax.Array
+ArrayLike = jax.typing.ArrayLike
 
 
 class ProblemError(ValueError):
@@ -67,7 +68,7 @@ class FederatedProblem:
     """Start index of each agent's block in the stacked (N,) ordering."""
     return tuple(int(o) for o in np.cumsum((0,) + self.sizes[:-1]))
 
-  def gram(self, kernel_of: int, x1: Array, x2: Array) -> Array:
+  def gram(self, kernel_of: int, x1: ArrayLike, x2: ArrayLike) -> Array:
     """``k_a(x1, x2) / N`` with ``a = kernel_of``, shape (n1, n2), in the problem's dtype."""
     dtype = self.ridge.dtype
     x1, x2 = jnp.asarray(x1, dtype), jnp.asarray(x2, dtype)

@@ -40,6 +40,7 @@ from fedkrr._src.learner import check_learners
 from fedkrr._src.learner import fit_all
 
 Array = jax.Array
+ArrayLike = jax.typing.ArrayLike
 
 PROTOCOLS = ("akd", "avgkd", "pkd", "ekd", "backfit-gs", "backfit-jacobi")
 BASELINES = ("central", "local")
@@ -275,7 +276,7 @@ def iterate(protocol: Protocol, learners: Sequence[Learner], xs: Sequence[Array]
 
 
 def simulate(protocol: Protocol | str, learners: Sequence[Learner], xs: Sequence[Array],
-             ys: Sequence[Array], rounds: int, x_eval: Array, start: int = 0,
+             ys: Sequence[Array], rounds: int, x_eval: ArrayLike, start: int = 0,
              progress: bool = False, every: int = 1) -> Array:
   """Runs a protocol round by round and evaluates its predictors at ``x_eval``.
 

@@ -47,6 +47,7 @@ from typing import Any
 from typing import NamedTuple
 
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 
@@ -62,6 +63,7 @@ from fedkrr._src.protocols import check_rounds
 from fedkrr._src.pytree import pytree_dataclass
 
 Array = jax.Array
+ArrayLike = jax.typing.ArrayLike
 
 
 # ----------------------------------------------------------------------------- learner
@@ -89,7 +91,7 @@ class WeightedKRRLearner:
   num_points: Array
   rtol: float | None = dataclasses.field(default=None, metadata=dict(static=True))
 
-  def fit(self, x: Array, targets: Array, weights: Array | None = None) -> KRRModel:
+  def fit(self, x: ArrayLike, targets: ArrayLike, weights: ArrayLike | None = None) -> KRRModel:
     """Weighted kernel ridge regression; ``weights=None`` weighs every point 1 (plain KRR)."""
     dtype = jnp.asarray(self.ridge).dtype
     x = jnp.asarray(x, dtype)
@@ -253,11 +255,11 @@ def _operators(problem: FederatedProblem, reference: Array, weight: Array, point
   return _Readout(jnp.stack(local), jnp.stack(offset), jnp.stack(transfer))
 
 
-def _split(ops: _Readout, n_z: int) -> tuple[PublicDistillation, _Readout]:
+def _split(ops: _Readout, n_z: int, mixing: Array) -> tuple[PublicDistillation, _Readout]:
   """Operators read out at ``[Z; x_eval]`` -> the recurrence on Z and the x_eval read-out."""
   head = lambda v: v[:, :n_z]  # noqa: E731
   tail = lambda v: v[:, n_z:]  # noqa: E731
-  rec = PublicDistillation(head(ops.transfer), head(ops.offset), head(ops.local), None)
+  rec = PublicDistillation(head(ops.transfer), head(ops.offset), head(ops.local), mixing)
   return rec, _Readout(tail(ops.local), tail(ops.offset), tail(ops.transfer))
 
 
@@ -265,8 +267,7 @@ def _split(ops: _Readout, n_z: int) -> tuple[PublicDistillation, _Readout]:
 def _build(problem, reference, weight, mixing, x_eval, rtol):
   """The recurrence on Z and the read-out at x_eval: every factorisation, one compilation."""
   ops = _operators(problem, reference, weight, jnp.concatenate([reference, x_eval], axis=0), rtol)
-  rec, out = _split(ops, reference.shape[0])
-  return rec._replace(mixing=mixing), out
+  return _split(ops, reference.shape[0], mixing)
 
 
 def _read(rec: PublicDistillation, out: _Readout, v: Array) -> Array:
@@ -318,7 +319,7 @@ def _scan(rec: PublicDistillation, out: _Readout, rounds: int) -> Array:
 
 
 def public_distillation_trajectory(problem: FederatedProblem, reference: Array, rounds: int,
-                                   x_eval: Array, weight: float | Array,
+                                   x_eval: ArrayLike, weight: float | Array,
                                    mixing: Array | None = None,
                                    rtol: float | None = None) -> Array:
   """Every agent's predictions at ``x_eval`` for rounds 0..rounds-1, without refitting.
@@ -385,7 +386,7 @@ def _at_round(rec: PublicDistillation, out: _Readout, t: Array) -> Array:
 
 
 def public_distillation_round(problem: FederatedProblem, reference: Array, t: int | Array,
-                              x_eval: Array, weight: float | Array,
+                              x_eval: ArrayLike, weight: float | Array,
                               mixing: Array | None = None,
                               rtol: float | None = None) -> Array:
   """Every agent's round-t predictions at ``x_eval`` in one shot (no iteration).
@@ -423,7 +424,7 @@ def _fixed_point(rec: PublicDistillation, out: _Readout) -> closed_form.Limit:
   return closed_form.Limit(_read(rec, out, fixed), closed_form.spectral_radius(a))
 
 
-def public_distillation_limit(problem: FederatedProblem, reference: Array, x_eval: Array,
+def public_distillation_limit(problem: FederatedProblem, reference: Array, x_eval: ArrayLike,
                               weight: float | Array, mixing: Array | None = None,
                               rtol: float | None = None) -> closed_form.Limit:
   """The t -> infinity fixed point ``v* = (I - A)^{-1} b`` read out at ``x_eval``.
@@ -449,7 +450,7 @@ def public_distillation_limit(problem: FederatedProblem, reference: Array, x_eva
 
 
 def public_distillation_simulate(problem: FederatedProblem, reference: Array, rounds: int,
-                                 x_eval: Array, weight: float | Array,
+                                 x_eval: ArrayLike, weight: float | Array,
                                  mixing: Array | None = None,
                                  learners: Sequence[Any] | None = None,
                                  rtol: float | None = None) -> Array:

@@ -13,18 +13,25 @@ equal.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
+from typing import TypeVar
+from typing import cast
+from typing import dataclass_transform
 
 import jax
 
+T = TypeVar("T")
 
-def pytree_dataclass(cls):
+
+@dataclass_transform(frozen_default=True, field_specifiers=(dataclasses.field,))
+def pytree_dataclass(cls: type[T]) -> type[T]:
   """Makes ``cls`` a frozen dataclass and registers it as a PyTree.
 
   Fields with ``metadata=dict(static=True)`` are static (part of the tree
   structure, with the class); all other fields are children (leaves or subtrees).
   """
   cls = dataclasses.dataclass(frozen=True)(cls)
-  fields = dataclasses.fields(cls)
+  fields = dataclasses.fields(cast(Any, cls))  # a dataclass now, though still typed type[T]
   data = tuple(f.name for f in fields if not f.metadata.get("static", False))
   meta = tuple(f.name for f in fields if f.metadata.get("static", False))
 

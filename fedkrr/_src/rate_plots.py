@@ -46,6 +46,7 @@ from fedkrr._src.kernels import RBF
 from fedkrr._src.problem import FederatedProblem
 
 Array = jax.Array
+ArrayLike = jax.typing.ArrayLike
 
 DEFAULT_RIDGES = tuple(float(c) for c in np.logspace(-4, 0, 17))
 DEFAULT_RATIOS = (0.1, 0.2, 0.3, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0)
@@ -221,7 +222,7 @@ def _edges(values: np.ndarray, log: bool) -> np.ndarray:
   return 10.0 ** edges if log else edges
 
 
-def plot_rate_heatmap(grid: Array, ridges: Array, mixings: Array,
+def plot_rate_heatmap(grid: ArrayLike, ridges: ArrayLike, mixings: ArrayLike,
                       path: str | os.PathLike | None = None, title: str | None = None,
                       log_scale: bool = False):
   """A heat map of ``rho`` over (c, mixing fraction): the output of :func:`fedkrr.rate_grid`.
@@ -270,7 +271,8 @@ def plot_rate_heatmap(grid: Array, ridges: Array, mixings: Array,
   return fig
 
 
-def akd_decay(problem: FederatedProblem, rounds: int, x_eval: Array) -> tuple[np.ndarray, float]:
+def akd_decay(problem: FederatedProblem, rounds: int,
+              x_eval: ArrayLike) -> tuple[np.ndarray, float]:
   """``|g_t|`` (the Euclidean norm of AKD's round-t predictions at ``x_eval``) and ``rho``.
 
   For t large, ``|g_t|`` behaves like ``C_{t mod M} rho^(t / M)`` (Prop. II, IV,
@@ -290,7 +292,7 @@ def akd_decay(problem: FederatedProblem, rounds: int, x_eval: Array) -> tuple[np
   return norms, float(rates.degradation_rate(problem))
 
 
-def plot_akd_decay(problem: FederatedProblem, rounds: int, x_eval: Array,
+def plot_akd_decay(problem: FederatedProblem, rounds: int, x_eval: ArrayLike,
                    path: str | os.PathLike | None = None):
   """``log |g_t|`` of AKD against t, with the predicted slope ``log(rho) / M``.
 

@@ -29,6 +29,7 @@ from fedkrr._src.kernels import RBF
 from fedkrr._src.problem import FederatedProblem
 
 Array = jax.Array
+ArrayLike = jax.typing.ArrayLike
 
 
 def cycle_operator(problem: FederatedProblem, start: int = 0) -> Array:
@@ -137,7 +138,7 @@ class TwoClusters:
                rng.uniform(size=(2, points_per_agent)),
                rng.normal(size=dim) / np.sqrt(dim), separation, gamma)
 
-  def inputs(self, mixing: Array, separation: Array | None = None) -> tuple[Array, Array]:
+  def inputs(self, mixing: ArrayLike, separation: ArrayLike | None = None) -> tuple[Array, Array]:
     """The two agents' inputs at mixing fraction ``mixing`` (traceable, like :meth:`problem`)."""
     sep = self.separation if separation is None else separation
     centre = jnp.zeros(self.noise.shape[-1]).at[0].set(0.5 * sep)
@@ -148,7 +149,7 @@ class TwoClusters:
       xs.append(jnp.asarray(self.noise[a]) + own[:, None] * centre[None, :])
     return xs[0], xs[1]
 
-  def problem(self, mixing: Array, ridge: Array, separation: Array | None = None,
+  def problem(self, mixing: ArrayLike, ridge: ArrayLike, separation: ArrayLike | None = None,
               dtype=None) -> FederatedProblem:
     """The two-agent problem at mixing fraction ``mixing`` (unvalidated, traceable)."""
     dtype = jnp.asarray(1.0).dtype if dtype is None else dtype
@@ -158,19 +159,19 @@ class TwoClusters:
     return FederatedProblem(xs, ys, (kernel, kernel), jnp.asarray(ridge, dtype))
 
 
-def sweep_heterogeneity(clusters: TwoClusters, mixings: Array, ridge: float,
+def sweep_heterogeneity(clusters: TwoClusters, mixings: ArrayLike, ridge: float,
                         separation: float | None = None) -> Array:
   """``rho`` for each mixing fraction (third trend: less mixing, faster degradation)."""
   return sweep(lambda p: clusters.problem(p, ridge, separation), jnp.asarray(mixings))
 
 
-def sweep_separation(clusters: TwoClusters, separations: Array, ridge: float,
+def sweep_separation(clusters: TwoClusters, separations: ArrayLike, ridge: float,
                      mixing: float = 0.0) -> Array:
   """``rho`` for each distance between the two clusters' centres."""
   return sweep(lambda s: clusters.problem(mixing, ridge, s), jnp.asarray(separations))
 
 
-def rate_grid(clusters: TwoClusters, ridges: Array, mixings: Array,
+def rate_grid(clusters: TwoClusters, ridges: ArrayLike, mixings: ArrayLike,
               rate_fn: Callable[[FederatedProblem], Array] | None = None) -> Array:
   """``rho`` on the grid ``ridges x mixings`` as one vmapped jitted call: (n_c, n_p)."""
   rate_fn = degradation_rate if rate_fn is None else rate_fn

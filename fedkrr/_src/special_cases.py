@@ -18,6 +18,7 @@ from fedkrr._src.geometry import prepare
 from fedkrr._src.problem import FederatedProblem
 
 Array = jax.Array
+ArrayLike = jax.typing.ArrayLike
 
 
 def _avgkd_coordinates(problem: FederatedProblem, geo: Geometry):
@@ -26,7 +27,7 @@ def _avgkd_coordinates(problem: FederatedProblem, geo: Geometry):
           geo.c1 @ geo.p2_tilde.T, geo.c2_tilde @ geo.p1.T)
 
 
-def avgkd_by_projections(problem: FederatedProblem, rounds: int, x_eval: Array,
+def avgkd_by_projections(problem: FederatedProblem, rounds: int, x_eval: ArrayLike,
                          geo: Geometry | None = None) -> Array:
   """AvgKD's rounds from the projections and contractions (App. D, exact recurrence).
 
@@ -46,7 +47,7 @@ def avgkd_by_projections(problem: FederatedProblem, rounds: int, x_eval: Array,
   return jnp.stack(preds)
 
 
-def avgkd_partial_sums_as_printed(problem: FederatedProblem, t: int, x_eval: Array,
+def avgkd_partial_sums_as_printed(problem: FederatedProblem, t: int, x_eval: ArrayLike,
                                   geo: Geometry | None = None) -> Array:
   """Agent 1's AvgKD model at round t by the finite sums of Prop. V, as printed.
 
@@ -70,7 +71,7 @@ def avgkd_partial_sums_as_printed(problem: FederatedProblem, t: int, x_eval: Arr
   return fits[0](geo.v1.T @ (first / 2 + to_1 @ second / 4))
 
 
-def avgkd_limit_by_projections(problem: FederatedProblem, x_eval: Array,
+def avgkd_limit_by_projections(problem: FederatedProblem, x_eval: ArrayLike,
                                geo: Geometry | None = None) -> Array:
   """AvgKD's limit by Prop. V's pseudo-inverse formula, for both agents.
 
@@ -90,7 +91,7 @@ def avgkd_limit_by_projections(problem: FederatedProblem, x_eval: Array,
   return jnp.stack([fits[0](geo.v1.T @ u), fits[1](geo.v2_tilde.T @ w)])
 
 
-def avgkd_limit_by_system(problem: FederatedProblem, x_eval: Array) -> Array:
+def avgkd_limit_by_system(problem: FederatedProblem, x_eval: ArrayLike) -> Array:
   """AvgKD's limit from the linear system (8)/(19) of Prop. VI.
 
   ``[[c I + L_11, M_12 / 2], [L_21 / 2, c I + M_22]] (beta_1; beta_2) = (y_1; -y_2)``
@@ -114,7 +115,7 @@ def avgkd_limit_by_system(problem: FederatedProblem, x_eval: Array) -> Array:
   return jnp.stack([g1, g2])
 
 
-def block_system_predictions(problem: FederatedProblem, x_eval: Array) -> Array:
+def block_system_predictions(problem: FederatedProblem, x_eval: ArrayLike) -> Array:
   """The predictor of system (7) / (27): ``f(x) = sum_a k_a(x, X_a) beta_a / N`` with
   ``(c I + K) beta = y``, ``K_ij = k_j(X_i, X_j) / N`` (EKD's limit, Prop. VII).
 
@@ -132,7 +133,7 @@ def block_system_predictions(problem: FederatedProblem, x_eval: Array) -> Array:
   return readout @ beta
 
 
-def pkd_by_projections(problem: FederatedProblem, rounds: int, x_eval: Array,
+def pkd_by_projections(problem: FederatedProblem, rounds: int, x_eval: ArrayLike,
                        geo: Geometry | None = None) -> Array:
   """PKD with c = 0 by App. E's averaged-projection form (one shared kernel).
 
@@ -160,7 +161,7 @@ def pkd_by_projections(problem: FederatedProblem, rounds: int, x_eval: Array,
   return jnp.stack(preds)
 
 
-def intersection_limit_linear(problem: FederatedProblem, x_eval: Array) -> Array:
+def intersection_limit_linear(problem: FederatedProblem, x_eval: ArrayLike) -> Array:
   """AKD's limit for linear kernels and c = 0 when the agents' spans intersect (App. C).
 
   With ``k(x, x') = x^T x'`` a minimum-norm fit is a weight vector, and one AKD

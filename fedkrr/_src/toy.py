@@ -308,7 +308,7 @@ def toy_summary(result: ToyResult) -> list[str]:
   return lines
 
 
-CSV_FIELDS = ("panel", "split", "ridge", "protocol", "agent", "round", "mse")
+CSV_FIELDS: tuple[str, ...] = ("panel", "split", "ridge", "protocol", "agent", "round", "mse")
 
 
 def toy_rows(result: ToyResult) -> list[dict[str, Any]]:

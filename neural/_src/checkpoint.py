@@ -82,10 +82,9 @@ def _resolve(name: Any, kind: str) -> type:
       obj = getattr(obj, part)
   except (ImportError, AttributeError, KeyError):
     raise CheckpointError(f"it names the type {name!r}, which does not exist here") from None
-  ok = isinstance(obj, type) and (
+  if not (isinstance(obj, type) and (
       (kind == "namedtuple" and issubclass(obj, tuple) and hasattr(obj, "_fields"))
-      or (kind == "module" and issubclass(obj, nn.Module)))
-  if not ok:
+      or (kind == "module" and issubclass(obj, nn.Module)))):
     raise CheckpointError(f"it names {name!r} as a {kind}, which it is not")
   return obj
 

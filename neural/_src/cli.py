@@ -17,6 +17,7 @@ import textwrap
 import types
 import typing
 from typing import Any
+from typing import cast
 
 import jax
 
@@ -224,8 +225,9 @@ def _compare(args: argparse.Namespace) -> int:
   if len(runs) != 1:
     raise ValueError(f"--config: compare takes one run, the config is a sweep of {len(runs)} "
                      f"(pick one with flags, or write a config without a grid)")
-  result = compare(runs[0][1], args.workdir, kernel=args.kernel, progress=args.progress,
-                   ridge=args.ridge, max_points=args.max_points)
+  # compare raises CompareError unless the config is an ExperimentConfig.
+  result = compare(cast(ExperimentConfig, runs[0][1]), args.workdir, kernel=args.kernel,
+                   progress=args.progress, ridge=args.ridge, max_points=args.max_points)
   print(f"{args.workdir}: {result.kernel} kernel, ridge c = {result.ridge:.4g}, spectral "
         f"radius {result.spectral_radius:.4f} per round")
   for series in result.rates:

@@ -492,9 +492,10 @@ def _nan_to_none(value: float) -> float | None:
 
 
 def _fit_or_none(values: Sequence[float | None]) -> float | None:
-  if any(v is None for v in values):
+  known = [v for v in values if v is not None]
+  if len(known) < len(values):
     return None
-  return _nan_to_none(geometric_rate(values))
+  return _nan_to_none(geometric_rate(known))
 
 
 # ---------------------------------------------------------------------------

@@ -30,7 +30,9 @@ import json
 import re
 import types
 import typing
+from typing import TYPE_CHECKING
 from typing import Any
+from typing import Self
 
 from neural._src.data import DATASETS
 from neural._src.models import MODELS
@@ -108,7 +110,7 @@ class Config:
     return tuple(f.name for f in dataclasses.fields(cls))
 
   @classmethod
-  def from_dict(cls, values: Mapping[str, Any]) -> Config:
+  def from_dict(cls, values: Mapping[str, Any]) -> Self:
     """The config of ``values`` (a mapping of field names); unknown names are an error."""
     fields = cls.field_names()
     unknown = sorted(set(values) - set(fields))
@@ -123,11 +125,11 @@ class Config:
     return f"{cls.__name__}"
 
   @classmethod
-  def from_json(cls, text: str) -> Config:
+  def from_json(cls, text: str) -> Self:
     """Reads a config from JSON text, validated (``ConfigError`` names a bad field)."""
     return cls.from_dict(json_fields(text))
 
-  def replace(self, **changes) -> Config:
+  def replace(self, **changes) -> Self:
     """A copy with ``changes`` (``seed`` also changes the seeds it does not name)."""
     return self.from_dict(with_changes(self.to_dict(), changes))
 
@@ -257,8 +259,12 @@ class RunConfig(Config):
   agents: int = 2
   rounds: int = 10
   seed: int = 0
-  data_seed: int | None = None
-  init_seed: int | None = None
+  if TYPE_CHECKING:   # None is replaced by ``seed`` in __post_init__: a built config holds ints
+    data_seed: int = 0
+    init_seed: int = 0
+  else:
+    data_seed: int | None = None
+    init_seed: int | None = None
   step_loop: str = "auto"
   agent_batching: str = "auto"
 
@@ -305,7 +311,7 @@ class RunConfig(Config):
     name = {"iid": "proportions", "label-split": "alpha", "dirichlet-clients": "beta",
             "dirichlet-classes": "beta", "shards": "shards_per_agent"}.get(self.partition)
     value = getattr(self, name) if name else None
-    return {} if value is None else {name: value}
+    return {} if name is None or value is None else {name: value}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -25,6 +25,7 @@ import functools
 import gzip
 import os
 import pickle
+from typing import cast
 
 import numpy as np
 
@@ -70,7 +71,7 @@ class Dataset:
   num_classes: int
 
   @property
-  def input_shape(self) -> tuple[int, int, int]:
+  def input_shape(self) -> tuple[int, ...]:
     """The shape (H, W, C) of one image."""
     return tuple(int(s) for s in self.x_train.shape[1:])
 
@@ -151,7 +152,8 @@ def load_dataset(name: str, data_dir: str | os.PathLike | None = None, *, seed: 
       raise DataError(f"test_fraction must lie in (0, 1), got {test_fraction}")
   if name == "digits":
     from sklearn.datasets import load_digits
-    digits = load_digits()
+    from sklearn.utils import Bunch
+    digits = cast(Bunch, load_digits())   # a Bunch: return_X_y is off
     x = digits.data.reshape(-1, 8, 8, 1) / 16.0
     return _split(name, x, digits.target, seed, test_fraction, num_classes=10)
   if name == "mnist-subset":
@@ -256,8 +258,9 @@ def _load_mnist(data_dir) -> Dataset:
   if missing:
     raise DataError(f"MNIST files missing in {directory!r}: {', '.join(missing)} (raw or .gz); "
                     f"{_where_to_put('mnist')}")
-  x_train, y_train = read_idx_images(paths["x_train"]), read_idx_labels(paths["y_train"])
-  x_test, y_test = read_idx_images(paths["x_test"]), read_idx_labels(paths["y_test"])
+  found = {k: p for k, p in paths.items() if p is not None}   # every file, by now
+  x_train, y_train = read_idx_images(found["x_train"]), read_idx_labels(found["y_train"])
+  x_test, y_test = read_idx_images(found["x_test"]), read_idx_labels(found["y_test"])
   for split, x, y in (("train", x_train, y_train), ("test", x_test, y_test)):
     if x.shape[0] != y.shape[0]:
       raise DataError(f"MNIST {split} images and labels in {directory!r} differ in number: "

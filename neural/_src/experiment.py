@@ -36,6 +36,7 @@ import os
 from pathlib import Path
 from typing import Any
 from typing import NamedTuple
+from typing import cast
 
 import jax
 import numpy as np
@@ -302,7 +303,7 @@ def _run_rounds(config: ExperimentConfig, run: Run, rounds: int, progress: bool,
       fit_bar.close()
       for model, agent in zip(out.models, out.agents):
         if hasattr(model, "variables"):
-          inits[agent] = model.variables
+          inits[agent] = cast(Any, model).variables
       run.finish_round(t, evaluator.rows(t, state, out),
                        {"state": state, "inits": inits, "running": evaluator.running,
                         "config": config.to_dict()}, on_round_end)

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import dataclasses
 from typing import Any
 from typing import NamedTuple
+from typing import cast
 
 import jax
 import jax.numpy as jnp
@@ -88,7 +89,7 @@ def fedavg(initial_variables: Any) -> Protocol:
   def step(state, learners, xs, ys):
     check_same_architecture(learners)
     local = [learner.with_init(state.variables) for learner in learners]
-    models = fit_all(local, xs, ys)
+    models = cast(tuple[Any, ...], fit_all(local, xs, ys))   # Flax models (with variables)
     sizes = [int(x.shape[0]) for x in xs]
     weights = [n / sum(sizes) for n in sizes]
     variables = average([m.variables for m in models], weights)

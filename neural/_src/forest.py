@@ -17,6 +17,7 @@ import numpy as np
 from sklearn.ensemble import RandomForestRegressor
 
 Array = jax.Array
+ArrayLike = jax.typing.ArrayLike
 
 
 class ForestError(ValueError):
@@ -30,7 +31,7 @@ class ForestModel:
   forest: RandomForestRegressor
   num_outputs: int
 
-  def predict(self, x: Array) -> Array:
+  def predict(self, x: ArrayLike) -> Array:
     """The forest's predictions at ``x`` (flattened per example), shape ``(n, num_outputs)``."""
     x = np.asarray(x, dtype=np.float32)
     out = self.forest.predict(x.reshape(x.shape[0], -1))
@@ -71,7 +72,7 @@ class ForestLearner:
     seed = int(jax.random.randint(key, (), 0, np.iinfo(np.int32).max))
     return dataclasses.replace(self, seed=seed)
 
-  def fit(self, x: Array, targets: Array) -> ForestModel:
+  def fit(self, x: ArrayLike, targets: ArrayLike) -> ForestModel:
     """Fits the forest on ``x`` (n, ...) flattened to (n, d) and ``targets`` (n, C)."""
     x = np.asarray(x, dtype=np.float32)
     targets = np.asarray(targets, dtype=np.float32)

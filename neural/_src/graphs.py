@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from collections.abc import Sequence
 import dataclasses
+from typing import cast
 
 import numpy as np
 
@@ -443,7 +444,8 @@ class TimeVaryingGraph:
 
   def at(self, t: int) -> Graph:
     """The graph of round t (checked to have ``num_nodes`` nodes)."""
-    g = self.graphs[t % len(self.graphs)] if self.graphs is not None else self.fn(t)
+    fn = cast(Callable[[int], Graph], self.fn)   # given when graphs is None
+    g = self.graphs[t % len(self.graphs)] if self.graphs is not None else fn(t)
     if not isinstance(g, Graph) or g.num_nodes != self.num_nodes:
       raise GraphError(f"fn: expected a Graph on {self.num_nodes} nodes at round {t}, got {g!r}")
     return g

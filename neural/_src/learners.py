@@ -26,6 +26,7 @@ from neural._src.training import TrainConfig
 from neural._src.training import Variables
 
 Array = jax.Array
+ArrayLike = jax.typing.ArrayLike
 
 
 class LearnerError(ValueError):
@@ -46,7 +47,7 @@ class FlaxModel:
   model: nn.Module = dataclasses.field(metadata=dict(static=True))
   variables: Variables
 
-  def predict(self, x: Array) -> Array:
+  def predict(self, x: ArrayLike) -> Array:
     """``softmax(model(x))``: shape (n, C), rows summing to 1."""
     return training.predict_proba(self.model, self.variables, x)
 
@@ -110,7 +111,7 @@ class FlaxLearner:
       return training._float32(self.init), train_key
     return training.init_variables(self.model, init_key, self.input_shape), train_key
 
-  def fit(self, x: Array, targets: Array) -> FlaxModel:
+  def fit(self, x: ArrayLike, targets: ArrayLike) -> FlaxModel:
     """Trains on ``x`` (n, H, W, C) and ``targets`` (n, C); returns the trained model."""
     x = _check_inputs(self, x, targets)
     variables, train_key = self._start()

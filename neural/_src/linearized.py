@@ -43,6 +43,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from typing import Any
+from typing import cast
 
 import flax.linen as nn
 import jax
@@ -56,6 +57,7 @@ from neural._src.ntk import _outputs
 from neural._src.ntk import check_flat_inputs
 
 Array = jax.Array
+ArrayLike = jax.typing.ArrayLike
 
 
 class LinearizedError(ValueError):
@@ -85,7 +87,7 @@ class LinearizedModel:
   steps: Array
   scalar: bool = dataclasses.field(default=False, metadata=dict(static=True))
 
-  def predict(self, x: Array) -> Array:
+  def predict(self, x: ArrayLike) -> Array:
     """Predictions (n, C) float32, or (n,) for vector targets; ``x`` flat (n, d) or (n, *shape)."""
     x = check_flat_inputs(x, self.apply_fn.input_shape).astype(jnp.float32)
     out = _linear_predict(self.apply_fn, self.params0, self.delta, x)
@@ -93,8 +95,8 @@ class LinearizedModel:
 
 
 def _dot(u: Any, v: Any) -> Array:
-  return sum(jnp.vdot(a, b) for a, b in zip(jax.tree_util.tree_leaves(u),
-                                            jax.tree_util.tree_leaves(v)))
+  return cast(Array, sum(jnp.vdot(a, b) for a, b in zip(jax.tree_util.tree_leaves(u),
+                                                        jax.tree_util.tree_leaves(v))))
 
 
 def _axpy(alpha: Array, u: Any, v: Any) -> Any:
@@ -214,7 +216,7 @@ class LinearizedLearner:
     """The parameters at initialisation, the point of linearisation (float32)."""
     return jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float32), self.variables["params"])
 
-  def fit(self, x: Array, targets: Array) -> LinearizedModel:
+  def fit(self, x: ArrayLike, targets: ArrayLike) -> LinearizedModel:
     """Trains on ``x`` (n, d) and ``targets`` (n,) or (n, C); returns the linearised model."""
     x = check_flat_inputs(x, self.input_shape).astype(jnp.float32)
     t = jnp.asarray(targets, jnp.float32)

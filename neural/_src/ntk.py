@@ -27,6 +27,7 @@ import dataclasses
 import functools
 import math
 from typing import Any
+from typing import cast
 
 import flax.linen as nn
 import jax
@@ -163,7 +164,7 @@ class ModelApply:
 
   def __call__(self, params: Any, x: Array) -> Array:
     x = x.reshape((x.shape[0],) + self.input_shape)
-    return self.model.apply({"params": params}, x, train=False)
+    return cast(Array, self.model.apply({"params": params}, x, train=False))
 
 
 def check_flat_inputs(x: Any, input_shape: tuple[int, ...], name: str = "x") -> Array:
@@ -191,9 +192,9 @@ class _NTKFunction:
   def __call__(self, x1: Array, x2: Array) -> Array:
     shape = self.apply_fn.input_shape
     same = x2 is x1
-    x1 = check_flat_inputs(x1, shape, "x1")
-    x2 = None if same else check_flat_inputs(x2, shape, "x2")
-    return empirical_ntk(self.apply_fn, self.params, x1, x2, batch_size=self.batch_size)
+    flat1 = check_flat_inputs(x1, shape, "x1")
+    flat2 = None if same else check_flat_inputs(x2, shape, "x2")
+    return empirical_ntk(self.apply_fn, self.params, flat1, flat2, batch_size=self.batch_size)
 
 
 def ntk_kernel(model: nn.Module, variables: Any, input_shape: tuple[int, ...], *,

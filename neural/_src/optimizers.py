@@ -77,6 +77,7 @@ class OptimizerConfig:
     """The schedule: a float (constant) or ``step -> lr_t`` (an optax schedule)."""
     lr = float(self.learning_rate)
     if self.schedule == "cosine":
+      assert self.decay_steps is not None   # checked by __post_init__
       return optax.cosine_decay_schedule(lr, int(self.decay_steps))
     if self.schedule == "polynomial":
       power, t0 = float(self.power), float(self.t0)

@@ -84,7 +84,7 @@ def _cut(indices: np.ndarray, proportions: np.ndarray) -> list[np.ndarray]:
   return np.split(indices, bounds[:-1])
 
 
-def iid(labels: np.ndarray, proportions: Sequence[float], rng: np.random.Generator
+def iid(labels: np.ndarray, proportions: Sequence[float] | np.ndarray, rng: np.random.Generator
         ) -> list[np.ndarray]:
   """Uniformly random split with given proportions (App. A: 0.7 / 0.3 for 'same data').
 

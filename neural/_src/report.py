@@ -25,6 +25,7 @@ from pathlib import Path
 import platform
 import time
 from typing import Any
+from typing import cast
 
 import jax
 from matplotlib.figure import Figure
@@ -34,6 +35,7 @@ import fedkrr
 from fedkrr import atomic_savefig
 from fedkrr import atomic_write
 from neural._src.compare import compare
+from neural._src.config import ExperimentConfig
 from neural._src.specs import load_spec
 
 PARTS = ("verify", "toy", "closed-forms", "mnist")
@@ -208,6 +210,7 @@ def _mnist(out: Path, settings: MainJobSettings, progress: bool):
   out.mkdir(parents=True, exist_ok=True)
   (_, base), = load_spec(settings.mnist_config).expand(
       {"seed": settings.seed, **dict(settings.mnist_overrides)})
+  base = cast(ExperimentConfig, base)   # a KD experiment: compare raises otherwise
   results = {}
   for protocol in settings.protocols:
     print(f"      {protocol}: network run and its closed-form twin", flush=True)
@@ -241,7 +244,8 @@ def _mnist(out: Path, settings: MainJobSettings, progress: bool):
                    f"{_num(nn[0] if nn else None)} / {_num(nn[-1] if nn else None)} | {gap} | "
                    f"{rate['spectral_radius']:.4f} | {_num(rate['theory_fit_sq_error'])} | "
                    f"{_num(rate['network_fit_sq_error'])} |")
-    reading.append(_mnist_reading(protocol, comp, int(c.test_subset)))
+    num_test = cast(int, c.test_subset)   # the MNIST config evaluates on a test subset
+    reading.append(_mnist_reading(protocol, comp, int(num_test)))
   lines += ["", "The first and last columns are taken on the rounds where both the theory and "
             "the network have a value; the gap is the mean over those rounds.", "",
             "Per-round tables: " + ", ".join(f"[{p}](mnist/{p}/compare.md)" for p in results)

@@ -27,6 +27,7 @@ import json
 import os
 from pathlib import Path
 from typing import Any
+from typing import cast
 
 from fedkrr import atomic_write
 from neural._src.config import ConfigError
@@ -183,7 +184,8 @@ def run_one(config: RunConfig, workdir: str | os.PathLike, units: str = "paper",
   """
   if isinstance(config, MethodConfig):
     return run_method(config, workdir, **kwargs)
-  return train_and_evaluate(config, workdir, units=units, **kwargs)
+  # Not a method's config: a KD experiment (see config_from_dict).
+  return train_and_evaluate(cast(ExperimentConfig, config), workdir, units=units, **kwargs)
 
 
 def run_configs(runs: Sequence[tuple[str, RunConfig]], workdir: str | os.PathLike, *,

@@ -46,6 +46,7 @@ import dataclasses
 import functools
 from typing import Any
 from typing import NamedTuple
+from typing import cast
 
 import jax
 import jax.numpy as jnp
@@ -213,8 +214,9 @@ def _one_step(plan: _Plan, tx, state, inputs: _Inputs, i):
         agent, in_axes=(0, 0, 0, 0, None, 0, 0, 0, None, None, None))(
             *per_agent, inputs.shared, *sampler, shared_key, step, i)
   else:   # one program, one agent after the other (no vmapped convolutions)
-    outs = [agent(*jax.tree.map(lambda a, m=m: a[m], (*per_agent,)), inputs.shared,
-                  *jax.tree.map(lambda a, m=m: a[m], sampler), shared_key, step, i)
+    unrolled = cast(Callable[..., Any], agent)   # unpacks jax.tree.map results (of no known length)
+    outs = [unrolled(*jax.tree.map(lambda a, m=m: a[m], (*per_agent,)), inputs.shared,
+                     *jax.tree.map(lambda a, m=m: a[m], sampler), shared_key, step, i)
             for m in range(plan.num_agents)]
     new_params, new_opt_state, aux = jax.tree.map(lambda *a: jnp.stack(a), *outs)
   if plan.communicate is not None:
@@ -408,7 +410,7 @@ def train_loop(loss_fn: Callable[..., Any], params: Any, data: Any, *,
   if shared_key is None:
     shared_key = jax.random.fold_in(key[0] if stacked else key, 0x5EED)
 
-  if epochs is not None:
+  if steps is None:   # epochs is given (checked above)
     steps_per_epoch = int(-(-int(n_valid.max()) // batch_size))
     sizes = set(-(-np.atleast_1d(n_valid) // batch_size))
   else:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from typing import Any
+from typing import cast
 
 import flax.linen as nn
 import jax
@@ -40,6 +41,7 @@ from neural._src.train_loop import train_loop
 from neural._src.train_loop import weighted_mean
 
 Array = jax.Array
+ArrayLike = jax.typing.ArrayLike
 Variables = Any   # a Flax variables dict {"params": ...}
 
 LOSSES = ("mse", "ce")
@@ -126,8 +128,8 @@ class SoftmaxLoss:
 
   def __call__(self, params, batch: Batch) -> Array:
     variables = {"params": params, **(batch.context or {})}
-    logits = self.model.apply(variables, batch.data["x"], train=True,
-                              rngs={"dropout": batch.key})
+    logits = cast(Array, self.model.apply(variables, batch.data["x"], train=True,
+                                          rngs={"dropout": batch.key}))
     return weighted_mean(per_example_loss(logits.astype(jnp.float32), batch.data["t"],
                                           self.loss), batch.weights)
 
@@ -182,8 +184,8 @@ def _fit(model, variables, x, targets, mask, key, config: TrainConfig, stacked: 
   return {**(others or {}), "params": out.params}
 
 
-def train(model: nn.Module, variables: Variables, x: Array, targets: Array, key: Array,
-          config: TrainConfig, mask: Array | None = None) -> Variables:
+def train(model: nn.Module, variables: Variables, x: ArrayLike, targets: ArrayLike, key: Array,
+          config: TrainConfig, mask: ArrayLike | None = None) -> Variables:
   """Trains ``model`` from ``variables`` on ``(x, targets)`` with :class:`SoftmaxLoss`.
 
   Args:
@@ -204,8 +206,8 @@ def train(model: nn.Module, variables: Variables, x: Array, targets: Array, key:
   return _fit(model, variables, x, targets, mask, key, config, stacked=False)
 
 
-def train_batch(model: nn.Module, variables: Variables, xs: Array, targets: Array, keys: Array,
-                config: TrainConfig, masks: Array | None = None) -> Variables:
+def train_batch(model: nn.Module, variables: Variables, xs: ArrayLike, targets: ArrayLike,
+                keys: Array, config: TrainConfig, masks: ArrayLike | None = None) -> Variables:
   """:func:`train` for M agents of one architecture, stacked on a leading agent axis.
 
   The agents train as one vmapped program or one after the other
@@ -234,7 +236,7 @@ def _proba_jit(variables, x, *, model):
   return jax.nn.softmax(model.apply(variables, x, train=False).astype(jnp.float32))
 
 
-def predict_proba(model: nn.Module, variables: Variables, x: Array,
+def predict_proba(model: nn.Module, variables: Variables, x: ArrayLike,
                   batch_size: int = 1024) -> Array:
   """Class probabilities ``softmax(model(x))``, shape (n, C) float32, in chunks of ``batch_size``.
 

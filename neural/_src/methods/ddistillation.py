@@ -39,6 +39,7 @@ import dataclasses
 import functools
 from typing import Any
 from typing import NamedTuple
+from typing import cast
 
 import jax
 import jax.numpy as jnp
@@ -371,7 +372,7 @@ def init(config: DDistConfig, data: DDistData) -> DDistState:
     if config.z_init == "uniform":
       z = jnp.full((config.agents, q, k), 1.0 / k, jnp.float32)
     else:
-      z = jax.vmap(lambda p: jax.nn.softmax(model.apply(p, data.x_ref)))(params)
+      z = jax.vmap(lambda p: jax.nn.softmax(cast(jax.Array, model.apply(p, data.x_ref))))(params)
   opt_state = jax.vmap(make_optimizer(_step_size(config)).init)(params)
   return DDistState(_to_numpy(params), _to_numpy(z), np.zeros(config.agents, np.int64),
                     _to_numpy(opt_state))
@@ -443,7 +444,8 @@ class _Gossip:
       mixed = gossip(weights, ex.params_before)
       return jax.tree.map(lambda m, new, old: m + (new - old), mixed, ex.params,
                           ex.params_before), ex.context
-    eta = self.step_size.learning_rate_at()(ex.step)
+    schedule = cast(Callable[..., Any], self.step_size.learning_rate_at())  # polynomial schedule
+    eta = schedule(ex.step)
     ref = _reference_batch(ex.shared_key, ex.shared["x_ref"].shape[0], self.network_batch_size)
     z = ex.context["z"]
     z = z.at[:, ref].set(z_update(z[:, ref], ex.aux, weights, self.beta,

@@ -32,9 +32,11 @@ import functools
 import math
 from typing import Any
 from typing import NamedTuple
+from typing import cast
 
 import flax.linen as nn
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 
@@ -417,7 +419,7 @@ def _opt(config: FedDKCConfig) -> OptimizerConfig:
 
 
 def _models(config: FedDKCConfig, num_classes: int) -> tuple[list[nn.Module], nn.Module]:
-  kw = dict(width=config.width, tiny=config.tiny, norm=config.norm)
+  kw: dict[str, Any] = dict(width=config.width, tiny=config.tiny, norm=config.norm)
   clients = [get_model(config.client_model_name(k), num_classes, **kw)
              for k in range(config.agents)]
   return clients, get_head(config.server_model, num_classes, **kw)
@@ -445,7 +447,7 @@ class _DistillLoss:
   model: nn.Module
 
   def __call__(self, params, batch):
-    logits = self.model.apply({"params": params}, batch.data["x"], train=True)
+    logits = cast(Array, self.model.apply({"params": params}, batch.data["x"], train=True))
     losses = distillation_loss(logits.astype(jnp.float32), batch.data["y"],
                                batch.data["target"], batch.shared)
     return weighted_mean(losses, batch.weights)

@@ -40,6 +40,7 @@ import dataclasses
 import functools
 from typing import Any
 from typing import NamedTuple
+from typing import cast
 
 import flax.linen as nn
 import jax
@@ -64,6 +65,7 @@ from neural._src.run_data import load_train_test
 from neural._src.train_loop import train_loop
 
 Array = jax.Array
+ArrayLike = jax.typing.ArrayLike
 
 MHD_METHODS = ("mhd", "mhd-isolated", "mhd-fedavg")
 TARGET_CHOICES = ("confident", "random")
@@ -463,7 +465,8 @@ def _model(config: MHDConfig, num_classes: int) -> MultiHeadModel:
 
 def _optimizer(config: MHDConfig) -> OptimizerConfig:
   """SGD with momentum (the paper's) or Adam, L2 decay, cosine decay over all rounds."""
-  cosine = dict(schedule="cosine", decay_steps=config.rounds * config.steps_per_round)
+  cosine: dict[str, Any] = dict(schedule="cosine",
+                                decay_steps=config.rounds * config.steps_per_round)
   return OptimizerConfig(config.optimizer, config.learning_rate, config.weight_decay,
                          config.momentum, **(cosine if config.cosine else {}))
 
@@ -524,8 +527,9 @@ class _MHDLoss:
       slots, teacher_valid = _pick_slots(pool_key, pool_valid, config.teachers_per_step)
 
       def teach(slot):
-        e, lg = self.model.apply({"params": jax.tree.map(lambda a: a[slot], pool_params)}, xu,
-                                 train=False)
+        e, lg = cast(tuple[Array, Array],
+                     self.model.apply({"params": jax.tree.map(lambda a: a[slot], pool_params)},
+                                      xu, train=False))
         return e, jax.nn.softmax(lg, axis=-1)
 
       teacher_emb, teacher_probs = jax.lax.stop_gradient(jax.vmap(teach)(slots))
@@ -554,7 +558,7 @@ def _heads_jit(params, x, *, model):
   return jax.vmap(one)(params)
 
 
-def head_probabilities(model: MultiHeadModel, params: Any, x: Array,
+def head_probabilities(model: MultiHeadModel, params: Any, x: ArrayLike,
                        batch_size: int = 512) -> np.ndarray:
   """Softmax of every head of every client, shape (K, m + 1, n, C), in chunks of x."""
   x = np.asarray(x, dtype=np.float32)

@@ -48,6 +48,7 @@ import dataclasses
 import functools
 from typing import Any
 from typing import NamedTuple
+from typing import cast
 
 import flax.linen as nn
 import jax
@@ -66,6 +67,7 @@ from neural._src.train_loop import train_loop
 from neural._src.training import TrainConfig
 
 Array = jax.Array
+ArrayLike = jax.typing.ArrayLike
 
 METHODS = ("repshare", "repshare-fd", "repshare-fedavg", "repshare-independent")
 BACKBONES = ("lenet5", "mlp", "resnet9", "resnet18")
@@ -238,7 +240,7 @@ def contrastive_loss(student_logits: Array, teacher_logits: Array, labels: Array
   return jnp.sum(terms, axis=1)
 
 
-def feature_matching_loss(features: Array, labels: Array, class_means: Array,
+def feature_matching_loss(features: ArrayLike, labels: ArrayLike, class_means: ArrayLike,
                           reduction: str = "sum") -> Array:
   """Per-sample feature-based KD term ``l_KD(s_i, tbar^{y_i}) = ||s_i - tbar^{y_i}||^2`` (Eq. 7).
 
@@ -321,10 +323,10 @@ class Download(NamedTuple):
     observation_valid: (M_down, C).
   """
 
-  means: Array
-  valid: Array
-  observations: Array
-  observation_valid: Array
+  means: Array | np.ndarray
+  valid: Array | np.ndarray
+  observations: Array | np.ndarray
+  observation_valid: Array | np.ndarray
 
 
 def tree_size(tree: Any) -> int:
@@ -567,7 +569,7 @@ def _loss_of(config: RepShareConfig) -> _Loss:
 
 
 def local_loss(model: FeatureClassifier, loss: _Loss, params: Any, x: Array, labels: Array,
-               weights: Array, download: Download | None, key: Array) -> Array:
+               weights: Array, download: Download, key: Array) -> Array:
   """The mini-batch objective of LOCALUPDATE (Eq. 6; Algorithm 2), a scalar.
 
   ``sum_i w_i [l_CE + lambda_KD l_KD + lambda_disc l_disc] / sum_i w_i`` for
@@ -575,14 +577,15 @@ def local_loss(model: FeatureClassifier, loss: _Loss, params: Any, x: Array, lab
   lambda_FD l_FD`` for "fd". Terms whose teacher is missing (``download.valid``
   False) are dropped, so FD without any teacher (FedAvg, IL) is ``l_CE`` alone.
   """
-  s, z = model.apply({"params": params}, x, method=FeatureClassifier.features_logits)
+  s, z = cast(tuple[Array, Array],
+              model.apply({"params": params}, x, method=FeatureClassifier.features_logits))
   z = z.astype(jnp.float32)
   total = -jnp.take_along_axis(jax.nn.log_softmax(z, -1), labels[:, None], axis=1)[:, 0]
   if loss.kind == "repshare":
     kd = feature_matching_loss(s, labels, download.means, loss.kd_reduction)
     total = total + loss.lambda_kd * jnp.where(download.valid[labels], kd, 0.0)
-    t_logits = model.apply({"params": params}, download.observations,
-                           method=FeatureClassifier.classify)        # (M_down, C, C)
+    t_logits = cast(Array, model.apply({"params": params}, download.observations,
+                                       method=FeatureClassifier.classify))  # (M_down, C, C)
     m = jax.random.randint(key, labels.shape, 0, t_logits.shape[0])
     disc = contrastive_loss(z, t_logits[m], labels, download.observation_valid[m], loss.eps)
     if loss.disc_reduction == "mean":
