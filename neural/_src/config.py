@@ -259,12 +259,14 @@ class RunConfig(Config):
   agents: int = 2
   rounds: int = 10
   seed: int = 0
-  if TYPE_CHECKING:   # None is replaced by ``seed`` in __post_init__: a built config holds ints
-    data_seed: int = 0
-    init_seed: int = 0
-  else:
+  # None (the default) is replaced by ``seed`` in __post_init__, so a built config holds ints:
+  # the type checker is told so, the runtime (and the API reference) see the real default.
+  if not TYPE_CHECKING:
     data_seed: int | None = None
     init_seed: int | None = None
+  else:
+    data_seed: int = 0
+    init_seed: int = 0
   step_loop: str = "auto"
   agent_batching: str = "auto"
 
