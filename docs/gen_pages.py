@@ -25,17 +25,15 @@ import mkdocs_gen_files
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# (page, title, the __init__ that lists the public names)
+# (namespace, the file that lists its public names); each gets the page api/<namespace>.md
 NAMESPACES = (
-    ("fedkrr", "fedkrr", "fedkrr/__init__.py"),
-    ("neural", "neural", "neural/__init__.py"),
-    ("neural.methods", "neural.methods", "neural/methods/__init__.py"),
-    ("neural.methods.ddistillation", "neural.methods.ddistillation",
-     "neural/methods/ddistillation.py"),
-    ("neural.methods.mhd", "neural.methods.mhd", "neural/methods/mhd.py"),
-    ("neural.methods.representation_sharing", "neural.methods.representation_sharing",
-     "neural/methods/representation_sharing.py"),
-    ("neural.methods.feddkc", "neural.methods.feddkc", "neural/methods/feddkc.py"),
+    ("fedkrr", "fedkrr/__init__.py"),
+    ("neural", "neural/__init__.py"),
+    ("neural.methods", "neural/methods/__init__.py"),
+    ("neural.methods.ddistillation", "neural/methods/ddistillation.py"),
+    ("neural.methods.mhd", "neural/methods/mhd.py"),
+    ("neural.methods.representation_sharing", "neural/methods/representation_sharing.py"),
+    ("neural.methods.feddkc", "neural/methods/feddkc.py"),
 )
 # What the report links to; checkpoints, metrics and arrays stay out of the site.
 REPORT_SUFFIXES = (".md", ".png", ".json")
@@ -50,7 +48,7 @@ def public_names(init_file: Path) -> list[tuple[str, list[str]]]:
         name = alias.asname or alias.name
         if not name.startswith("_") and node.module.split(".")[0] in ("fedkrr", "neural"):
           if node.module in ("neural", "neural.methods") or name == "__version__":
-            continue   # submodules get pages of their own; the version is on the index
+            continue   # submodules get pages of their own; the version is no API entry
           groups.setdefault(node.module, []).append(name)
   return list(groups.items())
 
@@ -62,9 +60,9 @@ def module_summary(module: str) -> str:
   return doc.split("\n\n")[0].replace("\n", " ")
 
 
-def api_page(namespace: str, title: str, init_file: str) -> str:
+def api_page(namespace: str, init_file: str) -> str:
   doc = ast.get_docstring(ast.parse((ROOT / init_file).read_text())) or ""
-  lines = [f"# `{title}`", "", doc.split("\n\n")[0].replace("\n", " "), ""]
+  lines = [f"# `{namespace}`", "", doc.split("\n\n")[0].replace("\n", " "), ""]
   for module, names in public_names(ROOT / init_file):
     section = module.rsplit(".", 1)[-1].replace("_", " ")
     lines += [f"## {section.capitalize()}", "",
@@ -118,12 +116,10 @@ def main_job_dir() -> Path:
 def main() -> None:
   with mkdocs_gen_files.open("index.md", "w") as f:
     f.write(readme_as_index())
-  mkdocs_gen_files.set_edit_path("index.md", "../README.md")
 
-  for page, title, init_file in NAMESPACES:
-    with mkdocs_gen_files.open(f"api/{page}.md", "w") as f:
-      f.write(api_page(page, title, init_file))
-    mkdocs_gen_files.set_edit_path(f"api/{page}.md", f"../{init_file}")
+  for namespace, init_file in NAMESPACES:
+    with mkdocs_gen_files.open(f"api/{namespace}.md", "w") as f:
+      f.write(api_page(namespace, init_file))
 
   os.environ["COLUMNS"] = "100"   # argparse wraps help at the terminal's width
   from fedkrr._src.cli import _parser as fedkrr_parser
