@@ -23,34 +23,13 @@ import tempfile
 
 import mkdocs_gen_files
 
-ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))   # docs/, for api_names
+from api_names import NAMESPACES  # noqa: E402
+from api_names import ROOT  # noqa: E402
+from api_names import public_names  # noqa: E402
 
-# (namespace, the file that lists its public names); each gets the page api/<namespace>.md
-NAMESPACES = (
-    ("fedkrr", "fedkrr/__init__.py"),
-    ("neural", "neural/__init__.py"),
-    ("neural.methods", "neural/methods/__init__.py"),
-    ("neural.methods.ddistillation", "neural/methods/ddistillation.py"),
-    ("neural.methods.mhd", "neural/methods/mhd.py"),
-    ("neural.methods.representation_sharing", "neural/methods/representation_sharing.py"),
-    ("neural.methods.feddkc", "neural/methods/feddkc.py"),
-)
 # What the report links to; checkpoints, metrics and arrays stay out of the site.
 REPORT_SUFFIXES = (".md", ".png", ".json")
-
-
-def public_names(init_file: Path) -> list[tuple[str, list[str]]]:
-  """(source module, [public names]) in the order the file imports them."""
-  groups: dict[str, list[str]] = {}
-  for node in ast.parse(init_file.read_text()).body:
-    if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-      for alias in node.names:
-        name = alias.asname or alias.name
-        if not name.startswith("_") and node.module.split(".")[0] in ("fedkrr", "neural"):
-          if node.module in ("neural", "neural.methods") or name == "__version__":
-            continue   # submodules get pages of their own; the version is no API entry
-          groups.setdefault(node.module, []).append(name)
-  return list(groups.items())
 
 
 def module_summary(module: str) -> str:
@@ -63,7 +42,7 @@ def module_summary(module: str) -> str:
 def api_page(namespace: str, init_file: str) -> str:
   doc = ast.get_docstring(ast.parse((ROOT / init_file).read_text())) or ""
   lines = [f"# `{namespace}`", "", doc.split("\n\n")[0].replace("\n", " "), ""]
-  for module, names in public_names(ROOT / init_file):
+  for module, names in public_names(init_file):
     section = module.rsplit(".", 1)[-1].replace("_", " ")
     lines += [f"## {section.capitalize()}", "",
               module_summary(module), ""]

@@ -8,29 +8,29 @@ or a bare ``X`` that one of them exports), and into code otherwise.
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 import re
+import sys
 
 import griffe
 
-ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))   # docs/, for api_names
+from api_names import public_names  # noqa: E402
+
 ROLE = re.compile(r":(?:func|class|meth|mod|attr|data|exc|obj):`~?([^`]+)`")
-NAMESPACES = {"fedkrr": "fedkrr/__init__.py", "neural": "neural/__init__.py",
-              "neural.methods": "neural/methods/__init__.py"}
+# Bare names link to these namespaces' names only (the paper modules share init, step, ...).
+LINKED = {"fedkrr": "fedkrr/__init__.py", "neural": "neural/__init__.py",
+          "neural.methods": "neural/methods/__init__.py"}
 
 
 def documented_names() -> dict[str, str]:
-  """Every public name of the API pages: full identifier -> itself, bare name -> first owner."""
+  """Every public name of those pages: full identifier -> itself, bare name -> first owner."""
   names: dict[str, str] = {}
-  for namespace, init_file in NAMESPACES.items():
-    for node in ast.parse((ROOT / init_file).read_text()).body:
-      if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(
-          ("fedkrr._src", "neural._src")):
-        for alias in node.names:
-          name = alias.asname or alias.name
-          names[f"{namespace}.{name}"] = f"{namespace}.{name}"
-          names.setdefault(name, f"{namespace}.{name}")
+  for namespace, init_file in LINKED.items():
+    for _, group in public_names(init_file):
+      for name in group:
+        names[f"{namespace}.{name}"] = f"{namespace}.{name}"
+        names.setdefault(name, f"{namespace}.{name}")
   return names
 
 

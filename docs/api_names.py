@@ -1,0 +1,39 @@
+"""The public names of the API reference, read from the packages' files without importing them.
+
+Shared by ``gen_pages.py`` (the API pages) and ``griffe_roles.py`` (the links).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# (namespace, the file that lists its public names); each gets the page api/<namespace>.md
+NAMESPACES = (
+    ("fedkrr", "fedkrr/__init__.py"),
+    ("neural", "neural/__init__.py"),
+    ("neural.methods", "neural/methods/__init__.py"),
+    ("neural.methods.ddistillation", "neural/methods/ddistillation.py"),
+    ("neural.methods.mhd", "neural/methods/mhd.py"),
+    ("neural.methods.representation_sharing", "neural/methods/representation_sharing.py"),
+    ("neural.methods.feddkc", "neural/methods/feddkc.py"),
+)
+
+
+def public_names(init_file: str) -> list[tuple[str, list[str]]]:
+  """(implementation module, [public names]) in the order ``init_file`` imports them.
+
+  Only names imported from ``fedkrr._src`` or ``neural._src`` count: submodules
+  (``neural.methods``) have pages of their own and the version is no API entry.
+  """
+  groups: dict[str, list[str]] = {}
+  for node in ast.parse((ROOT / init_file).read_text()).body:
+    if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(
+        ("fedkrr._src.", "neural._src.")):
+      for alias in node.names:
+        name = alias.asname or alias.name
+        if not name.startswith("_"):
+          groups.setdefault(node.module, []).append(name)
+  return list(groups.items())
