@@ -108,6 +108,5 @@ def test_docstring_examples_run(module_name):
   runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
   failures = []
   for test in examples_of(module_name):
-    result = runner.run(test, out=failures.append, clear_globs=True)
-    del result
+    runner.run(test, out=failures.append, clear_globs=True)
   assert runner.failures == 0, "".join(failures)
