@@ -53,6 +53,8 @@ from fedkrr._src.nn_kernels import ReluNTK
 from fedkrr._src.problem import FederatedProblem
 from fedkrr._src.problem import ProblemError
 from fedkrr._src.problem import make_problem
+from fedkrr._src.problem_io import load_problem
+from fedkrr._src.problem_io import save_problem
 from fedkrr._src.protocols import BASELINES
 from fedkrr._src.protocols import PROTOCOLS
 from fedkrr._src.protocols import Protocol
@@ -98,6 +100,14 @@ from fedkrr._src.rates import sweep_bandwidth_ratio
 from fedkrr._src.rates import sweep_heterogeneity
 from fedkrr._src.rates import sweep_ridge
 from fedkrr._src.rates import sweep_separation
+from fedkrr._src.search import SearchResult
+from fedkrr._src.search import findings_dir
+from fedkrr._src.search import findings_table
+from fedkrr._src.search import known_findings
+from fedkrr._src.search import recheck_finding
+from fedkrr._src.search import search_all
+from fedkrr._src.search import search_claim
+from fedkrr._src.search import search_ids
 from fedkrr._src.special_cases import avgkd_by_projections
 from fedkrr._src.special_cases import avgkd_limit_by_projections
 from fedkrr._src.special_cases import avgkd_limit_by_system

@@ -1,4 +1,4 @@
-"""The ``fedkrr`` command line: ``fedkrr run`` on problem files, ``verify``, ``demo``, ``toy``.
+"""The ``fedkrr`` command line: ``run`` on problem files, ``verify``, ``search``, ``demo``, ``toy``.
 
 The entry point enables float64 (theory needs it) unless ``--float32`` is given;
 importing the library never does.
@@ -79,6 +79,28 @@ def _parser() -> argparse.ArgumentParser:
   verify.add_argument("--only", metavar="PREFIX", help="run the checks whose id starts so")
   verify.add_argument("--seeds", type=int, default=2, metavar="S",
                       help="seeds per size (default 2)")
+  search = sub.add_parser(
+      "search", help="search for instances where the paper's claims break",
+      description="Searches the instances a statement of the paper allows (kernel pairs from "
+                  "the catalogue, bandwidths and ridges over decades, 1 to 20 dimensions, "
+                  "shared to disjoint data, M agents where the statement is about M) for one "
+                  "where it fails: random batches plus gradient ascent on the violation, in "
+                  "float64. A counterexample is shrunk, replayed by literal rounds and saved as "
+                  "DIR/ID.npz (a problem file for `fedkrr run --problem`); DIR/ID.json says "
+                  "what was found. A finding is not an error: the exit status is 0.")
+  which = search.add_mutually_exclusive_group(required=True)
+  which.add_argument("--claim", metavar="ID", help="the `fedkrr verify` id of the statement")
+  which.add_argument("--all", action="store_true",
+                     help="every claim, the budget split evenly (also writes DIR/summary.json)")
+  search.add_argument("--budget-seconds", type=float, required=True, metavar="S",
+                      help="time for the search (shrinking and replaying a counterexample "
+                           "take up to a minute more per claim)")
+  search.add_argument("--seed", type=_seed, default=0, help="the seed of the draws (default 0)")
+  search.add_argument("--max-instances", type=int, metavar="N",
+                      help="also stop after N instances per claim")
+  search.add_argument("--out", required=True, metavar="DIR", help="output directory")
+  search.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
+                      help="a progress bar with the worst residual so far (default on)")
   toy = sub.add_parser(
       "toy", help="the toy experiment of Fig. 3: linear regression, AKD / AvgKD / EKD",
       description="Runs the toy experiment of the paper's Fig. 3 (App. A): linear regression "
@@ -140,6 +162,32 @@ def _verify(args: argparse.Namespace) -> int:
         f"{len(findings)} paper claims do not hold as stated (findings), "
         f"{len(failed)} identities failed")
   return 1 if failed else 0
+
+
+def _search(args: argparse.Namespace) -> int:
+  from fedkrr._src import search
+
+  if os.path.exists(args.out) and not os.path.isdir(args.out):
+    raise ValueError(f"--out: expected a directory, got the file {args.out!r}")
+  if args.max_instances is not None and args.max_instances < 1:
+    raise ValueError(f"--max-instances: expected an integer >= 1, got {args.max_instances}")
+  if not args.budget_seconds > 0:
+    raise ValueError(f"--budget-seconds: expected a number of seconds > 0, "
+                     f"got {args.budget_seconds}")
+  if args.all:
+    results = search.search_all(args.budget_seconds, args.seed, args.out, args.progress,
+                                args.max_instances)
+  else:
+    if args.claim not in search.BY_ID:
+      raise ValueError(f"--claim: unknown id {args.claim!r}; expected one of "
+                       f"{', '.join(search.BY_ID)}")
+    results = [search.search_claim(args.claim, args.budget_seconds, args.seed, args.out,
+                                   args.progress, args.max_instances)]
+  print(search.findings_table(results))
+  broken = [r for r in results if not r.holds]
+  print(f"{len(results)} searched: {len(results) - len(broken)} held on every instance "
+        f"searched, {len(broken)} broken (counterexamples in {args.out})")
+  return 0
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -276,6 +324,8 @@ def main(argv: Sequence[str] | None = None) -> int:
       return _verify(args)
     if args.command == "toy":
       return _toy(args)
+    if args.command == "search":
+      return _search(args)
     return _demo(args)
   except (ProblemError, KernelError, ValueError, OSError) as e:
     print(f"fedkrr: error: {' '.join(str(e).split())}", file=sys.stderr)

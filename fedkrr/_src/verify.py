@@ -61,6 +61,10 @@ class CheckRow:
     residual: the largest residual over the seeds and sizes.
     tolerance: the residual up to which the statement holds.
     holds: whether the residual is finite and at most the tolerance.
+    search: what ``fedkrr search`` found for the statement over all the
+      instances it allows (the findings shipped with the toolkit): a
+      counterexample's file, the number of instances it held on, or
+      ``"not searched"``.
   """
 
   id: str
@@ -70,6 +74,7 @@ class CheckRow:
   residual: float
   tolerance: float
   holds: bool
+  search: str = "not searched"
 
   def as_dict(self) -> dict:
     """The row as a dict of its fields (the JSON object :func:`write_checks` writes)."""
@@ -372,13 +377,16 @@ def run_checks(seeds=SEEDS, only: str | None = None, progress: bool = False,
   if progress:
     from tqdm.auto import tqdm
     bar = tqdm(total=len(checks), desc="verify", unit="check")
+  from fedkrr._src.search import known_findings
+  from fedkrr._src.search import search_note
+  found = {r.claim: r for r in known_findings()}
   rows = []
   for check in checks:
     all_sizes = check.sizes[:1] if quick else check.sizes
     residual = max(check.residual_fn(seed, sizes) for seed in seeds for sizes in all_sizes)
     holds = bool(np.isfinite(residual) and residual <= check.tolerance)
     rows.append(CheckRow(check.id, check.statement, check.source, check.kind, float(residual),
-                         check.tolerance, holds))
+                         check.tolerance, holds, search_note(found.get(check.id))))
     if bar is not None:
       bar.update(1)
   if bar is not None:
@@ -387,14 +395,18 @@ def run_checks(seeds=SEEDS, only: str | None = None, progress: bool = False,
 
 
 def checks_table(rows: list[CheckRow]) -> str:
-  """The rows as a Markdown table (a failing claim reads as a finding, an identity as a failure)."""
-  lines = ["| id | statement | source | kind | max residual | tolerance | holds |",
-           "| --- | --- | --- | --- | --- | --- | --- |"]
+  """The rows as a Markdown table (a failing claim reads as a finding, an identity as a failure).
+
+  The last column says what ``fedkrr search`` found over every instance the
+  statement allows (:func:`fedkrr.known_findings`).
+  """
+  lines = ["| id | statement | source | kind | max residual | tolerance | holds | search |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
   for r in rows:
     verdict = "yes" if r.holds else ("NO (finding)" if r.kind == "claim" else "NO (FAILURE)")
     statement = r.statement.replace("|", "\\|")   # norms ||x|| would split the row
     lines.append(f"| {r.id} | {statement} | {r.source} | {r.kind} | {r.residual:.2e} | "
-                 f"{r.tolerance:.1e} | {verdict} |")
+                 f"{r.tolerance:.1e} | {verdict} | {r.search} |")
   return "\n".join(lines)
 
 

@@ -68,9 +68,9 @@ def test_quick_mode_checks_the_smallest_instance_only(monkeypatch):
   assert seen == [(0, (3, 2)), (0, (9, 8))]
 
 
-def test_the_table_keeps_seven_cells_when_a_statement_has_norm_bars():
+def test_the_table_keeps_eight_cells_when_a_statement_has_norm_bars():
   row = verify.CheckRow(id="x", statement="||C_1||_2 <= 1", source="App. B", kind="identity",
                         residual=0.0, tolerance=1e-8, holds=True)
   body = verify.checks_table([row]).splitlines()[2]
   cells = [c for c in re.split(r"(?<!\\)\|", body)[1:-1]]
-  assert len(cells) == 7 and cells[1].strip() == r"\|\|C_1\|\|_2 <= 1"
+  assert len(cells) == 8 and cells[1].strip() == r"\|\|C_1\|\|_2 <= 1"
