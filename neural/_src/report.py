@@ -169,7 +169,7 @@ def _verify(out: Path, settings: MainJobSettings, progress: bool):
 
 def _counterexamples(broken) -> str:
   """The shipped counterexamples, each residual recomputed now from its problem file."""
-  lines = ["#### Counterexamples known to the toolkit",
+  lines = ["### Counterexamples known to the toolkit",
            "",
            "Found by `fedkrr search` over every instance each statement allows (kernel pairs of "
            "the catalogue, bandwidths and ridges over decades, 1-20 dimensions, shared to "
