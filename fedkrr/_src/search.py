@@ -293,7 +293,7 @@ def search_claim(claim: str, budget_seconds: float, seed: int = 0,
       shrink_deadline = time.monotonic() + SHRINK_SECONDS
       fam, par, value = _shrink(spec, family, best_p, best_v, shrink_deadline)
       problem = fam.problem(par)
-      replayed = float(spec.replay(problem, jnp.asarray(par["x_eval"])))
+      replayed = float(spec.replay(problem, np.asarray(par["x_eval"])))
       if confirms(value, replayed, spec.tolerance):
         found = (fam, par, value, replayed)
         worst = max(worst, best_v, value)

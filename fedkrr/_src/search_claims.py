@@ -107,7 +107,7 @@ def literal_rate(p: FederatedProblem, protocol: str) -> float:
   per cycle (AKD: M rounds; PKD, AvgKD: one round) over the second half of the
   run. AvgKD is affine, so its successive differences are measured.
   """
-  rho = float(map_radius(protocol)(p, None))
+  rho = float(map_radius(protocol)(p, p.pooled_x()))
   per = p.num_agents if protocol == "akd" else 1
   cycles = int(np.clip(60.0 / max(abs(math.log(max(rho, 1e-300))), 1e-3), 8, 600))
   rounds = 2 * cycles * per + 1
@@ -242,7 +242,7 @@ def _replay_system7(p, x):
 def _ekd_residual(target_fn):
   """``rel(EKD's limit, target)``, or at least 1 when EKD's series diverges (no limit)."""
   def residual(p, x):
-    worst, radius = jnp.asarray(0.0, p.ridge.dtype), None
+    worst = radius = jnp.asarray(0.0, p.ridge.dtype)
     for xa, target in target_fn(p, x):
       lim = closed_form.limit(p, "ekd", xa)
       worst, radius = jnp.maximum(worst, _rel(lim.predictions, target)), lim.spectral_radius
