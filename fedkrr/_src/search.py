@@ -211,15 +211,12 @@ def describe(family: space_lib.Family, params, value: float, spec: ClaimSearch) 
           f"{spec.measure} = {value:.6g} (tolerance {spec.tolerance:.3g})")
 
 
-def _check_arguments(claim: str, budget_seconds: float, max_instances: int | None) -> ClaimSearch:
-  if claim not in BY_ID:
-    raise ValueError(f"claim: unknown id {claim!r}; expected one of {', '.join(BY_ID)}")
+def _check_budget(budget_seconds: float, max_instances: int | None) -> None:
   if not (isinstance(budget_seconds, (int, float)) and math.isfinite(budget_seconds)
           and budget_seconds > 0):
     raise ValueError(f"budget_seconds: expected a number of seconds > 0, got {budget_seconds!r}")
   if max_instances is not None and max_instances < 1:
     raise ValueError(f"max_instances: expected an integer >= 1, got {max_instances!r}")
-  return BY_ID[claim]
 
 
 def search_claim(claim: str, budget_seconds: float, seed: int = 0,
@@ -248,7 +245,10 @@ def search_claim(claim: str, budget_seconds: float, seed: int = 0,
   Raises:
     ValueError: an unknown claim, a budget that is not > 0, or float64 disabled.
   """
-  spec = _check_arguments(claim, budget_seconds, max_instances)
+  if claim not in BY_ID:
+    raise ValueError(f"claim: unknown id {claim!r}; expected one of {', '.join(BY_ID)}")
+  _check_budget(budget_seconds, max_instances)
+  spec = BY_ID[claim]
   if not jax.config.read("jax_enable_x64"):
     raise ValueError("fedkrr search needs float64: call "
                      "jax.config.update('jax_enable_x64', True) first")
@@ -316,7 +316,7 @@ def search_claim(claim: str, budget_seconds: float, seed: int = 0,
       os.makedirs(out, exist_ok=True)
       save_problem(os.path.join(out, name), fam.problem(par), par["x_eval"])
   else:
-    description = (f"no violation in {searched} instances ({spec.space.describe()['agents']} "
+    description = (f"no violation in {searched} instances ({spec.space.agents} "
                    f"agents, kernels {spec.space.kernels} from {', '.join(spec.space.kinds)}, "
                    f"c {spec.space.ridge}, data {spec.space.data}); worst {spec.measure} = "
                    f"{worst:.6g} (tolerance {spec.tolerance:.3g})"
@@ -352,8 +352,7 @@ def search_all(budget_seconds: float, seed: int = 0, out: str | os.PathLike | No
   Also writes ``out/summary.json`` (every result, the layout :func:`known_findings` reads).
   """
   ids = search_ids()
-  if not (isinstance(budget_seconds, (int, float)) and budget_seconds > 0):
-    raise ValueError(f"budget_seconds: expected a number of seconds > 0, got {budget_seconds!r}")
+  _check_budget(budget_seconds, max_instances)
   results = [search_claim(i, budget_seconds / len(ids), seed, out, progress, max_instances)
              for i in ids]
   if out is not None:

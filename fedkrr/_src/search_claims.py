@@ -33,6 +33,8 @@ from fedkrr._src import special_cases as sc
 from fedkrr._src.learner import krr_learners
 from fedkrr._src.problem import FederatedProblem
 from fedkrr._src.search_space import Space
+from fedkrr._src.verify import literal_rounds
+from fedkrr._src.verify import relative_error
 
 Array = jax.Array
 # A spectral radius breaks "degrades to 0" only above 1: a radius of 1 - 1e-11 still
@@ -77,11 +79,6 @@ def _rel(a, b) -> Array:
   return jnp.max(jnp.abs(a - b)) / jnp.maximum(jnp.max(jnp.abs(b)), 1e-300)
 
 
-def _np_rel(a, b) -> float:
-  a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-  return float(np.max(np.abs(a - b)) / max(float(np.max(np.abs(b))), 1e-300))
-
-
 def map_radius(protocol: str) -> Callable[[FederatedProblem, Array], Array]:
   """The spectral radius of a protocol's round map (AKD: of one cycle)."""
   if protocol == "akd":
@@ -96,7 +93,7 @@ def map_radius(protocol: str) -> Callable[[FederatedProblem, Array], Array]:
 # ---- literal rounds ----------------------------------------------------------------------
 
 def _literal(p: FederatedProblem, protocol: str, rounds: int, x_eval) -> np.ndarray:
-  return np.asarray(protocols.simulate(protocol, krr_learners(p), p.xs, p.ys, rounds, x_eval))
+  return np.asarray(literal_rounds(p, protocol, rounds, x_eval))
 
 
 def literal_rate(p: FederatedProblem, protocol: str) -> float:
@@ -126,6 +123,15 @@ def literal_rate(p: FederatedProblem, protocol: str) -> float:
 
 def _replay_rate(protocol: str):
   return lambda p, x: literal_rate(p, protocol)
+
+
+def _rate_search(claim: str, space: Space, measure: str, protocol: str,
+                 route: str = "") -> ClaimSearch:
+  """A "degrades to 0" / "converges" statement: the radius of the protocol's round map,
+  replayed by its literal rounds' growth."""
+  return ClaimSearch(claim, space, measure, RATE_TOLERANCE, map_radius(protocol),
+                     _replay_rate(protocol), route or LITERAL,
+                     f"--protocol {protocol} --rounds 100 --method simulate")
 
 
 # ---- Prop. III, IV ------------------------------------------------------------------------
@@ -213,11 +219,12 @@ def _finite_sums(p, x):
 
 def _replay_finite_sums(p, x):
   lit = _literal(p, "avgkd", 4, x)
-  return max(_np_rel(sc.avgkd_partial_sums_as_printed(p, t, x), lit[t, 0]) for t in (1, 2, 3))
+  return max(relative_error(sc.avgkd_partial_sums_as_printed(p, t, x), lit[t, 0])
+             for t in (1, 2, 3))
 
 
 def _np_gram(p, a, x1, x2) -> np.ndarray:
-  return np.asarray(p.kernels[a](jnp.asarray(x1), jnp.asarray(x2)), np.float64) / p.num_points
+  return np.asarray(p.gram(a, x1, x2), np.float64)
 
 
 def _system7(p, x):
@@ -235,7 +242,7 @@ def _replay_system7(p, x):
   worst = 0.0
   for xa in xs:
     mine = np.concatenate([_np_gram(p, j, xa, xj) for j, xj in enumerate(xs)], axis=1) @ beta
-    worst = max(worst, _np_rel(mine, _np_gram(p, 0, xa, x_all) @ alpha))
+    worst = max(worst, relative_error(mine, _np_gram(p, 0, xa, x_all) @ alpha))
   return worst
 
 
@@ -270,7 +277,7 @@ def _replay_ekd(target_literal):
     rounds = int(np.clip(40.0 / max(-math.log(max(rho, 1e-300)), 1e-3), 20, 3000))
     worst = 0.0
     for xa, target in target_literal(p, x):
-      worst = max(worst, _np_rel(_literal(p, "ekd", rounds, xa)[-1], target))
+      worst = max(worst, relative_error(_literal(p, "ekd", rounds, xa)[-1], target))
     return worst
   return replay
 
@@ -293,7 +300,7 @@ def _self_distillation(p, x):
 
 def _replay_self_distillation(p, x):
   lit = _literal(p, "akd", 8, x)
-  return _np_rel(lit, np.broadcast_to(lit[0], lit.shape))
+  return relative_error(lit, np.broadcast_to(lit[0], lit.shape))
 
 
 SINGULAR_ROUNDS = 2000
@@ -318,11 +325,8 @@ def _replay_singular(p, x):
 def _fast_enough(p):
   """The row spaces' largest principal cos^2 below 1 (outside their intersection) <= 0.95:
   AKD then converges within 2000 rounds far below the tolerance, so round 2000 judges the limit."""
-  def proj(x):
-    _, s, vt = jnp.linalg.svd(x, full_matrices=True)
-    keep = (jnp.arange(x.shape[1]) < jnp.sum(s > 1e-10 * s[0])).astype(x.dtype)
-    return (vt.T * keep[None, :]) @ vt
-  w = jnp.linalg.eigvalsh(proj(p.xs[0]) @ proj(p.xs[1]) @ proj(p.xs[0]))
+  proj1, proj2 = (sc.row_space_projector(x, 1e-10) for x in p.xs)
+  w = jnp.linalg.eigvalsh(proj1 @ proj2 @ proj1)
   return jnp.max(jnp.where(w < 1.0 - 1e-6, w, 0.0)) <= SINGULAR_GAP
 
 
@@ -331,7 +335,7 @@ def _pkd_closed_form(p, x):
 
 
 def _replay_pkd_closed_form(p, x):
-  return _np_rel(sc.pkd_by_projections(p, 6, x), _literal(p, "pkd", 6, x))
+  return relative_error(sc.pkd_by_projections(p, 6, x), _literal(p, "pkd", 6, x))
 
 
 # ---- identities (the search should find nothing) --------------------------------------------
@@ -349,7 +353,7 @@ def _avgkd_recurrence(p, x):
 
 
 def _replay_avgkd_recurrence(p, x):
-  return _np_rel(sc.avgkd_by_projections(p, 6, x), _literal(p, "avgkd", 6, x))
+  return relative_error(sc.avgkd_by_projections(p, 6, x), _literal(p, "avgkd", 6, x))
 
 
 TWO_ANY = Space()
@@ -363,9 +367,7 @@ SEARCHES = (
                 "spectral radius of P_1^T P_2^T (a fixed point x != 0 needs 1)", RATE_TOLERANCE,
                 _no_fixed_point, _replay_fixed_point,
                 "NumPy eigenvectors of P_1^T P_2^T: 1 - how far the one nearest to fixed moves"),
-    ClaimSearch("prop2-akd-to-zero", TWO_ANY, "spectral radius of one AKD cycle",
-                RATE_TOLERANCE, map_radius("akd"), _replay_rate("akd"), LITERAL,
-                "--protocol akd --rounds 100 --method simulate"),
+    _rate_search("prop2-akd-to-zero", TWO_ANY, "spectral radius of one AKD cycle", "akd"),
     ClaimSearch("prop4-trend-ridge", TWO_ANY,
                 "largest increase of the AKD rate rho along c = 1e-6 .. 10 (15 points)", 1e-9,
                 _trend_ridge, _replay_trend_ridge,
@@ -398,10 +400,9 @@ SEARCHES = (
                 "largest relative change of the model over 8 rounds of self-distillation", 1e-6,
                 _self_distillation, _replay_self_distillation, "literal AKD rounds",
                 "--protocol akd --rounds 8 --method simulate"),
-    ClaimSearch("appc-positive-definite", Space(kernels="shared", ridge="zero",
-                                                well_conditioned=True),
-                "spectral radius of one AKD cycle", RATE_TOLERANCE, map_radius("akd"),
-                _replay_rate("akd"), LITERAL, "--protocol akd --rounds 100 --method simulate"),
+    _rate_search("appc-positive-definite", Space(kernels="shared", ridge="zero",
+                                                 well_conditioned=True),
+                 "spectral radius of one AKD cycle", "akd"),
     ClaimSearch("appc-singular", Space(kernels="shared", kinds=("linear",), ridge="zero",
                                        data="subspaces"),
                 "distance of AKD's round 2000 from the intersection limit, relative to it "
@@ -414,20 +415,12 @@ SEARCHES = (
                 "relative error of App. E's averaged projections against PKD's rounds 0-5",
                 1e-8, _pkd_closed_form, _replay_pkd_closed_form, "literal PKD rounds",
                 "--protocol pkd --rounds 6 --method simulate"),
-    ClaimSearch("appe-degrades", TWO_SHARED, "spectral radius of PKD's round map",
-                RATE_TOLERANCE, map_radius("pkd"), _replay_rate("pkd"), LITERAL,
-                "--protocol pkd --rounds 100 --method simulate"),
-    ClaimSearch("appg-akd", MANY_ANY, "spectral radius of one AKD cycle of M rounds",
-                RATE_TOLERANCE, map_radius("akd"), _replay_rate("akd"), LITERAL,
-                "--protocol akd --rounds 100 --method simulate"),
-    ClaimSearch("appg-pkd", MANY_ANY, "spectral radius of PKD's round map", RATE_TOLERANCE,
-                map_radius("pkd"), _replay_rate("pkd"), LITERAL,
-                "--protocol pkd --rounds 100 --method simulate"),
-    ClaimSearch("appg-avgkd", MANY_ANY,
-                "spectral radius of AvgKD's round map (the rounds converge iff below 1)",
-                RATE_TOLERANCE, map_radius("avgkd"), _replay_rate("avgkd"),
-                "literal AvgKD rounds: growth of successive differences",
-                "--protocol avgkd --rounds 100 --method simulate"),
+    _rate_search("appe-degrades", TWO_SHARED, "spectral radius of PKD's round map", "pkd"),
+    _rate_search("appg-akd", MANY_ANY, "spectral radius of one AKD cycle of M rounds", "akd"),
+    _rate_search("appg-pkd", MANY_ANY, "spectral radius of PKD's round map", "pkd"),
+    _rate_search("appg-avgkd", MANY_ANY,
+                 "spectral radius of AvgKD's round map (the rounds converge iff below 1)",
+                 "avgkd", "literal AvgKD rounds: growth of successive differences"),
     ClaimSearch("appg-ekd-central", Space(agents=(3, 5), kernels="shared"),
                 "relative error of cyclic EKD's limit against the centralised model (at least "
                 "the spectral radius of the AKD cycle when the series diverges)", 1e-6,

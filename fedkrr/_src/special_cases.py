@@ -161,6 +161,16 @@ def pkd_by_projections(problem: FederatedProblem, rounds: int, x_eval: ArrayLike
   return jnp.stack(preds)
 
 
+def row_space_projector(x: Array, rtol: float) -> Array:
+  """The orthogonal projector (d, d) onto the row space of ``x`` (n, d).
+
+  Singular values at most ``rtol`` times the largest count as zero.
+  """
+  _, s, vt = jnp.linalg.svd(x, full_matrices=True)
+  keep = (jnp.arange(x.shape[1]) < jnp.sum(s > rtol * s[0])).astype(x.dtype)
+  return (vt.T * keep[None, :]) @ vt
+
+
 def intersection_limit_linear(problem: FederatedProblem, x_eval: ArrayLike) -> Array:
   """AKD's limit for linear kernels and c = 0 when the agents' spans intersect (App. C).
 
@@ -177,17 +187,9 @@ def intersection_limit_linear(problem: FederatedProblem, x_eval: ArrayLike) -> A
   x1, x2 = problem.xs
   w0 = jnp.linalg.pinv(x1) @ problem.ys[0]
 
-  def row_space(x):
-    _, s, vt = jnp.linalg.svd(x, full_matrices=True)
-    rank = jnp.sum(s > linalg.default_rtol(max(x.shape), x.dtype) * s[0])
-    return vt, rank
-
-  (v1, r1), (v2, r2) = row_space(x1), row_space(x2)
+  proj1, proj2 = (row_space_projector(x, linalg.default_rtol(max(x.shape), x.dtype))
+                  for x in (x1, x2))
   d = x1.shape[1]
-  mask1 = (jnp.arange(d) < r1).astype(x1.dtype)
-  mask2 = (jnp.arange(d) < r2).astype(x1.dtype)
-  proj1 = (v1.T * mask1[None, :]) @ v1
-  proj2 = (v2.T * mask2[None, :]) @ v2
   # the intersection is the eigenvalue-1 eigenspace of proj1 proj2 proj1
   w, u = jnp.linalg.eigh(proj1 @ proj2 @ proj1)
   keep = (w > 1.0 - 1e3 * linalg.default_rtol(d, x1.dtype)).astype(x1.dtype)

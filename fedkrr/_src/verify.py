@@ -81,7 +81,8 @@ class CheckRow:
     return dataclasses.asdict(self)
 
 
-def _rel(a, b) -> float:
+def relative_error(a, b) -> float:
+  """``max |a - b| / max |b|`` in float64 (the residual of every exact comparison)."""
   a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
   return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-300))
 
@@ -102,7 +103,8 @@ def _problem(seed, sizes, ridge=0.05, kernels="same"):
   return make_problem(xs, ys, ks, ridge), x_eval
 
 
-def _simulate(problem, name, rounds, x_eval):
+def literal_rounds(problem, name, rounds, x_eval):
+  """The protocol's literal rounds (:func:`fedkrr.simulate` with kernel ridge learners)."""
   return protocols.simulate(name, krr_learners(problem), problem.xs, problem.ys, rounds, x_eval)
 
 
@@ -113,14 +115,15 @@ def _prop3_reconstruction(seed, sizes):
   for kernels in ("same", "different"):
     for ridge in (0.05, 0.0):
       p, x = _problem(seed, sizes, ridge, kernels)
-      worst = max(worst, _rel(geo_lib.akd_by_projections(p, 6, x), _simulate(p, "akd", 6, x)))
+      worst = max(worst, relative_error(geo_lib.akd_by_projections(p, 6, x),
+                                        literal_rounds(p, "akd", 6, x)))
   return worst
 
 
 def _prop3_idempotent(seed, sizes):
   p, _ = _problem(seed, sizes, 0.05, "different")
   g = geo_lib.geometry(p)
-  return max(_rel(q @ q, q) for q in (g.p1, g.p2, g.p1_tilde, g.p2_tilde))
+  return max(relative_error(q @ q, q) for q in (g.p1, g.p2, g.p1_tilde, g.p2_tilde))
 
 
 def _prop3_contractions(seed, sizes):
@@ -177,7 +180,7 @@ def _prop4_trend_data(seed, sizes):
 
 def _prop5_recurrence(seed, sizes):
   p, x = _problem(seed, sizes, 0.05, "different")
-  return _rel(sc.avgkd_by_projections(p, 6, x), _simulate(p, "avgkd", 6, x))
+  return relative_error(sc.avgkd_by_projections(p, 6, x), literal_rounds(p, "avgkd", 6, x))
 
 
 def _prop5_limit(seed, sizes):
@@ -185,22 +188,23 @@ def _prop5_limit(seed, sizes):
   for ridge in (0.05, 0.0):
     p, x = _problem(seed, sizes, ridge, "different")
     lim = sc.avgkd_limit_by_projections(p, x)
-    worst = max(worst, _rel(lim, closed_form.limit(p, "avgkd", x).predictions),
-                _rel(lim, closed_form.trajectory(p, "avgkd", 400, x)[-1]))
+    worst = max(worst, relative_error(lim, closed_form.limit(p, "avgkd", x).predictions),
+                relative_error(lim, closed_form.trajectory(p, "avgkd", 400, x)[-1]))
   return worst
 
 
 def _prop5_as_printed(seed, sizes):
   p, x = _problem(seed, sizes, 0.05, "different")
   traj = closed_form.trajectory(p, "avgkd", 4, x)
-  return max(_rel(sc.avgkd_partial_sums_as_printed(p, t, x), traj[t, 0]) for t in (1, 2, 3))
+  return max(relative_error(sc.avgkd_partial_sums_as_printed(p, t, x), traj[t, 0])
+             for t in (1, 2, 3))
 
 
 def _prop6_system8(seed, sizes):
   worst = 0.0
   for ridge in (0.05, 0.0):
     p, x = _problem(seed, sizes, ridge, "different")
-    worst = max(worst, _rel(sc.avgkd_limit_by_system(p, x),
+    worst = max(worst, relative_error(sc.avgkd_limit_by_system(p, x),
                             closed_form.limit(p, "avgkd", x).predictions))
   return worst
 
@@ -210,7 +214,7 @@ def _prop6_system7(seed, sizes):
   worst = 0.0
   for xa in p.xs:
     central = closed_form.central(p, xa)[0]
-    worst = max(worst, _rel(sc.block_system_predictions(p, xa), central))
+    worst = max(worst, relative_error(sc.block_system_predictions(p, xa), central))
   return worst
 
 
@@ -218,13 +222,14 @@ def _prop7_ekd_labels(seed, sizes):
   p, _ = _problem(seed, sizes, 0.0, "different")
   worst = 0.0
   for xa, ya in zip(p.xs, p.ys):
-    worst = max(worst, _rel(closed_form.limit(p, "ekd", xa).predictions, ya))
+    worst = max(worst, relative_error(closed_form.limit(p, "ekd", xa).predictions, ya))
   return worst
 
 
 def _prop7_ekd_rounds(seed, sizes):
   p, x = _problem(seed, sizes, 0.05, "different")
-  return _rel(closed_form.trajectory(p, "ekd", 2000, x)[-1], sc.block_system_predictions(p, x))
+  return relative_error(closed_form.trajectory(p, "ekd", 2000, x)[-1],
+                        sc.block_system_predictions(p, x))
 
 
 # ---- App. C: no regularisation --------------------------------------------------------------
@@ -233,7 +238,7 @@ def _appc_self_distillation(seed, sizes):
   xs, ys, x_eval = _data(seed, sizes[:1])
   p = make_problem([xs[0], xs[0]], [ys[0], ys[0]], [RBF(0.5)] * 2, 0.0)
   traj = closed_form.trajectory(p, "akd", 8, x_eval)
-  return _rel(traj, jnp.broadcast_to(traj[0], traj.shape))
+  return relative_error(traj, jnp.broadcast_to(traj[0], traj.shape))
 
 
 def _appc_positive_definite(seed, sizes):
@@ -257,14 +262,14 @@ def _appc_singular(seed, sizes):
   target = sc.intersection_limit_linear(p, x)
   if float(jnp.max(jnp.abs(target))) < 1e-6:
     return 1.0   # the limit must be a non-zero point
-  return _rel(closed_form.trajectory(p, "akd", 600, x)[-1], target)
+  return relative_error(closed_form.trajectory(p, "akd", 600, x)[-1], target)
 
 
 # ---- App. E: PKD ------------------------------------------------------------------------------
 
 def _appe_closed_form(seed, sizes):
   p, x = _problem(seed, sizes, 0.0, "same")
-  return _rel(sc.pkd_by_projections(p, 6, x), _simulate(p, "pkd", 6, x))
+  return relative_error(sc.pkd_by_projections(p, 6, x), literal_rounds(p, "pkd", 6, x))
 
 
 # ---- App. G: M agents -------------------------------------------------------------------------
@@ -277,17 +282,18 @@ def _appg_avgkd(seed, sizes):
   lim = closed_form.limit(p, "avgkd", x)
   if not lim.converges or float(jnp.max(jnp.abs(lim.predictions))) < 1e-8:
     return 1.0
-  return _rel(closed_form.trajectory(p, "avgkd", 300, x)[-1], lim.predictions)
+  return relative_error(closed_form.trajectory(p, "avgkd", 300, x)[-1], lim.predictions)
 
 
 def _appg_ekd(seed, sizes):
   p, x = _problem(seed, sizes, 0.05, "same")
-  return _rel(closed_form.limit(p, "ekd", x).predictions, closed_form.central(p, x)[0])
+  return relative_error(closed_form.limit(p, "ekd", x).predictions, closed_form.central(p, x)[0])
 
 
 def _appg_backfit(seed, sizes):
   p, x = _problem(seed, sizes, 0.05, "same")
-  return _rel(closed_form.trajectory(p, "backfit-gs", 400, x)[-1], closed_form.central(p, x)[0])
+  return relative_error(closed_form.trajectory(p, "backfit-gs", 400, x)[-1],
+                        closed_form.central(p, x)[0])
 
 
 CHECKS = (

@@ -158,11 +158,12 @@ def _verify(out: Path, settings: MainJobSettings, progress: bool):
              f"{len(failed)} identities failed"
              + (f"; claims that do not hold as printed: "
                 f"{', '.join(r.id for r in findings)}" if findings else "") + "."]
-  broken = [r for r in fedkrr.known_findings() if not r.holds]
+  searched = fedkrr.known_findings()
+  broken = [r for r in searched if not r.holds]
   if broken:
     section += "\n\n" + _counterexamples(broken)
     reading.append(f"**Counterexamples**: `fedkrr search` broke {len(broken)} of "
-                   f"{len(fedkrr.known_findings())} claims on instances their statements "
+                   f"{len(searched)} claims on instances their statements "
                    f"allow: {', '.join(r.claim for r in broken)}.")
   return section, reading
 
