@@ -224,7 +224,9 @@ def search_claim(claim: str, budget_seconds: float, seed: int = 0,
                  max_instances: int | None = None) -> SearchResult:
   """Searches one statement for a counterexample (module docstring).
 
-  Needs float64 (``jax.config.update("jax_enable_x64", True)``).
+  Needs float64 (``jax.config.update("jax_enable_x64", True)``). From a script
+  on a small CPU, call :func:`fedkrr.avoid_cpu_eigh_deadlock` first, as for any
+  fedkrr computation: the search's many small eigen-solves otherwise can hang.
 
   Args:
     claim: a ``fedkrr verify`` id with a search (:func:`search_ids` lists the
