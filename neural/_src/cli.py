@@ -32,6 +32,7 @@ from neural._src.config import field_type
 from neural._src.methods.registry import get_method
 from neural._src.methods.registry import method_configs
 from neural._src.paper_units import UNITS
+from neural._src.paper_units import default_accuracy
 from neural._src.paper_units import paper_rounds
 from neural._src.specs import ConfigSpec
 from neural._src.specs import all_fields
@@ -210,10 +211,13 @@ def _run(args: argparse.Namespace) -> int:
     final = [r for r in rows if r["round"] == last]
     summary = ", ".join(f"{_agent(r['agent'])} {r['test_accuracy']:.3f}" for r in final)
     print(f"{name or args.workdir}: round {last}: test accuracy {summary}")
-    paper = paper_rounds(rows) if args.units == "paper" and rows[0].get("protocol") else []
+    accuracy = default_accuracy(rows)
+    paper = (paper_rounds(rows, accuracy) if args.units == "paper" and rows[0].get("protocol")
+             else [])
     if paper and paper != rows:
       curve = " ".join(f"{r['test_accuracy']:.3f}" for r in paper)
-      print(f"  the paper's rounds 1-{len(paper)} ({paper[0]['agent']}): {curve}")
+      print(f"  the paper's rounds 1-{len(paper)} ({paper[0]['agent']}, {accuracy} local "
+            f"epoch): {curve}")
   return 0
 
 

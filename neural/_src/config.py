@@ -35,6 +35,7 @@ from typing import Any
 from typing import Self
 
 from neural._src.data import DATASETS
+from neural._src.fedavg import WEIGHTINGS
 from neural._src.models import MODELS
 from neural._src.partitions import PARTITIONS
 from neural._src.train_loop import AGENT_BATCHING
@@ -43,6 +44,7 @@ from neural._src.train_loop import STEP_LOOPS
 KD_PROTOCOLS = ("akd", "avgkd", "pkd", "ekd", "backfit-gs", "backfit-jacobi")
 RUN_PROTOCOLS = KD_PROTOCOLS + ("fedavg", "central", "local")
 LOSSES = ("mse", "ce")
+FEDAVG_INITS = ("one", "mean")
 FOREST = "forest"
 SEED_LIMIT = 2**32   # seeds reach NumPy, JAX and scikit-learn, which takes 32-bit seeds
 SEED_FIELDS = ("data_seed", "init_seed")
@@ -337,6 +339,14 @@ class ExperimentConfig(RunConfig):
     loss: "mse" (squared error of the softmax vs the targets) or "ce" (soft
       cross-entropy).
     warm_start: start each round from the agent's previous model.
+    epoch_eval: score the test set after every local epoch and log the best of
+      these per model (``best_epoch_test_accuracy``: what the paper's figures show,
+      as its authors' code reports it) beside the last epoch's (``test_accuracy``).
+      The model passed on is the last epoch's either way.
+    fedavg_init: FedAvg's round-0 global model: "one" initialisation, or "mean": the
+      average of M independent initialisations (the authors' code).
+    fedavg_weights: FedAvg's server average: "size" (by the agents' numbers of points,
+      McMahan et al.) or "equal" (1/M, the authors' code).
     forest_trees: trees of the random forest (models "forest").
     forest_max_depth: depth limit of its trees (``None``: none).
   """
@@ -353,6 +363,9 @@ class ExperimentConfig(RunConfig):
   weight_decay: float = 3e-4
   loss: str = "mse"
   warm_start: bool = False
+  epoch_eval: bool = False
+  fedavg_init: str = "one"
+  fedavg_weights: str = "size"
   forest_trees: int = 100
   forest_max_depth: int | None = None
 
@@ -376,6 +389,8 @@ class ExperimentConfig(RunConfig):
     need(self.learning_rate > 0, "learning_rate", "a number > 0")
     need(self.weight_decay >= 0, "weight_decay", "a number >= 0")
     need(self.loss in LOSSES, "loss", "'mse' or 'ce'")
+    need(self.fedavg_init in FEDAVG_INITS, "fedavg_init", "'one' or 'mean'")
+    need(self.fedavg_weights in WEIGHTINGS, "fedavg_weights", "'size' or 'equal'")
     need(0 <= self.start < self.agents, "start", f"an agent index in 0..{self.agents - 1}")
     need(self.width is None or self.width >= 1, "width", "None or an integer >= 1")
     need(self.forest_trees >= 1, "forest_trees", "an integer >= 1")

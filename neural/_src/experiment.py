@@ -15,7 +15,7 @@ is checkpointed atomically. The run directory (see ``neural._src.rundir``) holds
                    reading it never runs code)
   accuracy.png     test accuracy per round per agent (written at the end)
 
-Metric rows (accuracy at the end of local training; no best-epoch selection):
+Metric rows (accuracy of the model at the end of local training, the one passed on):
 ``round`` (0-based; round 0 is local training on the labels, the paper's
 "round 1"), ``agent`` (0-based int, ``"ensemble"`` for a combined predictor:
 EKD's running sum, backfitting's sum; ``"server"`` for FedAvg's averaged
@@ -24,7 +24,10 @@ loss of the predicted probabilities vs the one-hot test labels: "mse" averages
 ``(p_c - y_c)^2`` over classes and points, "ce" is ``-sum_c y_c log p_c`` averaged
 over points with p clipped to [1e-7, 1]), and for single models ``train_accuracy``
 (on the agent's own training points) and ``num_train``. EKD's per-model rows
-carry ``start``: the agent its AKD run started from.
+carry ``start``: the agent its AKD run started from. With ``epoch_eval`` the rows of
+networks also carry ``epoch_test_accuracy`` (the test accuracy after each local
+epoch) and ``best_epoch_test_accuracy`` (its maximum: the number the paper's authors
+plot); the model passed on is still the last epoch's.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from neural._src.config import FOREST
 from neural._src.config import KD_PROTOCOLS
 from neural._src.config import ExperimentConfig
 from neural._src.data import one_hot
+from neural._src.fedavg import average
 from neural._src.fedavg import check_same_architecture
 from neural._src.fedavg import fedavg
 from neural._src.forest import ForestLearner
@@ -68,8 +72,11 @@ BASELINE_PROTOCOLS = ("central", "local")
 
 
 def build_learners(config: ExperimentConfig, input_shape: tuple[int, ...],
-                   num_classes: int) -> list[Any]:
-  """One learner per agent (Flax network or random forest), keyed by ``config.init_seed``."""
+                   num_classes: int, eval_data: tuple[Any, Any] | None = None) -> list[Any]:
+  """One learner per agent (Flax network or random forest), keyed by ``config.init_seed``.
+
+  ``eval_data`` ``(x, labels)``: the networks score it after every local epoch.
+  """
   train_config = TrainConfig(epochs=config.epochs, batch_size=config.batch_size,
                              learning_rate=config.learning_rate,
                              weight_decay=config.weight_decay, loss=config.loss,
@@ -85,7 +92,7 @@ def build_learners(config: ExperimentConfig, input_shape: tuple[int, ...],
       model = get_model(name, num_classes, width=config.width, tiny=config.tiny,
                         norm=config.norm)
       learners.append(FlaxLearner(model=model, input_shape=tuple(input_shape),
-                                  config=train_config, key=key))
+                                  config=train_config, key=key, eval_data=eval_data))
   return learners
 
 
@@ -131,7 +138,13 @@ def make_protocol(config: ExperimentConfig, learners: Sequence[Any]) -> Protocol
     check_same_architecture(learners)
     first = learners[0]
     key = jax.random.split(jax.random.PRNGKey(config.init_seed))[1]
-    return fedavg(init_variables(first.model, key, first.input_shape))
+    if config.fedavg_init == "one":
+      start = init_variables(first.model, key, first.input_shape)
+    else:   # the authors' code: the average of M independent initialisations
+      m = config.agents
+      start = average([init_variables(first.model, k, first.input_shape)
+                       for k in jax.random.split(key, m)], [1 / m] * m)
+    return fedavg(start, config.fedavg_weights)
   return _baseline(config.protocol)
 
 
@@ -173,6 +186,9 @@ class _Evaluator:
   def _model_row(self, t, agent, model, probs, **extra):
     train = np.asarray(model.predict(self.data.xs[agent]))
     train_acc = float(np.mean(np.argmax(train, axis=1) == self.data.labels[agent]))
+    epochs = tuple(getattr(model, "epoch_accuracy", ()))
+    if epochs:
+      extra.update(best_epoch_test_accuracy=max(epochs), epoch_test_accuracy=list(epochs))
     return self._row(t, agent, probs, self.config.agent_models[agent],
                      train_accuracy=train_acc, num_train=int(len(self.data.labels[agent])),
                      **extra)
@@ -279,7 +295,8 @@ def train_and_evaluate(config: ExperimentConfig, workdir: str | os.PathLike, *,
 def _run_rounds(config: ExperimentConfig, run: Run, rounds: int, progress: bool,
                 max_rounds: int | None, on_round_end: Callable[[int], None] | None) -> None:
   data, checkpoint, done = run.data, run.checkpoint, run.done
-  learners = build_learners(config, data.xs[0].shape[1:], data.num_classes)
+  learners = build_learners(config, data.xs[0].shape[1:], data.num_classes,
+                            (data.x_test, data.y_test) if config.epoch_eval else None)
   protocol = make_protocol(config, learners)
   state = None if checkpoint is None else checkpoint["state"]
   inits = [None] * config.agents if checkpoint is None else list(checkpoint["inits"])

@@ -4,8 +4,9 @@ Each round every agent starts from the global parameters, trains locally on its
 own labels (the Flax learner's training, warm-started from the global
 parameters; no second training loop), and the server averages the agents'
 parameters weighted by their numbers of points:
-``w(t+1) = sum_a (N_a / N) w_a(t)``. FedAvg needs one architecture for all
-agents; the paper compares it with AvgKD in the same-model setting (Fig. 6, 9).
+``w(t+1) = sum_a (N_a / N) w_a(t)`` (McMahan et al.), or with equal weights
+``1 / M`` as the code of Afonin & Karimireddy does. FedAvg needs one architecture
+for all agents; the paper compares it with AvgKD in the same-model setting (Fig. 6, 9).
 """
 
 from __future__ import annotations
@@ -69,8 +70,15 @@ def average(trees: Sequence[Any], weights: Sequence[float]) -> Any:
   return jax.tree.map(combine, *trees)
 
 
-def fedavg(initial_variables: Any) -> Protocol:
+WEIGHTINGS = ("size", "equal")
+
+
+def fedavg(initial_variables: Any, weighting: str = "size") -> Protocol:
   """FedAvg from the global variables ``initial_variables`` (one init for all agents).
+
+  ``weighting``: "size" averages the agents' parameters weighted by their numbers of
+  points (McMahan et al.), "equal" with weights 1/M (the authors' code of Afonin &
+  Karimireddy; the same when the agents hold equally many points).
 
   The learners must be Flax learners of one architecture with
   ``TrainConfig(warm_start=True)``; each round they start from the global
@@ -83,6 +91,9 @@ def fedavg(initial_variables: Any) -> Protocol:
     (``weights=None``); the averaged global model is ``state.model``.
   """
 
+  if weighting not in WEIGHTINGS:
+    raise FedAvgError(f"weighting: expected one of {', '.join(WEIGHTINGS)}, got {weighting!r}")
+
   def init(ys):
     return FedAvgState(0, initial_variables)
 
@@ -90,10 +101,11 @@ def fedavg(initial_variables: Any) -> Protocol:
     check_same_architecture(learners)
     local = [learner.with_init(state.variables) for learner in learners]
     models = cast(tuple[Any, ...], fit_all(local, xs, ys))   # Flax models (with variables)
-    sizes = [int(x.shape[0]) for x in xs]
+    sizes = [int(x.shape[0]) if weighting == "size" else 1 for x in xs]
     weights = [n / sum(sizes) for n in sizes]
     variables = average([m.variables for m in models], weights)
-    model = dataclasses.replace(models[0], variables=variables)
+    scored = {"epoch_accuracy": ()} if hasattr(models[0], "epoch_accuracy") else {}
+    model = dataclasses.replace(models[0], variables=variables, **scored)   # not agent 0's scores
     return (FedAvgState(state.round + 1, variables, model),
             RoundOutput(models, tuple(range(len(xs))), None))
 

@@ -42,10 +42,14 @@ class FlaxModel:
   Attributes:
     model: the Flax module.
     variables: its trained float32 variables ``{"params": ...}``.
+    epoch_accuracy: the test accuracy after each local epoch, when its learner
+      had ``eval_data`` (else empty). The model is the last epoch's whatever these
+      say: the test set watches training and never chooses the model.
   """
 
   model: nn.Module = dataclasses.field(metadata=dict(static=True))
   variables: Variables
+  epoch_accuracy: tuple[float, ...] = dataclasses.field(default=(), metadata=dict(static=True))
 
   def predict(self, x: ArrayLike) -> Array:
     """``softmax(model(x))``: shape (n, C), rows summing to 1."""
@@ -68,6 +72,9 @@ class FlaxLearner:
     config: training settings.
     key: PRNG key of the initialisation, shuffles and dropout.
     init: variables to warm-start from (used only if ``config.warm_start``).
+    eval_data: ``(x, labels)`` to score after every local epoch (the authors of
+      Afonin & Karimireddy report the best of these per round); the scores are the
+      model's ``epoch_accuracy``. ``None``: no scoring. Training is the same either way.
 
   Example:
     >>> ds = neural.load_dataset("digits", test_fraction=0.25)
@@ -83,6 +90,7 @@ class FlaxLearner:
   config: TrainConfig
   key: Array
   init: Variables | None = None
+  eval_data: tuple[Any, Any] | None = None
 
   def __post_init__(self):
     object.__setattr__(self, "input_shape", tuple(int(d) for d in self.input_shape))
@@ -115,8 +123,10 @@ class FlaxLearner:
     """Trains on ``x`` (n, H, W, C) and ``targets`` (n, C); returns the trained model."""
     x = _check_inputs(self, x, targets)
     variables, train_key = self._start()
-    return FlaxModel(self.model, training.train(self.model, variables, x, targets, train_key,
-                                                self.config))
+    hook, scores = _epoch_scores(self.model, self.eval_data, 1, stacked=False)
+    trained = training.train(self.model, variables, x, targets, train_key, self.config,
+                             on_epoch=hook)
+    return FlaxModel(self.model, trained, tuple(scores[0]))
 
   @classmethod
   def fit_batch(cls, learners: Sequence[FlaxLearner], xs: Sequence[Array],
@@ -135,6 +145,9 @@ class FlaxLearner:
       if not isinstance(learner, FlaxLearner) or learner.batch_key != first.batch_key:
         raise LearnerError(f"learners[{k}]: expected a FlaxLearner with the batch_key of "
                            f"learners[0] (same model, input shape, config, warm start)")
+      if learner.eval_data is not first.eval_data:
+        raise LearnerError(f"learners[{k}]: expected the eval_data of learners[0] (one test "
+                           f"set scores a batch)")
     xs = [_check_inputs(learner, x, t) for learner, x, t in zip(learners, xs, targets)]
     sizes = [x.shape[0] for x in xs]
     n = max(sizes)
@@ -148,9 +161,28 @@ class FlaxLearner:
       variables = training.stack([training._float32(learner.init) for learner in learners])
     else:
       variables = _init_batch(first.model, init_keys, first.input_shape)
+    hook, scores = _epoch_scores(first.model, first.eval_data, len(learners), stacked=True)
     trained = training.train_batch(first.model, variables, x_stack, t_stack, train_keys,
-                                   first.config, masks)
-    return tuple(FlaxModel(first.model, v) for v in training.unstack(trained, len(learners)))
+                                   first.config, masks, on_epoch=hook)
+    return tuple(FlaxModel(first.model, v, tuple(s))
+                 for v, s in zip(training.unstack(trained, len(learners)), scores))
+
+
+def _epoch_scores(model: nn.Module, eval_data: tuple[Any, Any] | None, num_agents: int,
+                  stacked: bool) -> tuple[training.EpochHook | None, list[list[float]]]:
+  """An epoch hook that appends each agent's accuracy on ``eval_data`` to its list."""
+  scores: list[list[float]] = [[] for _ in range(num_agents)]
+  if eval_data is None:
+    return None, scores
+  x, labels = eval_data
+
+  def hook(epoch, variables, agent):
+    if agent is None and stacked:
+      for m, v in enumerate(training.unstack(variables, num_agents)):
+        scores[m].append(training.accuracy(model, v, x, labels))
+    else:
+      scores[agent or 0].append(training.accuracy(model, variables, x, labels))
+  return hook, scores
 
 
 def _init_batch(model: nn.Module, keys: Array, input_shape: tuple[int, ...]) -> Variables:

@@ -18,6 +18,7 @@ from typing import Any
 from matplotlib.figure import Figure
 
 from fedkrr import atomic_savefig
+from neural._src.paper_units import default_accuracy
 from neural._src.paper_units import in_units
 
 # Agent 1 blue, agent 2 red as in the paper's figures; the ensemble black, FedAvg green.
@@ -67,19 +68,26 @@ def _draw(ax, rows, prefix: str = "", run_index: int = 0, max_round: int | None 
               label=name, color=c["color"], linewidth=width)
 
 
+_YLABEL = {"last": "test accuracy (end of local training)",
+           "best": "test accuracy (best local epoch)"}
+
+
 def plot_run(rows: Sequence[Mapping[str, Any]], path: str | os.PathLike, title: str = "",
-             units: str = "steps") -> None:
+             units: str = "steps", accuracy: str | None = None) -> None:
   """Test accuracy per round, one line per agent (and ensemble / server), into ``path`` (PNG).
 
   ``units="paper"`` draws the paper's curve instead (:func:`neural.paper_rounds`: AKD
-  rounds of M steps, means over the agents, EKD's even partial sums).
+  rounds of M steps, means over the agents, EKD's even partial sums). ``accuracy``:
+  "last" (end of local training) or "best" (best local epoch, the authors' number);
+  ``None``: "best" where the rows carry it (runs with ``epoch_eval``).
   """
-  rows = in_units(rows, units)
+  accuracy = accuracy or default_accuracy(rows)
+  rows = in_units(rows, units, accuracy)
   fig = Figure(figsize=(6.5, 4))
   ax = fig.subplots()
   _draw(ax, rows)
   ax.set_xlabel(_XLABEL[units])
-  ax.set_ylabel("test accuracy (end of local training)")
+  ax.set_ylabel(_YLABEL[accuracy])
   ax.set_title(title, fontsize=9)
   ax.grid(alpha=0.3)
   ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
@@ -97,8 +105,12 @@ def plot_sweep(results: Mapping[str, Sequence[Mapping[str, Any]]], path: str | o
     path: the PNG file.
     title: the figure title.
     units: "steps" (as logged) or "paper" (:func:`neural.paper_rounds`).
+
+  Each run shows its best local epoch where its rows carry it (``epoch_eval``), else
+  the end of local training.
   """
-  results = {name: in_units(rows, units) for name, rows in results.items()}
+  results = {name: in_units(rows, units, default_accuracy(rows))
+             for name, rows in results.items()}
   panels: dict[str, list[tuple[str, Sequence[Mapping[str, Any]]]]] = {}
   for name, rows in results.items():
     head, _, rest = name.partition("__")

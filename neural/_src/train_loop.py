@@ -315,7 +315,8 @@ def train_loop(loss_fn: Callable[..., Any], params: Any, data: Any, *,
                stacked: bool = False, shared_key: Array | None = None,
                communicate: Callable[[Exchange], tuple[Any, Any]] | None = None,
                has_aux: bool = False, first_step: int = 0, step_loop: str = "auto",
-               agent_batching: str = "auto") -> TrainResult:
+               agent_batching: str = "auto",
+               on_epoch: Callable[[int, Any, int | None], None] | None = None) -> TrainResult:
   """Trains ``params`` on mini-batches of ``data`` with the loss ``loss_fn``.
 
   Each step: ``grads = grad(loss_fn)(params, batch)`` (a :class:`Batch`), one
@@ -345,6 +346,11 @@ def train_loop(loss_fn: Callable[..., Any], params: Any, data: Any, *,
     first_step: the global index of this call's first step (``batch.step``).
     step_loop: "auto" (see the module docstring), "scan" or "python".
     agent_batching: "auto" (see the module docstring), "vmap" or "sequential".
+    on_epoch: ``on_epoch(epoch, params, agent)`` after every epoch (``epochs`` only),
+      to watch training without changing it (e.g. the test accuracy per epoch).
+      ``agent`` is ``None`` when ``params`` are all of this call's (stacked if
+      ``stacked``), or the index m when stacked agents train one after the other
+      and ``params`` are agent m's alone.
 
   Returns:
     A :class:`TrainResult` (params, optimiser state, context).
@@ -444,7 +450,7 @@ def train_loop(loss_fn: Callable[..., Any], params: Any, data: Any, *,
       return _one_by_one(loss_fn, state, data, mask, key, shared_key, shared,
                          dict(optimizer=optimizer, batch_size=batch_size, epochs=epochs,
                               steps=steps, has_aux=has_aux, first_step=first_step,
-                              step_loop=step_loop, agent_batching="vmap"))
+                              step_loop=step_loop, agent_batching="vmap"), on_epoch)
     plan = dataclasses.replace(plan, agents="unrolled")
   for e in rounds:
     inputs = first_inputs if e == 0 else inputs_of(e)
@@ -453,16 +459,20 @@ def train_loop(loss_fn: Callable[..., Any], params: Any, data: Any, *,
     else:
       for i in range(steps_per_epoch):
         state = _python_step(state, inputs, jnp.int32(i), plan=plan)
+    if on_epoch is not None and epochs is not None:
+      on_epoch(e, state[0], None)
   return TrainResult(*state)
 
 
-def _one_by_one(loss_fn, state, data, mask, key, shared_key, shared, settings) -> TrainResult:
+def _one_by_one(loss_fn, state, data, mask, key, shared_key, shared, settings,
+                on_epoch) -> TrainResult:
   """Stacked agents trained one after the other (same keys and numbers as alone), restacked."""
   params, opt_state, context = state
   outs = []
   for m in range(mask.shape[0]):
     pick = lambda tree, m=m: jax.tree.map(lambda a: a[m], tree)
+    hook = None if on_epoch is None else (lambda e, p, _, m=m: on_epoch(e, p, m))
     outs.append(train_loop(loss_fn, pick(params), pick(data), key=key[m], mask=mask[m],
                            context=pick(context), shared=shared, opt_state=pick(opt_state),
-                           shared_key=shared_key, **settings))
+                           shared_key=shared_key, on_epoch=hook, **settings))
   return TrainResult(*jax.tree.map(lambda *a: jnp.stack(a), *outs))

@@ -22,6 +22,7 @@ Everything is float32, whether or not JAX's x64 mode is on.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 import dataclasses
 import functools
 from typing import Any
@@ -173,19 +174,29 @@ def _pad_to_batches(x, targets, mask, batch_size: int, axis: int):
           jnp.pad(mask, widths(mask), constant_values=False))
 
 
-def _fit(model, variables, x, targets, mask, key, config: TrainConfig, stacked: bool):
+EpochHook = Callable[[int, Variables, "int | None"], None]
+
+
+def _fit(model, variables, x, targets, mask, key, config: TrainConfig, stacked: bool,
+         on_epoch: EpochHook | None):
   variables = _float32(variables)
   params = variables["params"]
   others = {k: v for k, v in variables.items() if k != "params"} or None
+  def hook(epoch, params, agent):   # the hook sees whole variables, as training returns them
+    rest = others if agent is None or others is None else jax.tree.map(lambda a: a[agent],
+                                                                        others)
+    cast(EpochHook, on_epoch)(epoch, {**(rest or {}), "params": params}, agent)
   out = train_loop(SoftmaxLoss(model, config.loss), params, {"x": x, "t": targets},
                    optimizer=config.optimizer_config(), key=key, batch_size=config.batch_size,
                    epochs=config.epochs, mask=mask, context=others, stacked=stacked,
-                   step_loop=config.step_loop, agent_batching=config.agent_batching)
+                   step_loop=config.step_loop, agent_batching=config.agent_batching,
+                   on_epoch=None if on_epoch is None else hook)
   return {**(others or {}), "params": out.params}
 
 
 def train(model: nn.Module, variables: Variables, x: ArrayLike, targets: ArrayLike, key: Array,
-          config: TrainConfig, mask: ArrayLike | None = None) -> Variables:
+          config: TrainConfig, mask: ArrayLike | None = None,
+          on_epoch: EpochHook | None = None) -> Variables:
   """Trains ``model`` from ``variables`` on ``(x, targets)`` with :class:`SoftmaxLoss`.
 
   Args:
@@ -197,17 +208,20 @@ def train(model: nn.Module, variables: Variables, x: ArrayLike, targets: ArrayLi
     config: the optimiser, loss, epochs and batch size.
     mask: optional (n,) booleans; masked-out points are never used (see the
       module docstring: the run equals the unpadded run with the same key).
+    on_epoch: ``on_epoch(epoch, variables, None)`` after every epoch, with the
+      variables of that moment (it only watches: training is the same with or without).
 
   Returns:
     The trained float32 variables.
   """
   x, targets, mask = _check_data(x, targets, mask, 1)
   x, targets, mask = _pad_to_batches(x, targets, mask, config.batch_size, 0)
-  return _fit(model, variables, x, targets, mask, key, config, stacked=False)
+  return _fit(model, variables, x, targets, mask, key, config, False, on_epoch)
 
 
 def train_batch(model: nn.Module, variables: Variables, xs: ArrayLike, targets: ArrayLike,
-                keys: Array, config: TrainConfig, masks: ArrayLike | None = None) -> Variables:
+                keys: Array, config: TrainConfig, masks: ArrayLike | None = None,
+                on_epoch: EpochHook | None = None) -> Variables:
   """:func:`train` for M agents of one architecture, stacked on a leading agent axis.
 
   The agents train as one vmapped program or one after the other
@@ -221,6 +235,9 @@ def train_batch(model: nn.Module, variables: Variables, xs: ArrayLike, targets: 
     targets: (M, n, C).
     keys: (M,) stacked PRNG keys, one per agent.
     masks: (M, n) booleans, or ``None`` for all points.
+    on_epoch: ``on_epoch(epoch, variables, agent)`` after every epoch: ``agent`` is
+      ``None`` with the stacked variables of all agents, or m with agent m's alone
+      (when the agents train one after the other).
 
   Returns:
     The stacked trained variables; agent k's equal ``train`` on its own unpadded
@@ -228,7 +245,7 @@ def train_batch(model: nn.Module, variables: Variables, xs: ArrayLike, targets: 
   """
   xs, targets, masks = _check_data(xs, targets, masks, 2)
   xs, targets, masks = _pad_to_batches(xs, targets, masks, config.batch_size, 1)
-  return _fit(model, variables, xs, targets, masks, keys, config, stacked=True)
+  return _fit(model, variables, xs, targets, masks, keys, config, True, on_epoch)
 
 
 @functools.partial(jax.jit, static_argnames=("model",))
@@ -256,6 +273,12 @@ def predict_proba(model: nn.Module, variables: Variables, x: ArrayLike,
   chunks = [_proba_jit(variables, x[i * batch_size:(i + 1) * batch_size], model=model)
             for i in range(num_chunks)]
   return jnp.concatenate(chunks)[:n]
+
+
+def accuracy(model: nn.Module, variables: Variables, x: ArrayLike, labels: ArrayLike) -> float:
+  """The fraction of ``x`` whose most probable class under ``model`` is its int label."""
+  probs = np.asarray(predict_proba(model, variables, x))
+  return float(np.mean(np.argmax(probs, axis=1) == np.asarray(labels)))
 
 
 def stack(trees) -> Any:

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import neural
 from neural._src.config import ExperimentConfig
 from neural._src.experiment import round_key
 from neural._src.experiment import scores
@@ -143,6 +144,34 @@ def test_fedavg_server_is_the_weighted_average_of_the_local_models():
   other = FlaxLearner(get_model("cnn", 3, tiny=True), (4, 4, 1), config, round_key(0, 0, 1))
   with pytest.raises(FedAvgError, match="one architecture"):
     protocol.step(protocol.init(ys), [learners[0], other], xs, ys)
+  # the authors' code averages with equal weights
+  state, out = fedavg(start, "equal").step(protocol.init(ys), learners, xs, ys)
+  expected = jax.tree.map(lambda a, b: 0.5 * a + 0.5 * b, out.models[0].variables,
+                          out.models[1].variables)
+  for got, want in zip(jax.tree.leaves(state.variables), jax.tree.leaves(expected)):
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+  with pytest.raises(FedAvgError, match="weighting: expected one of size, equal"):
+    fedavg(start, "median")
+
+
+def test_fedavg_can_start_from_the_mean_of_independent_initialisations():
+  """fedavg_init="mean" (the authors' code): round 0 starts from the average of M inits."""
+  from neural._src.experiment import build_learners
+  from neural._src.experiment import make_protocol
+  from neural._src.training import init_variables
+
+  config = _config(protocol="fedavg", fedavg_init="mean")
+  learners = build_learners(config, (8, 8, 1), 10)
+  start = make_protocol(config, learners).init([None, None]).variables
+  key = jax.random.split(jax.random.PRNGKey(config.init_seed))[1]
+  inits = [init_variables(learners[0].model, k, (8, 8, 1)) for k in jax.random.split(key, 2)]
+  for got, a, b in zip(*(jax.tree.leaves(t) for t in (start, *inits))):
+    np.testing.assert_allclose(got, (a + b) / 2, rtol=1e-6)
+  assert not all(np.allclose(a, b) for a, b in zip(*(jax.tree.leaves(t) for t in inits)))
+  one = make_protocol(config.replace(fedavg_init="one"), learners).init([None, None]).variables
+  assert not all(np.allclose(a, b) for a, b in zip(jax.tree.leaves(one), jax.tree.leaves(start)))
+  with pytest.raises(neural.ConfigError, match="fedavg_init: expected 'one' or 'mean'"):
+    config.replace(fedavg_init="two")
 
 
 def test_average_is_weighted_leafwise():
@@ -167,3 +196,17 @@ def test_round_keys_differ_by_round_and_agent():
   keys = {tuple(np.asarray(jax.random.key_data(round_key(0, t, a))).tolist())
           for t in range(3) for a in range(3)}
   assert len(keys) == 9
+
+
+def test_epoch_eval_logs_every_epoch_and_changes_nothing_else(tmp_path):
+  """The best local epoch is logged beside the last one; the models and metrics are the same."""
+  plain = train_and_evaluate(_config(protocol="avgkd", epochs=3, rounds=2), tmp_path / "plain")
+  scored = train_and_evaluate(_config(protocol="avgkd", epochs=3, rounds=2, epoch_eval=True),
+                              tmp_path / "scored")
+  assert len(plain) == len(scored) == 4
+  for a, b in zip(plain, scored):
+    epochs = b.pop("epoch_test_accuracy")
+    best = b.pop("best_epoch_test_accuracy")
+    assert a == b   # same training: the test set only watches
+    assert len(epochs) == 3 and best == max(epochs)
+    assert epochs[-1] == pytest.approx(a["test_accuracy"])   # the model passed on: the last epoch

@@ -1,5 +1,7 @@
 """FlaxLearner: fit/predict, warm start, batch keys, vmapped fit_batch, protocols end to end."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -126,3 +128,32 @@ def test_avgkd_round_with_two_flax_learners_goes_through_fit_batch(digits, monke
   assert preds.shape == (2, 2, 40, 10)
   assert np.all(np.isfinite(np.asarray(preds)))
   np.testing.assert_allclose(np.sum(preds, axis=-1), 1.0, rtol=1e-5)
+
+
+def test_epoch_scores_of_a_batch_equal_those_of_single_fits():
+  """eval_data scores each agent after every epoch, stacked or alone, vmapped or in turn."""
+  ds = neural.load_dataset("digits", test_fraction=0.25)
+  model = neural.get_model("mlp", 10, width=16)
+  xs = [ds.x_train[:90], ds.x_train[90:150]]
+  ts = [neural.one_hot(ds.y_train[:90], 10), neural.one_hot(ds.y_train[90:150], 10)]
+  eval_data = (ds.x_test[:100], ds.y_test[:100])
+  singles = []
+  for a in range(2):
+    config = neural.TrainConfig(epochs=3, batch_size=32, learning_rate=0.01)
+    learner = neural.FlaxLearner(model, (8, 8, 1), config, jax.random.PRNGKey(a),
+                                 eval_data=eval_data)
+    singles.append(learner.fit(xs[a], ts[a]))
+    last = float(np.mean(np.argmax(singles[a].predict(eval_data[0]), 1) == eval_data[1]))
+    assert len(singles[a].epoch_accuracy) == 3
+    assert singles[a].epoch_accuracy[-1] == pytest.approx(last)
+  for batching in ("vmap", "sequential"):
+    config = neural.TrainConfig(epochs=3, batch_size=32, learning_rate=0.01,
+                                agent_batching=batching)
+    learners = [neural.FlaxLearner(model, (8, 8, 1), config, jax.random.PRNGKey(a),
+                                   eval_data=eval_data) for a in range(2)]
+    batch = neural.FlaxLearner.fit_batch(learners, xs, ts)
+    for a in range(2):
+      np.testing.assert_allclose(batch[a].epoch_accuracy, singles[a].epoch_accuracy, atol=0.021)
+  other = dataclasses.replace(learners[1], eval_data=(ds.x_test[:10], ds.y_test[:10]))
+  with pytest.raises(neural.LearnerError, match="eval_data"):
+    neural.FlaxLearner.fit_batch([learners[0], other], xs, ts)

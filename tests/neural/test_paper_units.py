@@ -55,10 +55,24 @@ def test_a_run_is_plotted_in_either_unit(tmp_path, capsys):
            "--no-progress"]
   assert main(["run", *flags, "--workdir", str(tmp_path / "paper")]) == 0
   out = capsys.readouterr().out
-  assert "the paper's rounds 1-2 (mean of agents):" in out
+  assert "the paper's rounds 1-2 (mean of agents, last local epoch):" in out
   assert main(["run", *flags, "--units", "steps", "--workdir", str(tmp_path / "steps")]) == 0
   assert "the paper's rounds" not in capsys.readouterr().out
   for units in ("paper", "steps"):
     assert (tmp_path / units / "accuracy.png").stat().st_size > 0
   assert (tmp_path / "paper" / "metrics.jsonl").read_text() == \
       (tmp_path / "steps" / "metrics.jsonl").read_text()   # the units change only the view
+
+
+def test_best_epoch_accuracy_is_averaged_when_asked_and_needs_the_rows():
+  rows = [_row(0, 0, 0.5, "avgkd", best_epoch_test_accuracy=0.6),
+          _row(0, 1, 0.7, "avgkd", best_epoch_test_accuracy=0.9)]
+  best = neural.paper_rounds(rows, accuracy="best")
+  assert best[0]["test_accuracy"] == pytest.approx(0.75)
+  assert best[0]["last_epoch_test_accuracy"] == pytest.approx(0.6)
+  assert neural.paper_rounds(rows)[0]["test_accuracy"] == pytest.approx(0.6)
+  without = [_row(0, 0, 0.5, "avgkd"), _row(0, 1, 0.7, "avgkd")]
+  with pytest.raises(ValueError, match="epoch_eval"):
+    neural.paper_rounds(without, accuracy="best")
+  with pytest.raises(ValueError, match="accuracy: expected one of last, best"):
+    neural.paper_rounds(rows, accuracy="first")

@@ -244,3 +244,29 @@ def test_schedules_follow_their_formulas():
 def test_bad_optimizer_settings_are_named(kwargs, match):
   with pytest.raises(neural.OptimizerError, match=match):
     neural.OptimizerConfig(**kwargs)
+
+
+def _linear_loss(params, batch):
+  pred = batch.data["x"] @ params["w"]
+  return neural.weighted_mean((pred - batch.data["y"]) ** 2, batch.weights)
+
+
+def test_on_epoch_watches_every_epoch_without_changing_training():
+  x = jax.random.normal(jax.random.PRNGKey(1), (2, 40, 3))
+  y = x @ jnp.array([1.0, -2.0, 0.5])
+  seen = []
+  common = dict(optimizer=neural.OptimizerConfig("adam", 0.05), key=jax.random.split(
+      jax.random.PRNGKey(0), 2), batch_size=16, epochs=4, stacked=True)
+  params = {"w": jnp.zeros((2, 3))}
+  plain = neural.train_loop(_linear_loss, params, {"x": x, "y": y}, **common)
+  for batching in ("vmap", "sequential"):
+    seen.clear()
+    out = neural.train_loop(_linear_loss, params, {"x": x, "y": y}, agent_batching=batching,
+                     on_epoch=lambda e, p, agent: seen.append((e, agent, p["w"])), **common)
+    np.testing.assert_allclose(out.params["w"], plain.params["w"], rtol=1e-6)
+    if batching == "vmap":
+      assert [(e, agent) for e, agent, _ in seen] == [(e, None) for e in range(4)]
+      np.testing.assert_allclose(seen[-1][2], plain.params["w"], rtol=1e-6)
+    else:
+      assert [(e, agent) for e, agent, _ in seen] == [(e, m) for m in range(2) for e in range(4)]
+      np.testing.assert_allclose(seen[-1][2], plain.params["w"][1], rtol=1e-6)
