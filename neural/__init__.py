@@ -11,6 +11,8 @@ method: ``docs/architecture.md``).
 
 from fedkrr import __version__  # one distribution, one version
 from neural import methods
+from neural._src.augment import AUGMENTS
+from neural._src.augment import Augment
 from neural._src.compare import CompareError
 from neural._src.compare import Comparison
 from neural._src.compare import TheoryCurves
@@ -115,6 +117,8 @@ from neural._src.run_data import load_train_test
 from neural._src.run_data import split_agents
 from neural._src.rundir import ExperimentError
 from neural._src.rundir import read_metrics
+from neural._src.soft_targets import SoftTargets
+from neural._src.soft_targets import Teacher
 from neural._src.specs import ConfigSpec
 from neural._src.specs import load_spec
 from neural._src.specs import run_configs
@@ -129,8 +133,11 @@ from neural._src.train_loop import resolve_loop
 from neural._src.train_loop import train_loop
 from neural._src.train_loop import weighted_mean
 from neural._src.training import LOSSES
+from neural._src.training import LossContext
 from neural._src.training import SoftmaxLoss
+from neural._src.training import Teachers
 from neural._src.training import TrainConfig
+from neural._src.training import accuracy
 from neural._src.training import init_variables
 from neural._src.training import per_example_loss
 from neural._src.training import predict_proba

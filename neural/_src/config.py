@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 from typing import Any
 from typing import Self
 
+from neural._src.augment import AUGMENTS
 from neural._src.data import DATASETS
 from neural._src.fedavg import WEIGHTINGS
 from neural._src.models import MODELS
@@ -339,6 +340,10 @@ class ExperimentConfig(RunConfig):
     loss: "mse" (squared error of the softmax vs the targets) or "ce" (soft
       cross-entropy).
     warm_start: start each round from the agent's previous model.
+    augment: "none", or "crop-flip": every training batch randomly flipped and
+      cropped from the image padded by 4 black pixels (the authors' CIFAR-10 recipe),
+      the teachers' targets taken on the augmented batch as in their code (networks
+      only: a random forest cannot be evaluated inside the training step).
     epoch_eval: score the test set after every local epoch and log the best of
       these per model (``best_epoch_test_accuracy``: what the paper's figures show,
       as its authors' code reports it) beside the last epoch's (``test_accuracy``).
@@ -363,6 +368,7 @@ class ExperimentConfig(RunConfig):
   weight_decay: float = 3e-4
   loss: str = "mse"
   warm_start: bool = False
+  augment: str = "none"
   epoch_eval: bool = False
   fedavg_init: str = "one"
   fedavg_weights: str = "size"
@@ -389,6 +395,10 @@ class ExperimentConfig(RunConfig):
     need(self.learning_rate > 0, "learning_rate", "a number > 0")
     need(self.weight_decay >= 0, "weight_decay", "a number >= 0")
     need(self.loss in LOSSES, "loss", "'mse' or 'ce'")
+    need(self.augment in AUGMENTS, "augment", f"one of {', '.join(AUGMENTS)}")
+    if self.augment != "none":
+      need(FOREST not in self.models, "augment", "'none' with a random forest agent (the "
+           "teachers are evaluated on each augmented batch inside the compiled step)")
     need(self.fedavg_init in FEDAVG_INITS, "fedavg_init", "'one' or 'mean'")
     need(self.fedavg_weights in WEIGHTINGS, "fedavg_weights", "'size' or 'equal'")
     need(0 <= self.start < self.agents, "start", f"an agent index in 0..{self.agents - 1}")

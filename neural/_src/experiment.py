@@ -48,6 +48,7 @@ from tqdm.auto import tqdm
 import fedkrr
 from fedkrr import Protocol
 from fedkrr import RoundOutput
+from neural._src.augment import Augment
 from neural._src.config import FOREST
 from neural._src.config import KD_PROTOCOLS
 from neural._src.config import ExperimentConfig
@@ -65,6 +66,8 @@ from neural._src.run_data import load_run_data
 from neural._src.rundir import PLOT_FILE
 from neural._src.rundir import Run
 from neural._src.rundir import open_run
+from neural._src.soft_targets import Teacher
+from neural._src.soft_targets import concrete
 from neural._src.training import TrainConfig
 from neural._src.training import init_variables
 
@@ -72,16 +75,23 @@ BASELINE_PROTOCOLS = ("central", "local")
 
 
 def build_learners(config: ExperimentConfig, input_shape: tuple[int, ...],
-                   num_classes: int, eval_data: tuple[Any, Any] | None = None) -> list[Any]:
+                   num_classes: int, eval_data: tuple[Any, Any] | None = None,
+                   black: Any = None) -> list[Any]:
   """One learner per agent (Flax network or random forest), keyed by ``config.init_seed``.
 
   ``eval_data`` ``(x, labels)``: the networks score it after every local epoch.
+  ``black``: the input value of a black pixel per channel, which ``config.augment``
+  pads with (default 0).
   """
+  augment = None
+  if config.augment == "crop-flip":
+    augment = Augment(pad=4, fill=tuple(np.atleast_1d(0.0 if black is None else black)))
   train_config = TrainConfig(epochs=config.epochs, batch_size=config.batch_size,
                              learning_rate=config.learning_rate,
                              weight_decay=config.weight_decay, loss=config.loss,
                              warm_start=config.warm_start or config.protocol == "fedavg",
-                             step_loop=config.step_loop, agent_batching=config.agent_batching)
+                             step_loop=config.step_loop, agent_batching=config.agent_batching,
+                             augment=augment)
   key = jax.random.PRNGKey(config.init_seed)
   learners = []
   for name in config.agent_models:
@@ -195,10 +205,11 @@ class _Evaluator:
 
   def rows(self, t: int, state: Any, out: RoundOutput) -> list[dict[str, Any]]:
     x_test = self.data.x_test
-    preds = [np.asarray(m.predict(x_test), dtype=np.float32) for m in out.models]
+    models = [concrete(m) for m in out.models]   # a Teacher's network predicts arrays
+    preds = [np.asarray(m.predict(x_test), dtype=np.float32) for m in models]
     rows = []
-    if out.weights is None or (len(out.models) == 1 and not out.cumulative):
-      for model, agent, probs in zip(out.models, out.agents, preds):
+    if out.weights is None or (len(models) == 1 and not out.cumulative):
+      for model, agent, probs in zip(models, out.agents, preds):
         rows.append(self._model_row(t, int(agent), model, probs))
     else:
       combined = sum(np.float32(w) * p for w, p in zip(out.weights, preds))
@@ -209,7 +220,7 @@ class _Evaluator:
           self.config.agent_models)))))
       if self.config.protocol == "ekd":
         m = self.config.agents
-        for model, agent, probs in zip(out.models, out.agents, preds):
+        for model, agent, probs in zip(models, out.agents, preds):
           rows.append(self._model_row(t, int(agent), model, probs, start=(agent - t) % m))
     if self.config.protocol == "fedavg":
       probs = np.asarray(state.model.predict(x_test), dtype=np.float32)
@@ -225,6 +236,10 @@ class _Evaluator:
 class _Counted:
   learner: Any
   bar: Any
+  defer: bool = False   # return Teachers: targets evaluated on each (augmented) batch
+
+  def _out(self, model):
+    return Teacher(model) if self.defer else model
 
   @property
   def batch_key(self):
@@ -234,16 +249,16 @@ class _Counted:
   def fit(self, x, targets):
     model = self.learner.fit(x, targets)
     self.bar.update(1)
-    return model
+    return self._out(model)
 
   @classmethod
   def fit_batch(cls, wrapped, xs, targets):
     models = type(wrapped[0].learner).fit_batch([w.learner for w in wrapped], xs, targets)
     wrapped[0].bar.update(len(wrapped))
-    return models
+    return tuple(wrapped[0]._out(m) for m in models)
 
   def with_init(self, init):
-    return _Counted(self.learner.with_init(init), self.bar)
+    return _Counted(self.learner.with_init(init), self.bar, self.defer)
 
   def __getattr__(self, name):   # model, input_shape, config (FedAvg's checks)
     return getattr(self.learner, name)
@@ -296,7 +311,9 @@ def _run_rounds(config: ExperimentConfig, run: Run, rounds: int, progress: bool,
                 max_rounds: int | None, on_round_end: Callable[[int], None] | None) -> None:
   data, checkpoint, done = run.data, run.checkpoint, run.done
   learners = build_learners(config, data.xs[0].shape[1:], data.num_classes,
-                            (data.x_test, data.y_test) if config.epoch_eval else None)
+                            (data.x_test, data.y_test) if config.epoch_eval else None,
+                            data.black)
+  defer = config.augment != "none" and config.protocol in KD_PROTOCOLS
   protocol = make_protocol(config, learners)
   state = None if checkpoint is None else checkpoint["state"]
   inits = [None] * config.agents if checkpoint is None else list(checkpoint["inits"])
@@ -314,7 +331,7 @@ def _run_rounds(config: ExperimentConfig, run: Run, rounds: int, progress: bool,
         learner = _with_key(learner, round_key(config.init_seed, t, a))
         if config.warm_start and config.protocol != "fedavg" and inits[a] is not None:
           learner = learner.with_init(inits[a])
-        round_learners.append(_Counted(learner, fit_bar))
+        round_learners.append(_Counted(learner, fit_bar, defer))
       (state, out), = fedkrr.iterate(protocol, round_learners, data.xs, data.ys,
                                      rounds=t + 1, state=state)
       fit_bar.close()

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 import dataclasses
 from typing import Any
+from typing import cast
 
 import flax.linen as nn
 import jax
@@ -22,6 +23,7 @@ import numpy as np
 
 from fedkrr import pytree_dataclass
 from neural._src import training
+from neural._src.soft_targets import SoftTargets
 from neural._src.training import TrainConfig
 from neural._src.training import Variables
 
@@ -119,23 +121,49 @@ class FlaxLearner:
       return training._float32(self.init), train_key
     return training.init_variables(self.model, init_key, self.input_shape), train_key
 
-  def fit(self, x: ArrayLike, targets: ArrayLike) -> FlaxModel:
-    """Trains on ``x`` (n, H, W, C) and ``targets`` (n, C); returns the trained model."""
+  def fit(self, x: ArrayLike, targets: ArrayLike | SoftTargets) -> FlaxModel:
+    """Trains on ``x`` (n, H, W, C) and ``targets`` (n, C); returns the trained model.
+
+    ``targets`` may be :class:`neural.SoftTargets` (teachers' predictions to come):
+    with ``config.augment`` the teachers are evaluated on each augmented batch,
+    otherwise once on ``x``.
+    """
+    targets, teachers = self._targets(x, targets)
     x = _check_inputs(self, x, targets)
     variables, train_key = self._start()
     hook, scores = _epoch_scores(self.model, self.eval_data, 1, stacked=False)
     trained = training.train(self.model, variables, x, targets, train_key, self.config,
-                             on_epoch=hook)
+                             on_epoch=hook, teachers=teachers)
     return FlaxModel(self.model, trained, tuple(scores[0]))
+
+  def _targets(self, x: ArrayLike, targets: ArrayLike | SoftTargets
+               ) -> tuple[ArrayLike, training.Teachers | None]:
+    """``(fixed targets, teachers evaluated during training or None)``."""
+    if not isinstance(targets, SoftTargets):
+      return targets, None
+    if self.config.augment is None or not targets.teachers:
+      return targets.on(x), None   # the same inputs every step: evaluate the teachers once
+    for _, model in targets.teachers:
+      if not isinstance(model, FlaxModel):
+        raise LearnerError(f"targets: a teacher on augmented batches must be a network "
+                           f"(neural.FlaxModel), got {type(model).__name__}")
+    fixed = targets.fixed
+    if fixed is None:
+      num_classes = np.shape(targets.teachers[0][1].predict(np.asarray(x)[:1]))[1]
+      fixed = np.zeros((np.shape(x)[0], num_classes), np.float32)
+    return fixed, training.Teachers(tuple(m.model for _, m in targets.teachers),
+                                    tuple(m.variables for _, m in targets.teachers),
+                                    np.asarray([w for w, _ in targets.teachers], np.float32))
 
   @classmethod
   def fit_batch(cls, learners: Sequence[FlaxLearner], xs: Sequence[Array],
-                targets: Sequence[Array]) -> tuple[FlaxModel, ...]:
+                targets: Sequence[ArrayLike | SoftTargets]) -> tuple[FlaxModel, ...]:
     """Fits ``learners[k]`` on ``(xs[k], targets[k])`` for all k as one vmapped program.
 
     The learners must share a ``batch_key``. Every agent's data are padded to
     the largest n and masked, so that agent k's model equals
-    ``learners[k].fit(xs[k], targets[k])`` up to float32 rounding.
+    ``learners[k].fit(xs[k], targets[k])`` up to float32 rounding. Agents whose
+    targets have teachers of different architectures are fitted one by one.
     """
     if not len(learners) == len(xs) == len(targets) or not learners:
       raise LearnerError(f"learners, xs, targets: expected equal non-zero lengths, got "
@@ -148,6 +176,12 @@ class FlaxLearner:
       if learner.eval_data is not first.eval_data:
         raise LearnerError(f"learners[{k}]: expected the eval_data of learners[0] (one test "
                            f"set scores a batch)")
+    split = [learner._targets(x, t) for learner, x, t in zip(learners, xs, targets)]
+    kinds = {None if teach is None else teach.modules for _, teach in split}
+    if len(kinds) > 1:   # different teachers: not one program
+      return tuple(learner.fit(x, t) for learner, x, t in zip(learners, xs, targets))
+    targets = [fixed for fixed, _ in split]
+    teachers = _stack_teachers([teach for _, teach in split])
     xs = [_check_inputs(learner, x, t) for learner, x, t in zip(learners, xs, targets)]
     sizes = [x.shape[0] for x in xs]
     n = max(sizes)
@@ -163,9 +197,19 @@ class FlaxLearner:
       variables = _init_batch(first.model, init_keys, first.input_shape)
     hook, scores = _epoch_scores(first.model, first.eval_data, len(learners), stacked=True)
     trained = training.train_batch(first.model, variables, x_stack, t_stack, train_keys,
-                                   first.config, masks, on_epoch=hook)
+                                   first.config, masks, on_epoch=hook, teachers=teachers)
     return tuple(FlaxModel(first.model, v, tuple(s))
                  for v, s in zip(training.unstack(trained, len(learners)), scores))
+
+
+def _stack_teachers(teachers: Sequence[training.Teachers | None]) -> training.Teachers | None:
+  """One :class:`Teachers` of stacked agents from each agent's (same modules)."""
+  if teachers[0] is None:
+    return None
+  every = cast(Sequence[training.Teachers], teachers)
+  variables = tuple(training.stack([t.variables[k] for t in every])
+                    for k in range(len(every[0].modules)))
+  return training.Teachers(every[0].modules, variables, np.stack([t.weights for t in every]))
 
 
 def _epoch_scores(model: nn.Module, eval_data: tuple[Any, Any] | None, num_agents: int,

@@ -46,6 +46,9 @@ class RunData(NamedTuple):
     x_test: float32 (n_test, H, W, C).
     y_test: int labels (n_test,).
     num_classes: C.
+    black: (C_in,) float32, what an input of 0 (a black pixel) is after the run's
+      input standardisation: 0, or ``-mean / std`` with ``normalize`` (augmentation
+      pads with it, as torchvision pads images before normalising them).
   """
 
   xs: tuple[np.ndarray, ...]
@@ -54,6 +57,7 @@ class RunData(NamedTuple):
   x_test: np.ndarray
   y_test: np.ndarray
   num_classes: int
+  black: np.ndarray | None = None
 
 
 def load_train_test(config: Any, rng: np.random.Generator | None = None
@@ -64,6 +68,11 @@ def load_train_test(config: Any, rng: np.random.Generator | None = None
   the test subset from ``default_rng([config.data_seed, 1])``. With ``config.normalize``
   both are standardised per channel (:func:`normalization`).
   """
+  return _train_test(config, rng)[:5]
+
+
+def _train_test(config: Any, rng: np.random.Generator | None):
+  """:func:`load_train_test` and the value of a black pixel after standardisation."""
   seed = config.data_seed
   rng = np.random.default_rng(seed) if rng is None else rng
   ds = load_dataset(config.dataset, config.data_dir, seed=seed)
@@ -77,11 +86,13 @@ def load_train_test(config: Any, rng: np.random.Generator | None = None
         len(y_test), size=config.test_subset, replace=False))
     x_test, y_test = x_test[keep], y_test[keep]
   x_test = np.asarray(x_test, np.float32)
+  black = np.zeros(x_test.shape[-1:], np.float32)
   if getattr(config, "normalize", False):
     mean, std = normalization(config.dataset, np.asarray(x_train, np.float32))
     x_train = (np.asarray(x_train, np.float32) - mean) / std
     x_test = (x_test - mean) / std
-  return x_train, y_train, x_test, np.asarray(y_test), ds.num_classes
+    black = (black - mean) / std
+  return x_train, y_train, x_test, np.asarray(y_test), ds.num_classes, black
 
 
 def split_agents(config: Any, x_train: np.ndarray, y_train: np.ndarray, num_classes: int,
@@ -105,6 +116,6 @@ def split_agents(config: Any, x_train: np.ndarray, y_train: np.ndarray, num_clas
 def load_run_data(config: Any) -> RunData:
   """Loads, subsets and partitions the data of ``config`` (all seeded by ``config.data_seed``)."""
   rng = np.random.default_rng(config.data_seed)
-  x_train, y_train, x_test, y_test, num_classes = load_train_test(config, rng)
+  x_train, y_train, x_test, y_test, num_classes, black = _train_test(config, rng)
   xs, ys, labels = split_agents(config, x_train, y_train, num_classes, rng)
-  return RunData(xs, ys, labels, x_test, y_test, num_classes)
+  return RunData(xs, ys, labels, x_test, y_test, num_classes, black)

@@ -26,6 +26,7 @@ from collections.abc import Callable
 import dataclasses
 import functools
 from typing import Any
+from typing import NamedTuple
 from typing import cast
 
 import flax.linen as nn
@@ -33,6 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from neural._src.augment import Augment
 from neural._src.optimizers import OptimizerConfig
 from neural._src.train_loop import AGENT_BATCHING
 from neural._src.train_loop import STEP_LOOPS
@@ -66,6 +68,8 @@ class TrainConfig:
     momentum: heavy-ball momentum of "sgd".
     step_loop, agent_batching: how :func:`neural.train_loop` runs the steps and
       stacked agents ("auto": by backend and model; the numbers do not depend on it).
+    augment: augmentation of every training batch (:class:`neural.Augment`), or
+      ``None``.
   """
 
   epochs: int = 20
@@ -78,8 +82,12 @@ class TrainConfig:
   momentum: float = 0.0
   step_loop: str = "auto"
   agent_batching: str = "auto"
+  augment: Augment | None = None
 
   def __post_init__(self):
+    if self.augment is not None and not isinstance(self.augment, Augment):
+      raise TrainError(f"augment: expected a neural.Augment or None, got "
+                       f"{type(self.augment).__name__}")
     if int(self.epochs) < 0:
       raise TrainError(f"epochs: expected an int >= 0, got {self.epochs}")
     if int(self.batch_size) < 1:
@@ -115,24 +123,71 @@ def per_example_loss(logits: Array, targets: Array, loss: str) -> Array:
   raise TrainError(f"loss: expected one of {LOSSES}, got {loss!r}")
 
 
+class Teachers(NamedTuple):
+  """Networks evaluated on every training batch: the targets gain ``sum_k w_k softmax(m_k(x))``.
+
+  Attributes:
+    modules: the teachers' Flax modules (static: part of the compiled step).
+    variables: their variables, one entry per module (leaves stacked on a leading
+      agent axis in :func:`train_batch`).
+    weights: (K,) weights w_k ((M, K) in :func:`train_batch`).
+  """
+
+  modules: tuple[nn.Module, ...]
+  variables: tuple[Variables, ...]
+  weights: Any
+
+
+class LossContext(NamedTuple):
+  """The per-agent constants :class:`SoftmaxLoss` reads from ``batch.context``.
+
+  Attributes:
+    variables: the model's variables other than its parameters (``None``: none).
+    teachers: the teachers' variables, one entry per module of ``SoftmaxLoss.teachers``.
+    weights: (K,) float32 weights of the teachers' softmax outputs.
+  """
+
+  variables: Any = None
+  teachers: tuple[Any, ...] = ()
+  weights: Any = ()
+
+
 @dataclasses.dataclass(frozen=True)
 class SoftmaxLoss:
   """The loss of :func:`train`: the mini-batch mean of :func:`per_example_loss`.
 
-  ``batch.data`` holds ``"x"`` (inputs) and ``"t"`` (targets); ``batch.context``
-  the model's variables other than its parameters (none for ``neural``'s models);
-  dropout draws from ``batch.key``.
+  ``batch.data`` holds ``"x"`` (inputs) and ``"t"`` (targets); ``batch.context`` a
+  :class:`LossContext` (``None``: no other variables, no teachers); dropout draws from ``batch.key``. With ``augment`` every
+  step trains on an augmented batch (drawn from ``fold_in(batch.key, 1)``), and
+  with ``teachers`` the targets are ``t + sum_k w_k softmax(teacher_k(x))`` on the
+  batch the student sees (the teachers in evaluation mode, no gradient).
+
+  Attributes:
+    model: the student network.
+    loss: "mse" or "ce".
+    augment: an :class:`neural.Augment`, or ``None``.
+    teachers: the teachers' modules (their variables and weights are in the context).
   """
 
   model: nn.Module
   loss: str = "mse"
+  augment: Augment | None = None
+  teachers: tuple[nn.Module, ...] = ()
 
   def __call__(self, params, batch: Batch) -> Array:
-    variables = {"params": params, **(batch.context or {})}
-    logits = cast(Array, self.model.apply(variables, batch.data["x"], train=True,
+    context = LossContext() if batch.context is None else batch.context
+    x, targets = batch.data["x"], batch.data["t"]
+    if self.augment is not None:
+      x = self.augment(jax.random.fold_in(batch.key, 1), x)
+    for k, teacher in enumerate(self.teachers):
+      logits = cast(Array, teacher.apply(context.teachers[k], x, train=False))
+      targets = targets + context.weights[k] * jax.nn.softmax(logits.astype(jnp.float32))
+    targets = jax.lax.stop_gradient(targets)
+    variables = {"params": params, **(context.variables or {})}
+    logits = cast(Array, self.model.apply(variables, x, train=True,
                                           rngs={"dropout": batch.key}))
-    return weighted_mean(per_example_loss(logits.astype(jnp.float32), batch.data["t"],
-                                          self.loss), batch.weights)
+    return weighted_mean(per_example_loss(logits.astype(jnp.float32), targets, self.loss),
+                         batch.weights)
 
 
 def _float32(tree):
@@ -178,17 +233,23 @@ EpochHook = Callable[[int, Variables, "int | None"], None]
 
 
 def _fit(model, variables, x, targets, mask, key, config: TrainConfig, stacked: bool,
-         on_epoch: EpochHook | None):
+         on_epoch: EpochHook | None, teachers: Teachers | None):
   variables = _float32(variables)
   params = variables["params"]
   others = {k: v for k, v in variables.items() if k != "params"} or None
+  modules, context = (), LossContext(others)
+  if teachers is not None and teachers.modules:
+    modules = tuple(teachers.modules)
+    context = LossContext(others, tuple(_float32(v) for v in teachers.variables),
+                          jnp.asarray(teachers.weights, jnp.float32))
   def hook(epoch, params, agent):   # the hook sees whole variables, as training returns them
     rest = others if agent is None or others is None else jax.tree.map(lambda a: a[agent],
                                                                         others)
     cast(EpochHook, on_epoch)(epoch, {**(rest or {}), "params": params}, agent)
-  out = train_loop(SoftmaxLoss(model, config.loss), params, {"x": x, "t": targets},
+  out = train_loop(SoftmaxLoss(model, config.loss, config.augment, modules), params,
+                   {"x": x, "t": targets},
                    optimizer=config.optimizer_config(), key=key, batch_size=config.batch_size,
-                   epochs=config.epochs, mask=mask, context=others, stacked=stacked,
+                   epochs=config.epochs, mask=mask, context=context, stacked=stacked,
                    step_loop=config.step_loop, agent_batching=config.agent_batching,
                    on_epoch=None if on_epoch is None else hook)
   return {**(others or {}), "params": out.params}
@@ -196,7 +257,7 @@ def _fit(model, variables, x, targets, mask, key, config: TrainConfig, stacked: 
 
 def train(model: nn.Module, variables: Variables, x: ArrayLike, targets: ArrayLike, key: Array,
           config: TrainConfig, mask: ArrayLike | None = None,
-          on_epoch: EpochHook | None = None) -> Variables:
+          on_epoch: EpochHook | None = None, teachers: Teachers | None = None) -> Variables:
   """Trains ``model`` from ``variables`` on ``(x, targets)`` with :class:`SoftmaxLoss`.
 
   Args:
@@ -210,18 +271,22 @@ def train(model: nn.Module, variables: Variables, x: ArrayLike, targets: ArrayLi
       module docstring: the run equals the unpadded run with the same key).
     on_epoch: ``on_epoch(epoch, variables, None)`` after every epoch, with the
       variables of that moment (it only watches: training is the same with or without).
+    teachers: networks whose weighted softmax outputs on each training batch are
+      added to ``targets`` (:class:`Teachers`; with ``config.augment``, on the
+      augmented batch).
 
   Returns:
     The trained float32 variables.
   """
   x, targets, mask = _check_data(x, targets, mask, 1)
   x, targets, mask = _pad_to_batches(x, targets, mask, config.batch_size, 0)
-  return _fit(model, variables, x, targets, mask, key, config, False, on_epoch)
+  return _fit(model, variables, x, targets, mask, key, config, False, on_epoch, teachers)
 
 
 def train_batch(model: nn.Module, variables: Variables, xs: ArrayLike, targets: ArrayLike,
                 keys: Array, config: TrainConfig, masks: ArrayLike | None = None,
-                on_epoch: EpochHook | None = None) -> Variables:
+                on_epoch: EpochHook | None = None,
+                teachers: Teachers | None = None) -> Variables:
   """:func:`train` for M agents of one architecture, stacked on a leading agent axis.
 
   The agents train as one vmapped program or one after the other
@@ -238,6 +303,8 @@ def train_batch(model: nn.Module, variables: Variables, xs: ArrayLike, targets: 
     on_epoch: ``on_epoch(epoch, variables, agent)`` after every epoch: ``agent`` is
       ``None`` with the stacked variables of all agents, or m with agent m's alone
       (when the agents train one after the other).
+    teachers: as in :func:`train`, with every agent's teachers' variables and
+      weights stacked on a leading axis (the same modules for all agents).
 
   Returns:
     The stacked trained variables; agent k's equal ``train`` on its own unpadded
@@ -245,7 +312,7 @@ def train_batch(model: nn.Module, variables: Variables, xs: ArrayLike, targets: 
   """
   xs, targets, masks = _check_data(xs, targets, masks, 2)
   xs, targets, masks = _pad_to_batches(xs, targets, masks, config.batch_size, 1)
-  return _fit(model, variables, xs, targets, masks, keys, config, True, on_epoch)
+  return _fit(model, variables, xs, targets, masks, keys, config, True, on_epoch, teachers)
 
 
 @functools.partial(jax.jit, static_argnames=("model",))

@@ -14,7 +14,7 @@ RANKS = {
     "data": 0, "partitions": 0, "graphs": 0,
     "run_data": 1,
     "models": 2,
-    "optimizers": 3, "train_loop": 4, "training": 5,
+    "optimizers": 3, "train_loop": 4, "augment": 4, "training": 5, "soft_targets": 5,
     "learners": 6, "forest": 6, "ntk": 6, "fedavg": 6, "linearized": 7,
     "paper_units": 7, "config": 8, "checkpoint": 8, "plots": 8, "rundir": 9,
     "experiment": 10, "methods.registry": 10,
