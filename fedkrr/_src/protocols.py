@@ -56,8 +56,7 @@ class RoundOutput(NamedTuple):
     models: the models of this round.
     agents: the agent that owns (fitted) each model.
     weights: ``None`` if each model is its own predictor (AvgKD, PKD,
-      pkd-mean); else
-      the round's predictor is ``sum_k weights[k] * models[k]``.
+      pkd-mean); else the round's predictor is ``sum_k weights[k] * models[k]``.
     cumulative: if true, the protocol's predictor after round t is the sum of
       the weighted predictors of rounds 0..t (EKD).
   """
