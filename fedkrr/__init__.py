@@ -68,6 +68,7 @@ from fedkrr._src.protocols import get_protocol
 from fedkrr._src.protocols import iterate
 from fedkrr._src.protocols import local_models
 from fedkrr._src.protocols import pkd
+from fedkrr._src.protocols import pkd_mean
 from fedkrr._src.protocols import simulate
 from fedkrr._src.public_distillation import CoverageSweep
 from fedkrr._src.public_distillation import PublicDistillation

@@ -9,11 +9,12 @@ import neural
 def test_fedkrr_public_names_import():
   names = [n for n in dir(fedkrr) if not n.startswith("_")]
   for name in ["make_problem", "FederatedProblem", "RBF", "Linear", "Polynomial", "Laplace",
-               "KRRLearner", "krr_learners", "ridge_factor", "akd", "avgkd", "pkd", "ekd",
-               "backfit", "simulate", "iterate", "trajectory", "limit", "central", "local",
+               "KRRLearner", "krr_learners", "ridge_factor", "akd", "avgkd", "pkd", "pkd_mean",
+               "ekd", "backfit", "simulate", "iterate", "trajectory", "limit", "central", "local",
                "central_models", "local_models", "PROTOCOLS", "ProblemError", "KernelError"]:
     assert name in names, name
-  assert set(fedkrr.PROTOCOLS) == {"akd", "avgkd", "pkd", "ekd", "backfit-gs", "backfit-jacobi"}
+  assert set(fedkrr.PROTOCOLS) == {"akd", "avgkd", "pkd", "pkd-mean", "ekd", "backfit-gs",
+                                   "backfit-jacobi"}
 
 
 def test_fedkrr_does_not_import_neural_or_flax():

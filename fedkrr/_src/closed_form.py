@@ -22,6 +22,11 @@ Protocol by protocol (M agents, blocks indexed by agent):
 * AvgKD: ``x_0 = a0``, ``A = S O / M``, ``b = a0 / M`` (Prop. V);
 * PKD (in target space ``tau``, ``alpha = S tau``): ``x_0 = y``,
   ``A = (I + O S) / M``, ``b = 0`` (App. E);
+* pkd-mean (the authors' code's PKD): ``x_0 = a0``, ``A = S K / M``, ``b = 0``
+  (``K`` with its diagonal blocks: every agent fits the mean of all M models,
+  its own included). In target space the map is ``K S / M``, which for c > 0
+  equals PKD's ``(I + O S) / M`` minus ``c S / M`` (``K^a_aa S_a = I - c S_a``);
+  with c = 0 and invertible ``K^a_aa`` the two protocols are the same;
 * EKD: ``sigma_t = (-W)^t a0`` and the predictor after round t is the partial sum
   ``sum_{r <= t} sigma_r`` (eq. 9, 32);
 * backfitting, Jacobi: ``x_0 = 0``, ``A = -S O``, ``b = a0``; Gauss-Seidel:
@@ -126,6 +131,10 @@ def recurrence(problem: FederatedProblem, protocol: str, start: int = 0,
     blocks = {(i, j): fs[j].solve(problem.gram(j, problem.xs[i], problem.xs[j]).T).T / m
               for i, j in others}
     return Recurrence(blocks, 1.0 / m, zeros, labels)
+  if protocol == "pkd-mean":
+    # alpha_{t+1} = S K alpha_t / M: every agent fits the mean of all M models, its own included.
+    every = [(i, j) for i in range(m) for j in range(m)]
+    return Recurrence({ij: transfer(problem, fs, *ij) / m for ij in every}, 0.0, zeros, a0)
   if protocol == "backfit-jacobi":
     return Recurrence({ij: -transfer(problem, fs, *ij) for ij in others}, 0.0, a0, zeros)
   if protocol == "backfit-gs":
@@ -242,14 +251,14 @@ def trajectory(problem: FederatedProblem, protocol: str, rounds: int, x_eval: Ar
   """Predictions of every round 0..rounds-1 (or every k-th) at ``x_eval``, without refitting.
 
   The layout equals that of :func:`fedkrr.simulate` with kernel ridge learners:
-  ``(rounds, M, n_eval[, C])`` for AvgKD and PKD (agent i's round-t model),
+  ``(rounds, M, n_eval[, C])`` for AvgKD, PKD and pkd-mean (agent i's round-t model),
   ``(rounds, n_eval[, C])`` otherwise (AKD: the round-t model of the run from
   ``start``; EKD: the partial sum over rounds 0..t; backfitting: the sum of the
   agents' models after sweep t + 1).
 
   Args:
     problem: a validated :class:`FederatedProblem`.
-    protocol: one of akd, avgkd, pkd, ekd, backfit-gs, backfit-jacobi.
+    protocol: one of akd, avgkd, pkd, pkd-mean, ekd, backfit-gs, backfit-jacobi.
     rounds: the number of rounds T >= 1 (static).
     x_eval: evaluation points, shape (n_eval, d).
     start: the starting agent of AKD.
@@ -282,7 +291,7 @@ def trajectory(problem: FederatedProblem, protocol: str, rounds: int, x_eval: Ar
     coeffs = _scan(problem, rec, rounds, every, accumulate=True)
     return jnp.einsum("nk,tk...->tn...", jnp.concatenate(evals, axis=1), coeffs)
   coeffs = _scan(problem, rec, rounds, every)
-  if protocol == "avgkd":
+  if protocol in ("avgkd", "pkd-mean"):
     return _per_agent(problem, evals, coeffs)
   if protocol == "pkd":
     return _per_agent(problem, evals, jax.vmap(lambda tau: _stack_solve(problem, fs, tau))(coeffs))
@@ -323,6 +332,14 @@ def limit(problem: FederatedProblem, protocol: str, x_eval: ArrayLike, start: in
   """The t -> infinity limit of a protocol, by one linear solve.
 
   * AKD and PKD: 0 (Prop. II; App. E), reached iff the spectral radius < 1.
+  * pkd-mean: 0 as well, reached iff the spectral radius of ``S K / M`` is < 1.
+    With one shared kernel and c > 0 its target-space map is similar to the
+    symmetric ``S^(1/2) K S^(1/2) / M``, whose eigenvalues lie in [0, 1), and
+    PKD's to that plus ``c S / M`` (positive definite): both degrade to 0
+    without oscillating, and pkd-mean strictly faster (smaller radius). With
+    different kernels neither bound holds in general: either radius can exceed
+    1, and pkd-mean's is usually, not always, the smaller
+    (``docs/closed_forms.md``).
   * AvgKD: ``x = (I - S O / M)^{-1} a0 / M``; it solves system (8) of Prop. VI
     (M = 2: ``alpha_1 = beta_1 / 2``, ``alpha_2 = -beta_2 / 2``).
   * EKD: ``(I + W)^{-1} a0``. For M = 2 this is the block system
@@ -341,7 +358,7 @@ def limit(problem: FederatedProblem, protocol: str, x_eval: ArrayLike, start: in
   rho = spectral_radius(matrix)
   if protocol == "akd":
     return Limit(jnp.zeros(x_eval.shape[:1] + rec.initial.shape[1:], matrix.dtype), rho)
-  if protocol == "pkd":
+  if protocol in ("pkd", "pkd-mean"):
     shape = (problem.num_agents,) + x_eval.shape[:1] + rec.initial.shape[1:]
     return Limit(jnp.zeros(shape, matrix.dtype), rho)
   eye = jnp.eye(problem.num_points, dtype=matrix.dtype)

@@ -55,14 +55,14 @@ def check_memory(nbytes: float, what: str, hint: str, limit: int | None = None) 
 # holds at once: none for AKD (it keeps predictions only), the scan's output, and a second
 # array for EKD's partial sums and PKD's solves.
 _COEFFICIENT_COPIES = {"akd": 0, "avgkd": 1, "backfit-gs": 1, "backfit-jacobi": 1, "ekd": 2,
-                       "pkd": 2}
+                       "pkd": 2, "pkd-mean": 1}
 
 
 def trajectory_bytes(protocol: str, num_points: int, num_agents: int, outputs: int,
                      n_eval: int, rounds_kept: int, itemsize: int) -> int:
   """The largest buffers of ``fedkrr.trajectory``: per kept round, the stacked coefficients
-  and the predictions (M x n_eval x C for AvgKD / PKD, n_eval x C otherwise), twice: the
-  result and its host copy."""
-  predictions = (num_agents if protocol in ("avgkd", "pkd") else 1) * n_eval
+  and the predictions (M x n_eval x C for AvgKD / PKD / pkd-mean, n_eval x C otherwise),
+  twice: the result and its host copy."""
+  predictions = (num_agents if protocol in ("avgkd", "pkd", "pkd-mean") else 1) * n_eval
   copies = _COEFFICIENT_COPIES.get(protocol, 2)
   return rounds_kept * outputs * itemsize * (copies * num_points + 2 * predictions)

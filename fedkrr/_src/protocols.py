@@ -14,7 +14,10 @@ Protocols (agents a = 0..M-1; DESIGN.md, Afonin & Karimireddy Sec. 4-5, App. G):
   belongs to agent ``(start + t) mod M`` and is fitted on the previous model's
   predictions on that agent's inputs.
 * ``avgkd()``: ``yhat_i(t+1) = (y_i + sum_{j != i} g_j(t)(X_i)) / M``.
-* ``pkd()``: ``yhat_i(t+1) = (yhat_i(t) + sum_{j != i} g_j(t)(X_i)) / M``.
+* ``pkd()``: ``yhat_i(t+1) = (yhat_i(t) + sum_{j != i} g_j(t)(X_i)) / M`` (the
+  paper's equations, App. E).
+* ``pkd_mean()``: ``yhat_i(t+1) = sum_j g_j(t)(X_i) / M``, agent i's own model
+  included and no labels: the PKD of the authors' code.
 * ``ekd()``: AKD from every agent s; round t's predictor is the partial sum
   ``f_t = sum_{r <= t} (-1)^r sum_s g^s_r``.
 * ``backfit(order)``: from all-zero models, agent i refits on
@@ -42,7 +45,7 @@ from fedkrr._src.learner import fit_all
 Array = jax.Array
 ArrayLike = jax.typing.ArrayLike
 
-PROTOCOLS = ("akd", "avgkd", "pkd", "ekd", "backfit-gs", "backfit-jacobi")
+PROTOCOLS = ("akd", "avgkd", "pkd", "pkd-mean", "ekd", "backfit-gs", "backfit-jacobi")
 BASELINES = ("central", "local")
 
 
@@ -52,8 +55,8 @@ class RoundOutput(NamedTuple):
   Attributes:
     models: the models of this round.
     agents: the agent that owns (fitted) each model.
-    weights: ``None`` if each model is its own predictor (AvgKD, PKD); else
-      the round's predictor is ``sum_k weights[k] * models[k]``.
+    weights: ``None`` if each model is its own predictor (AvgKD, PKD,
+      pkd-mean); else the round's predictor is ``sum_k weights[k] * models[k]``.
     cumulative: if true, the protocol's predictor after round t is the sum of
       the weighted predictors of rounds 0..t (EKD).
   """
@@ -146,7 +149,13 @@ def akd(start: int = 0) -> Protocol:
   return Protocol("akd", init, step)
 
 
-def _averaged(name: str, reinject_labels: bool) -> Protocol:
+def _averaged(name: str, own: str) -> Protocol:
+  """Every agent refits on ``(own_i + sum_{j != i} g_j(t)(X_i)) / M``.
+
+  ``own`` names agent i's own term: ``"labels"`` (``y_i``, AvgKD), ``"targets"``
+  (its previous targets ``yhat_i(t)``, PKD) or ``"model"`` (its own model's
+  predictions ``g_i(t)(X_i)``, pkd-mean).
+  """
 
   def init(ys):
     return AveragedState(0, tuple(ys))
@@ -156,7 +165,12 @@ def _averaged(name: str, reinject_labels: bool) -> Protocol:
     models = fit_all(learners, xs, state.targets)
     targets = []
     for i in range(m):
-      base = ys[i] if reinject_labels else state.targets[i]
+      if own == "labels":
+        base = ys[i]
+      elif own == "targets":
+        base = state.targets[i]
+      else:
+        base = models[i].predict(xs[i])
       others = sum(models[j].predict(xs[i]) for j in range(m) if j != i)
       targets.append((base + others) / m)
     return (AveragedState(state.round + 1, tuple(targets)),
@@ -167,12 +181,41 @@ def _averaged(name: str, reinject_labels: bool) -> Protocol:
 
 def avgkd() -> Protocol:
   """Averaged KD: every agent refits on the average of its labels and the others' predictions."""
-  return _averaged("avgkd", reinject_labels=True)
+  return _averaged("avgkd", own="labels")
 
 
 def pkd() -> Protocol:
   """Parallel KD: like AvgKD with the previous targets in place of the labels (App. E)."""
-  return _averaged("pkd", reinject_labels=False)
+  return _averaged("pkd", own="targets")
+
+
+def pkd_mean() -> Protocol:
+  """Parallel KD as the authors' code runs it: every agent refits on the mean of all M models.
+
+  Round 0 fits every agent on its labels; then
+
+      yhat_i(t+1) = (1 / M) sum_{j = 0..M-1} g_j(t)(X_i),
+
+  agent i's own model included and no labels: the ``PKD`` loss of the authors'
+  code (AfoninAndrei/ICLR2022, ``src/methods.py``), which is passed all M
+  agents' models. It is :func:`pkd` (the paper's equations, App. E) with the own
+  model's predictions ``g_i(t)(X_i)`` in place of the own previous targets
+  ``yhat_i(t)``. For kernel ridge agents the difference is the ridge's shrinkage
+  of the own term, ``yhat_i(t) - g_i(t)(X_i) = c S_i yhat_i(t)`` with
+  ``S_i = (c I + K^i_ii)^{-1}``, so with c = 0 and invertible Gram blocks the two
+  protocols are the same. The closed form, its limit (0) and its rate are in
+  :func:`fedkrr.trajectory` and :func:`fedkrr.limit`.
+
+  Example:
+    >>> x = jnp.linspace(-1.0, 1.0, 8)[:, None]
+    >>> y = jnp.sin(3.0 * x[:, 0])
+    >>> problem = fedkrr.make_problem([x[:4], x[4:]], [y[:4], y[4:]], fedkrr.RBF(gamma=2.0),
+    ...                               ridge=1e-2)
+    >>> fedkrr.simulate(fedkrr.pkd_mean(), fedkrr.krr_learners(problem), problem.xs,
+    ...                 problem.ys, 3, x).shape   # (rounds, agents, points)
+    (3, 2, 8)
+  """
+  return _averaged("pkd-mean", own="model")
 
 
 def ekd() -> Protocol:
@@ -236,6 +279,7 @@ def get_protocol(name: str, start: int = 0) -> Protocol:
       "akd": lambda: akd(start),
       "avgkd": avgkd,
       "pkd": pkd,
+      "pkd-mean": pkd_mean,
       "ekd": ekd,
       "backfit-gs": lambda: backfit("gauss-seidel"),
       "backfit-jacobi": lambda: backfit("jacobi"),
@@ -281,7 +325,7 @@ def simulate(protocol: Protocol | str, learners: Sequence[Learner], xs: Sequence
   """Runs a protocol round by round and evaluates its predictors at ``x_eval``.
 
   Returns:
-    For protocols whose models are their own predictors (AvgKD, PKD), shape
+    For protocols whose models are their own predictors (AvgKD, PKD, pkd-mean), shape
     ``(rounds, M, n_eval[, C])``: entry ``[t, i]`` is agent i's round-t model.
     Otherwise ``(rounds, n_eval[, C])``: row t is the round-t predictor (AKD: the
     round-t model; EKD: the partial sum over rounds 0..t; backfitting: the sum

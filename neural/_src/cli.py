@@ -74,11 +74,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="progress bars over rounds and agents (default on)")
   compare = sub.add_parser(
       "compare", help="a KD run beside its closed-form kernel twin (fedkrr)",
-      description="Runs (or resumes) a KD experiment (akd, avgkd, pkd, ekd, backfit-*) into "
-                  "--workdir, computes the fedkrr closed form of the same protocol on the same "
-                  "data with each agent's kernel (empirical NTK at initialisation by default) "
-                  "and the ridge matched to the weight decay, and writes compare.json, "
-                  "compare.md and compare.png there. Takes the flags of `neural run`.")
+      description="Runs (or resumes) a KD experiment (akd, avgkd, pkd, pkd-mean, ekd, "
+                  "backfit-*) into --workdir, computes the fedkrr closed form of the same "
+                  "protocol on the same data with each agent's kernel (empirical NTK at "
+                  "initialisation by default) and the ridge matched to the weight decay, and "
+                  "writes compare.json, compare.md and compare.png there. Takes the flags of "
+                  "`neural run`.")
   for action in run._actions:   # the flags of `neural run`, but --max-rounds, --units
     if action.dest not in ("help", "max_rounds", "units"):
       compare._add_action(action)

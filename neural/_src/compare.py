@@ -1,7 +1,7 @@
 """Theory side by side: a neural KD run next to its closed-form kernel twin.
 
-For an :class:`ExperimentConfig` of a KD protocol (akd, avgkd, pkd, ekd,
-backfit-gs, backfit-jacobi), :func:`compare` runs (or resumes) the network
+For an :class:`ExperimentConfig` of a KD protocol (akd, avgkd, pkd, pkd-mean,
+ekd, backfit-gs, backfit-jacobi), :func:`compare` runs (or resumes) the network
 experiment with :func:`neural.train_and_evaluate`, then computes the
 ``fedkrr`` closed form of the same protocol on the same data
 (:func:`neural.load_run_data`: same subset, same split, inputs flattened,
@@ -48,8 +48,8 @@ Everything is evaluated on the run's test set: per round, the test accuracy
 - y_ic)^2`` of the theory's predictions (raw regression outputs) and of the
 network (its softmax probabilities: the run's ``test_loss`` when the loss is
 "mse"; not available for "ce" runs). The curves are matched as the run's metric
-rows are written: each agent's model for AvgKD and PKD, the chain of models for
-AKD (round t belongs to agent ``(start + t) mod M``), the running sum
+rows are written: each agent's model for AvgKD, PKD and pkd-mean, the chain of
+models for AKD (round t belongs to agent ``(start + t) mod M``), the running sum
 ("ensemble") for EKD and backfitting.
 
 Rates. ``spectral_radius`` is the spectral radius of the protocol's round map
@@ -427,7 +427,7 @@ def theory_curves(theory: TheoryProblem, config: ExperimentConfig) -> TheoryCurv
   lim = fedkrr.limit(theory.problem, protocol, theory.x_eval, start=start)
   lim_preds = np.asarray(lim.predictions)
   m = config.agents
-  if protocol in ("avgkd", "pkd"):
+  if protocol in ("avgkd", "pkd", "pkd-mean"):
     names = [f"agent {a}" for a in range(m)]
     predictions = {s: preds[:, a] for a, s in enumerate(names)}
     agents = {s: [a] * rounds for a, s in enumerate(names)}

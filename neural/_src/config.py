@@ -42,7 +42,7 @@ from neural._src.partitions import PARTITIONS
 from neural._src.train_loop import AGENT_BATCHING
 from neural._src.train_loop import STEP_LOOPS
 
-KD_PROTOCOLS = ("akd", "avgkd", "pkd", "ekd", "backfit-gs", "backfit-jacobi")
+KD_PROTOCOLS = ("akd", "avgkd", "pkd", "pkd-mean", "ekd", "backfit-gs", "backfit-jacobi")
 RUN_PROTOCOLS = KD_PROTOCOLS + ("fedavg", "central", "local")
 LOSSES = ("mse", "ce")
 FEDAVG_INITS = ("one", "mean")
@@ -329,9 +329,11 @@ class ExperimentConfig(RunConfig):
     width: width setting of the networks (``None``: the model's default).
     tiny: tiny variants of the networks (tests, quick runs).
     norm: normalisation layer of VGG / ResNets ("group" by default).
-    protocol: a KD protocol of ``fedkrr`` (akd, avgkd, pkd, ekd, backfit-gs,
-      backfit-jacobi), "fedavg", or the baselines "central" (each agent's model on
-      the pooled data) and "local" (each on its own data); baselines run one round.
+    protocol: a KD protocol of ``fedkrr`` (akd, avgkd, pkd, pkd-mean, ekd,
+      backfit-gs, backfit-jacobi; pkd follows the paper's equations, pkd-mean the
+      authors' code: the mean of all M models, own included), "fedavg", or the
+      baselines "central" (each agent's model on the pooled data) and "local" (each
+      on its own data); baselines run one round.
     start: starting agent of AKD (0-based).
     epochs: local epochs per round.
     batch_size: mini-batch size of local training.

@@ -6,9 +6,9 @@ The paper's figures, made with its authors' code, count and average differently:
 - **AKD**: a round is M steps, every agent training once in turn (agent 0 on the labels
   in round 1, then each on its predecessor's predictions); the plotted value is the mean
   of the M agents' accuracies of that round.
-- **AvgKD, PKD, FedAvg** and the baselines: one round is one step; the plotted value is
-  the mean over the agents (FedAvg: of their local models after training, never of the
-  averaged model, which the authors do not evaluate).
+- **AvgKD, PKD (pkd and pkd-mean), FedAvg** and the baselines: one round is one step;
+  the plotted value is the mean over the agents (FedAvg: of their local models after
+  training, never of the averaged model, which the authors do not evaluate).
 - **EKD**: the curve shows the even partial sums only (t = 0, 2, 4, ...; the last term
   positive), one per paper round.
 - Rounds are numbered from 1.

@@ -157,10 +157,11 @@ class SoftmaxLoss:
   """The loss of :func:`train`: the mini-batch mean of :func:`per_example_loss`.
 
   ``batch.data`` holds ``"x"`` (inputs) and ``"t"`` (targets); ``batch.context`` a
-  :class:`LossContext` (``None``: no other variables, no teachers); dropout draws from ``batch.key``. With ``augment`` every
-  step trains on an augmented batch (drawn from ``fold_in(batch.key, 1)``), and
-  with ``teachers`` the targets are ``t + sum_k w_k softmax(teacher_k(x))`` on the
-  batch the student sees (the teachers in evaluation mode, no gradient).
+  :class:`LossContext` (``None``: no other variables, no teachers); dropout draws
+  from ``batch.key``. With ``augment`` every step trains on an augmented batch
+  (drawn from ``fold_in(batch.key, 1)``), and with ``teachers`` the targets are
+  ``t + sum_k w_k softmax(teacher_k(x))`` on the batch the student sees (the
+  teachers in evaluation mode, no gradient).
 
   Attributes:
     model: the student network.

@@ -155,8 +155,10 @@ def akd(xs, ys, kernels, ridge, rounds, x_eval, start=0) -> np.ndarray:
   return np.stack(out)
 
 
-def _averaged_kd(p: _Problem, rounds: int, x_eval: np.ndarray, parallel: bool) -> np.ndarray:
-  """AvgKD (``parallel=False``) or PKD (``parallel=True``)."""
+def _averaged_kd(p: _Problem, rounds: int, x_eval: np.ndarray, parallel: bool,
+                 own_model: bool = False) -> np.ndarray:
+  """AvgKD (``parallel=False``), PKD (``parallel=True``) or, with ``own_model``, the mean
+  of all M models' predictions, agent i's own included (the authors' code's PKD)."""
   targets = [y.copy() for y in p.ys]
   out = []
   for _ in range(rounds):
@@ -164,11 +166,14 @@ def _averaged_kd(p: _Problem, rounds: int, x_eval: np.ndarray, parallel: bool) -
     out.append(np.stack([g.predict(x_eval) for g in models]))
     new_targets = []
     for i in range(p.m):
-      first = targets[i] if parallel else p.ys[i]
-      total = first.copy()
-      for j in range(p.m):
-        if j != i:
-          total = total + models[j].predict(p.xs[i])
+      if own_model:
+        total = sum(models[j].predict(p.xs[i]) for j in range(p.m))
+      else:
+        first = targets[i] if parallel else p.ys[i]
+        total = first.copy()
+        for j in range(p.m):
+          if j != i:
+            total = total + models[j].predict(p.xs[i])
       new_targets.append(total / p.m)
     targets = new_targets
   return np.stack(out)
@@ -182,6 +187,12 @@ def avgkd(xs, ys, kernels, ridge, rounds, x_eval) -> np.ndarray:
 def pkd(xs, ys, kernels, ridge, rounds, x_eval) -> np.ndarray:
   """Parallel KD: (rounds, M, n_eval[, C]), entry [t, i] = agent i's round-t model."""
   return _averaged_kd(_Problem(xs, ys, kernels, ridge), rounds, x_eval, parallel=True)
+
+
+def pkd_mean(xs, ys, kernels, ridge, rounds, x_eval) -> np.ndarray:
+  """PKD of the authors' code: (rounds, M, n_eval[, C]); targets = mean of all M models."""
+  return _averaged_kd(_Problem(xs, ys, kernels, ridge), rounds, x_eval, parallel=True,
+                      own_model=True)
 
 
 def ekd(xs, ys, kernels, ridge, rounds, x_eval) -> np.ndarray:
@@ -237,6 +248,7 @@ def run(protocol: str, xs, ys, kernels, ridge, rounds, x_eval, start=0) -> np.nd
   fns = {
       "avgkd": avgkd,
       "pkd": pkd,
+      "pkd-mean": pkd_mean,
       "ekd": ekd,
       "backfit-gs": backfit_gs,
       "backfit-jacobi": backfit_jacobi,

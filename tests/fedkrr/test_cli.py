@@ -38,7 +38,8 @@ def test_problem_file_round_trip(problem_file, assert_close):
 
 
 @pytest.mark.parametrize("protocol, shape", [
-    ("akd", (5, 4)), ("avgkd", (5, 2, 4)), ("pkd", (5, 2, 4)), ("ekd", (5, 4)),
+    ("akd", (5, 4)), ("avgkd", (5, 2, 4)), ("pkd", (5, 2, 4)), ("pkd-mean", (5, 2, 4)),
+    ("ekd", (5, 4)),
     ("backfit-gs", (5, 4)), ("backfit-jacobi", (5, 4)), ("central", (2, 4)), ("local", (2, 4))])
 def test_run_both_methods_agree(protocol, shape, problem_file, tmp_path, assert_close):
   outs = {}

@@ -122,7 +122,8 @@ def test_avgkd_limit_solves_system_8(ridge, x64, assert_close):
   assert_close(rounds[-1], np.stack([g1, g2]), rtol=1e-8)
 
 
-@pytest.mark.parametrize("protocol", ["avgkd", "ekd", "backfit-gs", "backfit-jacobi", "pkd"])
+@pytest.mark.parametrize("protocol", ["avgkd", "ekd", "backfit-gs", "backfit-jacobi", "pkd",
+                                      "pkd-mean"])
 def test_limits_are_where_the_rounds_go_for_three_agents(protocol, x64, assert_close):
   xs, ys, x_eval = _data(3, shift=1.5)
   problem = fedkrr.make_problem(xs, ys, fedkrr.RBF(0.5), 0.2)
@@ -260,9 +261,9 @@ def test_cyclic_ekd_for_more_than_two_agents_is_not_the_central_model(m, x64, as
   assert_close(fedkrr.limit(problem, "backfit-gs", x_eval).predictions, central)
 
 
-@pytest.mark.parametrize("protocol, every", [("avgkd", 3), ("pkd", 2), ("ekd", 4), ("akd", 2),
-                                             ("akd", 4), ("backfit-gs", 3),
-                                             ("backfit-jacobi", 5)])
+@pytest.mark.parametrize("protocol, every", [("avgkd", 3), ("pkd", 2), ("pkd-mean", 3),
+                                             ("ekd", 4), ("akd", 2), ("akd", 4),
+                                             ("backfit-gs", 3), ("backfit-jacobi", 5)])
 def test_every_kth_round_equals_the_full_trajectory_sliced(protocol, every, assert_close, x64):
   rng = np.random.default_rng(3)
   problem = fedkrr.make_problem([rng.normal(size=(7, 2)), rng.normal(size=(5, 2))],

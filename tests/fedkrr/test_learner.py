@@ -95,7 +95,8 @@ class _BatchedKRR:
     return tuple(learner.fit(x, t) for learner, x, t in zip(learners, xs, targets))
 
 
-@pytest.mark.parametrize("name", ["avgkd", "pkd", "ekd", "backfit-jacobi", "backfit-gs"])
+@pytest.mark.parametrize("name", ["avgkd", "pkd", "pkd-mean", "ekd", "backfit-jacobi",
+                                  "backfit-gs"])
 def test_fit_all_groups_batchable_learners_without_changing_results(name, x64, assert_close):
   # Protocol rounds with independent fits hand them to fit_batch as one group; the
   # trajectory is the one of plain learners that are fitted one by one.

@@ -133,6 +133,23 @@ def test_cli_compare_resumes_the_run_and_writes_the_files(compared, tmp_path, ca
   assert "KD protocol" in capsys.readouterr().err
 
 
+def test_compare_pkd_mean_matches_each_agent_to_its_closed_form(tmp_path, assert_close):
+  """The authors' code's PKD: one series per agent, the run's rows beside fedkrr's pkd-mean."""
+  config = ExperimentConfig(**{**TINY, "protocol": "pkd-mean", "rounds": 2})
+  result = compare(config, tmp_path, kernel="rbf")
+  assert set(result.rates) == {"agent 0", "agent 1"}
+  assert [(r["round"], r["agent"]) for r in result.rows] == [(0, 0), (1, 0), (0, 1), (1, 1)]
+  assert all(r["network_accuracy"] is not None for r in result.rows)
+  theory = theory_problem(config, load_run_data(config), kernel="rbf")
+  curves = theory_curves(theory, config)
+  direct = np.asarray(fedkrr.trajectory(theory.problem, "pkd-mean", 2, theory.x_eval))
+  for a in range(2):
+    assert_close(curves.predictions[f"agent {a}"], direct[:, a])
+    assert np.all(curves.limits[f"agent {a}"] == 0)   # pkd-mean's limit, like PKD's
+  paper = np.asarray(fedkrr.trajectory(theory.problem, "pkd", 2, theory.x_eval))
+  assert not np.allclose(direct[1], paper[1])   # round 1 differs from the paper's PKD
+
+
 @pytest.mark.parametrize("changes, kernel, max_points, match", [
     (dict(models=("mlp", "forest")), "ntk", 2000, "random forest"),
     (dict(models=("cnn",)), "nngp", 2000, "MLP"),

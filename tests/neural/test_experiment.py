@@ -7,14 +7,17 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import fedkrr
 import neural
 from neural._src.config import ExperimentConfig
+from neural._src.experiment import build_learners
 from neural._src.experiment import round_key
 from neural._src.experiment import scores
 from neural._src.experiment import train_and_evaluate
 from neural._src.fedavg import FedAvgError
 from neural._src.fedavg import average
 from neural._src.fedavg import fedavg
+from neural._src.run_data import load_run_data
 from neural._src.rundir import ExperimentError
 from neural._src.rundir import read_metrics
 
@@ -92,6 +95,29 @@ def test_metrics_rows_of_each_protocol(tmp_path):
   assert [(r["round"], r["agent"]) for r in central] == [(0, 0), (0, 1)]   # one round
   gs = train_and_evaluate(_config(protocol="backfit-gs", rounds=2), tmp_path / "gs")
   assert [r["agent"] for r in gs] == ["ensemble", "ensemble"]
+
+
+def test_pkd_mean_run_and_its_round_one_targets(tmp_path, assert_close):
+  """pkd-mean (the authors' code's PKD) runs; round 1's targets average both networks."""
+  config = _config(protocol="pkd-mean", rounds=2)
+  rows = train_and_evaluate(config, tmp_path)
+  assert [(r["round"], r["agent"], r["protocol"]) for r in rows] == [
+      (0, 0, "pkd-mean"), (0, 1, "pkd-mean"), (1, 0, "pkd-mean"), (1, 1, "pkd-mean")]
+  assert read_metrics(tmp_path) == rows
+  paper = neural.paper_rounds(rows)   # as PKD: one round per step, the mean of the agents
+  assert [r["round"] for r in paper] == [1, 2]
+  assert paper[1]["test_accuracy"] == pytest.approx((rows[2]["test_accuracy"]
+                                                     + rows[3]["test_accuracy"]) / 2)
+  # Round 0 through fedkrr.iterate with the run's Flax learners: each agent's next
+  # targets are the mean of both models' predictions on its inputs, its own included.
+  data = load_run_data(config)
+  learners = build_learners(config, data.xs[0].shape[1:], data.num_classes)
+  (state, out), = fedkrr.iterate(fedkrr.get_protocol("pkd-mean"), learners, data.xs, data.ys, 1)
+  for i, x in enumerate(data.xs):
+    preds = [np.asarray(model.predict(x)) for model in out.models]
+    assert_close(state.targets[i], (preds[0] + preds[1]) / 2, rtol=1e-6)   # float32 networks
+    # ... not the labels in its place (round 1 of pkd and of AvgKD)
+    assert not np.allclose(state.targets[i], (data.ys[i] + preds[1 - i]) / 2)
 
 
 def test_warm_start_and_forest_agent(tmp_path):
