@@ -201,11 +201,12 @@ def check_statements(figure: int | str, results: Mapping[str, Sequence[Mapping[s
     One :class:`neural.Check` per statement and setting (:data:`neural.CLAIMS`).
 
   Example:
-    >>> rows = [{"round": t, "agent": 0, "protocol": "akd", "model": "cnn",
+    >>> rows = [{"round": t, "agent": t % 2, "protocol": "akd", "model": "cnn",
     ...          "test_accuracy": 0.9 - 0.05 * t, "test_loss": 0.0} for t in range(4)]
     >>> checks = neural.check_statements(4, {"same__from-agent1": rows})
-    >>> [c.verdict for c in checks if c.setting == "same"]
-    ['reproduced']
+    >>> check = next(c for c in checks if c.setting == "same")
+    >>> check.statement, check.verdict, check.numbers
+    ('AKD degrades with rounds', 'reproduced', 'same__from-agent1 0.875 -> 0.775 (-0.100)')
   """
   return evaluate(figure_claims(figure_label(figure)), paper_curves(results, configs))
 

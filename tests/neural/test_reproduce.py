@@ -150,8 +150,14 @@ def test_every_statement_names_runs_the_paper_scale_configs_have():
       assert not untestable, (name, untestable[0])
 
 
-def test_figure_labels():
+def test_figure_labels_and_configs_per_scale():
   assert figure_label(4) == figure_label("4") == figure_label("Fig. 4") == "Fig. 4"
+  assert neural.figure_configs(4) == ["fig04_akd_small"]
+  assert neural.figure_configs("4", "paper") == ["fig04_akd"]
+  assert neural.figure_configs(9, "paper") == ["fig09_cifar10_same_model",
+                                               "fig09_cifar10_same_model_text"]
+  with pytest.raises(neural.ConfigError, match="scale: expected one of small, paper"):
+    neural.figure_configs(4, "huge")
   with pytest.raises(neural.ConfigError, match="figure number"):
     figure_label("four")
   assert ALL == ("*",)
