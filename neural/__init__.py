@@ -13,6 +13,10 @@ from fedkrr import __version__  # one distribution, one version
 from neural import methods
 from neural._src.augment import AUGMENTS
 from neural._src.augment import Augment
+from neural._src.claims import CLAIMS
+from neural._src.claims import Check
+from neural._src.claims import Claim
+from neural._src.claims import Curve
 from neural._src.compare import CompareError
 from neural._src.compare import Comparison
 from neural._src.compare import TheoryCurves
@@ -111,6 +115,12 @@ from neural._src.plots import plot_sweep
 from neural._src.report import MainJobSettings
 from neural._src.report import parse_parts
 from neural._src.report import run_main_job
+from neural._src.reproduce import ConfigReproduction
+from neural._src.reproduce import Reproduction
+from neural._src.reproduce import check_statements
+from neural._src.reproduce import figure_configs
+from neural._src.reproduce import paper_curves
+from neural._src.reproduce import reproduce
 from neural._src.run_data import RunData
 from neural._src.run_data import load_run_data
 from neural._src.run_data import load_train_test

@@ -1,5 +1,5 @@
 """The ``neural`` command line: ``neural run`` (one run or a sweep), ``neural compare``,
-``neural configs``.
+``neural reproduce`` (a figure of the paper, its statements checked), ``neural configs``.
 
 Errors are one line on stderr (``neural: error: ...``) and exit code 2. The
 networks compute in float32; ``neural run`` does not enable JAX's float64 mode,
@@ -34,6 +34,8 @@ from neural._src.methods.registry import method_configs
 from neural._src.paper_units import UNITS
 from neural._src.paper_units import default_accuracy
 from neural._src.paper_units import paper_rounds
+from neural._src.reproduce import SCALES
+from neural._src.reproduce import reproduce
 from neural._src.specs import ConfigSpec
 from neural._src.specs import all_fields
 from neural._src.specs import describe
@@ -90,6 +92,28 @@ def _parser() -> argparse.ArgumentParser:
                        help="the ridge c (default: matched to the weight decay, C wd / 2)")
   compare.add_argument("--max-points", type=int, default=2000, metavar="N",
                        help="refuse runs with more training plus test points (default 2000)")
+  repro = sub.add_parser(
+      "reproduce", help="run a figure of the paper and check its statements",
+      usage="neural reproduce [-h] --figure N [--scale small|paper] --workdir DIR "
+            "[--data-dir DIR] [--FIELD VALUE ...] [--set FIELD=VALUE] [--max-rounds K] "
+            "[--progress | --no-progress]",
+      description="Runs (or resumes) every run of the shipped config(s) of Fig. N (small: "
+                  "the *_small config, embedded data, a CPU; paper: the full-size config, "
+                  "and for Figs. 9-10 the *_text variant too, with the MNIST / CIFAR-10 "
+                  "files in --data-dir), draws the figure like the paper (reproduce.png) "
+                  "and writes reproduce.md and reproduce.json: round 1, best and last "
+                  "round of every run, and each statement the paper makes about the figure "
+                  "checked against the numbers (reproduced / not reproduced / not testable "
+                  "here). Started again, finished runs are read and the others resume. "
+                  "Flags and --set override fields in every run.")
+  repro.add_argument("--figure", required=True, metavar="N",
+                     help="the figure's number (4, 5, 6, 8-15; `neural configs` lists them)")
+  repro.add_argument("--scale", choices=SCALES, default="small",
+                     help="small (CPU, embedded data; default) or paper (full size, a GPU, "
+                          "--data-dir)")
+  for action in run._actions:   # --workdir, the field flags, --set, --max-rounds, --progress
+    if action.dest not in ("help", "config", "units"):
+      repro._add_action(action)
   configs = sub.add_parser(
       "configs", help="list the shipped paper configs, or the fields of a config",
       description="Lists the configs shipped with the package (paper figures at paper scale "
@@ -244,6 +268,21 @@ def _compare(args: argparse.Namespace) -> int:
   return 0
 
 
+def _reproduce(args: argparse.Namespace) -> int:
+  result = reproduce(args.figure, args.workdir, scale=args.scale,
+                     overrides=overrides_from_args(args), progress=args.progress,
+                     max_rounds=args.max_rounds)
+  counts = result.counts()
+  print(f"{result.paths['md']}: {result.figure} at {result.scale} scale: "
+        f"{len(result.checks)} statements: {counts['reproduced']} reproduced, "
+        f"{counts['not reproduced']} not reproduced, {counts['not testable here']} not "
+        f"testable here")
+  for check in result.checks:
+    where = f" [{check.setting}]" if check.setting else ""
+    print(f"  {check.verdict:17s} {check.statement}{where}: {check.numbers}")
+  return 0
+
+
 def _agent(agent: Any) -> str:
   return f"agent {agent}" if isinstance(agent, int) else str(agent)
 
@@ -265,6 +304,8 @@ def main(argv: Sequence[str] | None = None) -> int:
       return _run(args)
     if args.command == "compare":
       return _compare(args)
+    if args.command == "reproduce":
+      return _reproduce(args)
     return _configs(args)
   except (ValueError, OSError) as e:   # ConfigError, DataError, ... are ValueErrors
     message = " ".join(str(e).split())

@@ -16,11 +16,11 @@ RANKS = {
     "models": 2,
     "optimizers": 3, "train_loop": 4, "augment": 4, "training": 5, "soft_targets": 5,
     "learners": 6, "forest": 6, "ntk": 6, "fedavg": 6, "linearized": 7,
-    "paper_units": 7, "config": 8, "checkpoint": 8, "plots": 8, "rundir": 9,
+    "paper_units": 7, "claims": 7, "config": 8, "checkpoint": 8, "plots": 8, "rundir": 9,
     "experiment": 10, "methods.registry": 10,
     "methods.ddistillation": 11, "methods.mhd": 11, "methods.representation_sharing": 11,
     "methods.feddkc": 11, "methods": 12,
-    "compare": 12, "specs": 13, "report": 14, "cli": 15,
+    "compare": 12, "specs": 13, "report": 14, "reproduce": 14, "cli": 15,
 }
 
 
