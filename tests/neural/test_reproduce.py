@@ -134,7 +134,10 @@ def test_ordered_rule_allows_small_steps_the_wrong_way_but_needs_the_ends_apart(
 
 
 def test_every_statement_names_runs_the_paper_scale_configs_have():
-  """No pattern of CLAIMS is a typo: each matches a run of its figure's full-size config."""
+  """No pattern of CLAIMS is a typo: each matches a run of its figure's full-size config.
+
+  The text's recipes (``_text``) do not run the authors' PKD (pkd-mean).
+  """
   figures = shipped_figures()
   assert tuple(figures) == FIGURES
   assert {c.figure for c in CLAIMS} == set(FIGURES)
@@ -146,7 +149,8 @@ def test_every_statement_names_runs_the_paper_scale_configs_have():
       checks = evaluate([c for c in CLAIMS if c.figure == figure], curves)
       assert checks
       untestable = [c for c in checks if c.verdict == NOT_TESTABLE
-                    and not c.rule.startswith("compares with")]
+                    and not c.rule.startswith("compares with")
+                    and not (name.endswith("_text") and c.statement.endswith("(pkd-mean)"))]
       assert not untestable, (name, untestable[0])
 
 
