@@ -19,7 +19,9 @@ SMALL = sorted(name for name in shipped_configs() if name.endswith("_small"))
 # each method's tests; here they are checked as a family (NAME_small and NAME_paper).
 METHOD_CONFIGS = sorted(name for name in shipped_configs() if "method" in load_spec(name).base)
 KD_SMALL = [name for name in SMALL if name not in METHOD_CONFIGS]
-EXTRA_SMALL = ("compare_small",)   # the main job's theory-vs-network config: no paper figure
+# The main job's theory-vs-network config and the AvgKD Alpha = 0 study (docs/avgkd_alpha0.md):
+# no paper figure of their own.
+EXTRA_SMALL = ("compare_small", "avgkd_alpha0_small", "avgkd_alpha0_twin_small")
 # One round of one epoch on a few points: the smoke test of every small config.
 QUICK = dict(rounds=1, epochs=1, train_subset=80, test_subset=40, batch_size=32)
 
