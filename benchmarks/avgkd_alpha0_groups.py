@@ -31,7 +31,6 @@ from pathlib import Path
 import numpy as np
 
 import neural
-from neural._src.checkpoint import load_checkpoint  # the run's own safe reader
 
 
 def group_scores(config, data, variables, targets) -> dict[str, dict[str, float]]:
@@ -76,7 +75,7 @@ def main() -> None:
     done = workdir / "groups.jsonl"
     if done.exists() and any(json.loads(line)["round"] == t for line in done.open()):
       break   # the run had already finished
-    checkpoint = load_checkpoint(workdir / "checkpoint.npz")
+    checkpoint = neural.load_checkpoint(workdir / "checkpoint.npz")   # runs no code
     line = {"round": t, **group_scores(config, data, checkpoint["inits"],
                                        checkpoint["state"].targets)}
     with done.open("a") as f:

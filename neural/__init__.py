@@ -13,6 +13,9 @@ from fedkrr import __version__  # one distribution, one version
 from neural import methods
 from neural._src.augment import AUGMENTS
 from neural._src.augment import Augment
+from neural._src.checkpoint import CheckpointError
+from neural._src.checkpoint import load_checkpoint
+from neural._src.checkpoint import save_checkpoint
 from neural._src.claims import CLAIMS
 from neural._src.claims import Check
 from neural._src.claims import Claim
