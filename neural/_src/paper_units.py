@@ -112,6 +112,16 @@ def paper_rounds(rows: Sequence[Mapping[str, Any]], accuracy: str = "last"
           for k, g in sorted(groups.items()) if size is None or len(g) == size]
 
 
+def paper_round_count(protocol: str, steps: int, agents: int) -> int:
+  """How many paper rounds a finished run of ``steps`` logged rounds has (AKD: M steps
+  each; EKD: its even partial sums; the rest: one step each)."""
+  if protocol == "akd":
+    return steps // agents
+  if protocol == "ekd":
+    return (steps + 1) // 2
+  return steps
+
+
 def in_units(rows: Sequence[Mapping[str, Any]], units: str, accuracy: str = "last"
              ) -> list[dict[str, Any]]:
   """``rows`` in ``units``: "paper" (:func:`paper_rounds`) or "steps" (as logged).

@@ -46,6 +46,7 @@ from neural._src.config import RunConfig
 from neural._src.experiment import total_rounds
 from neural._src.paper_units import BEST
 from neural._src.paper_units import default_accuracy
+from neural._src.paper_units import paper_round_count
 from neural._src.paper_units import paper_rounds
 from neural._src.specs import load_spec
 from neural._src.specs import run_configs
@@ -116,15 +117,6 @@ def figure_configs(figure: int | str, scale: str = "small") -> list[str]:
 # Curves in the paper's units
 
 
-def _paper_count(protocol: str, steps: int, agents: int) -> int:
-  """Paper rounds of a finished run of ``steps`` logged rounds."""
-  if protocol == "akd":
-    return steps // agents
-  if protocol == "ekd":
-    return (steps + 1) // 2
-  return steps
-
-
 def _curve(name: str, rows: Sequence[Mapping[str, Any]], accuracy: str,
            steps: int | None) -> Curve:
   protocol = str(rows[0]["protocol"])
@@ -136,7 +128,7 @@ def _curve(name: str, rows: Sequence[Mapping[str, Any]], accuracy: str,
                     for vs in zip(*[r["agent_accuracies"] for r in paper]))
   return Curve(name, protocol, tuple(float(r["test_accuracy"]) for r in paper), per_agent,
                tuple(v[0] for v in per_agent),
-               len(paper) if steps is None else _paper_count(protocol, steps, agents),
+               len(paper) if steps is None else paper_round_count(protocol, steps, agents),
                accuracy, tuple(models[a] for a in sorted(models)))
 
 
@@ -146,7 +138,7 @@ def _run_curves(name: str, rows: Sequence[Mapping[str, Any]],
   if not rows:
     protocol = getattr(config, "protocol", "?")
     agents = config.agents if config is not None else 1
-    return [Curve(name, protocol, (), rounds=_paper_count(protocol, steps or 1, agents))]
+    return [Curve(name, protocol, (), rounds=paper_round_count(protocol, steps or 1, agents))]
   accuracy = default_accuracy(rows)
   if rows[0].get("protocol") != "ekd":
     return [_curve(name, rows, accuracy, steps)]
@@ -156,7 +148,7 @@ def _run_curves(name: str, rows: Sequence[Mapping[str, Any]],
   paper = paper_rounds(rows, accuracy)
   curves = [Curve(name, "ekd", tuple(float(r["test_accuracy"]) for r in paper), (),
                   tuple(float(r.get(key, r["test_accuracy"])) for r in local_rows),
-                  len(paper) if steps is None else _paper_count("ekd", steps, 1), accuracy,
+                  len(paper) if steps is None else paper_round_count("ekd", steps, 1), accuracy,
                   tuple(str(r.get("model", "?")) for r in local_rows))]
   for start in sorted({int(r["start"]) for r in rows if "start" in r}):
     akd = [{**r, "protocol": "akd"} for r in rows if r.get("start") == start]
