@@ -8,7 +8,6 @@ import pytest
 import neural
 from neural._src.config import ExperimentConfig
 from neural._src.experiment import train_and_evaluate
-from neural._src.rundir import read_metrics
 
 
 def _images(b=6, h=5, w=7, c=2):
@@ -110,30 +109,15 @@ def test_teachers_in_the_step_equal_precomputed_targets_without_augmentation():
 
 
 TINY = dict(dataset="digits", train_subset=120, test_subset=60, models=("cnn",), tiny=True,
-            epochs=1, batch_size=32, rounds=3, augment="crop-flip", normalize=True)
+            epochs=1, batch_size=32, rounds=2, augment="crop-flip", normalize=True)
 
 
-class Interrupt(Exception):
-  pass
-
-
-@pytest.mark.parametrize("protocol", ["akd", "pkd"])
-def test_augmented_distillation_resumes_to_the_same_metrics(protocol, tmp_path):
-  """The teachers live in the protocol state (SoftTargets), checkpointed without pickle."""
-  config = ExperimentConfig(**TINY, protocol=protocol)
-  whole = train_and_evaluate(config, tmp_path / "whole")
-
-  def stop(t):
-    if t == 1:
-      raise Interrupt
-
-  with pytest.raises(Interrupt):
-    train_and_evaluate(config, tmp_path / "cut", on_round_end=stop)
-  resumed = train_and_evaluate(config, tmp_path / "cut")
-  assert resumed == whole
-  assert read_metrics(tmp_path / "cut") == whole
+def test_augmentation_changes_the_run(tmp_path):
+  """The run with augmentation differs from the plain one (its resumption: test_experiment)."""
+  config = ExperimentConfig(**TINY, protocol="akd")
+  augmented = train_and_evaluate(config, tmp_path / "augmented")
   plain = train_and_evaluate(config.replace(augment="none"), tmp_path / "plain")
-  assert [r["test_accuracy"] for r in plain] != [r["test_accuracy"] for r in whole]
+  assert [r["test_accuracy"] for r in plain] != [r["test_accuracy"] for r in augmented]
 
 
 def test_augmentation_needs_networks():

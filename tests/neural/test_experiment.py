@@ -34,10 +34,15 @@ def _config(**changes):
   return ExperimentConfig(**{**TINY, **changes})
 
 
-@pytest.mark.parametrize("protocol", ["ekd", "avgkd"])
-def test_interrupted_run_resumes_to_the_same_metrics(protocol, tmp_path):
+# Augmented distillation keeps its teachers in the protocol state (SoftTargets).
+AUGMENTED = dict(models=("cnn",), augment="crop-flip", normalize=True)
+
+
+@pytest.mark.parametrize("protocol, changes", [("ekd", {}), ("avgkd", {}), ("akd", AUGMENTED),
+                                               ("pkd", AUGMENTED)])
+def test_interrupted_run_resumes_to_the_same_metrics(protocol, changes, tmp_path):
   """Killed after round 1's metrics but before its checkpoint, then resumed: same metrics."""
-  config = _config(protocol=protocol)
+  config = _config(protocol=protocol, **changes)
   full = train_and_evaluate(config, tmp_path / "full")
 
   def interrupt(t):
