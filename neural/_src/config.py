@@ -32,6 +32,7 @@ import types
 import typing
 from typing import TYPE_CHECKING
 from typing import Any
+from typing import ClassVar
 from typing import Self
 
 from neural._src.augment import AUGMENTS
@@ -235,7 +236,8 @@ class RunConfig(Config):
     alpha: "label-split" mixing fraction in [0, 1] (0: disjoint labels, 1: iid).
     beta: Dirichlet concentration of "dirichlet-clients" / "dirichlet-classes".
     shards_per_agent: label shards per agent of "shards" (``None``: 2).
-    agents: number of agents M >= 2.
+    agents: number of agents M >= 2 (M = 1 where a method allows it: the
+      centralised baseline of representation sharing).
     rounds: number of rounds (round 0 is local training on the labels).
     seed: the default of data_seed and init_seed.
     data_seed: seed of the data subsets, the partition and the communication
@@ -272,6 +274,8 @@ class RunConfig(Config):
     init_seed: int = 0
   step_loop: str = "auto"
   agent_batching: str = "auto"
+  # The fewest agents a run may have: a subclass whose runs make sense alone lowers it.
+  min_agents: ClassVar[int] = 2
 
   def __post_init__(self):
     super().__post_init__()
@@ -285,7 +289,7 @@ class RunConfig(Config):
     need = self.need
     need(self.dataset in DATASETS, "dataset", f"one of {', '.join(DATASETS)}")
     need(self.partition in PARTITIONS, "partition", f"one of {', '.join(PARTITIONS)}")
-    need(self.agents >= 2, "agents", "an integer >= 2")
+    need(self.agents >= self.min_agents, "agents", f"an integer >= {self.min_agents}")
     need(self.rounds >= 1, "rounds", "an integer >= 1")
     for name in ("seed",) + SEED_FIELDS:
       value = getattr(self, name)

@@ -27,8 +27,10 @@ from neural._src.methods.representation_sharing import init
 from neural._src.methods.representation_sharing import initial_download
 from neural._src.methods.representation_sharing import load_data
 from neural._src.methods.representation_sharing import local_loss
-from neural._src.methods.representation_sharing import make_client_model
 from neural._src.methods.representation_sharing import predict_all
 from neural._src.methods.representation_sharing import relay
 from neural._src.methods.representation_sharing import step
 from neural._src.methods.representation_sharing import tree_size
+from neural._src.methods.repshare_models import LeNet5Trunk
+from neural._src.methods.repshare_models import ResNet9Trunk
+from neural._src.methods.repshare_models import make_client_model

@@ -19,7 +19,7 @@ RANKS = {
     "paper_units": 7, "claims": 7, "config": 8, "checkpoint": 8, "plots": 8, "rundir": 9,
     "experiment": 10, "methods.registry": 10,
     "methods.ddistillation": 11, "methods.mhd": 11, "methods.representation_sharing": 11,
-    "methods.feddkc": 11, "methods": 12,
+    "methods.feddkc": 11, "methods.repshare_models": 3, "methods": 12,
     "compare": 12, "specs": 13, "report": 14, "reproduce": 14, "cli": 15,
 }
 

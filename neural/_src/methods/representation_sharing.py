@@ -50,7 +50,6 @@ from typing import Any
 from typing import NamedTuple
 from typing import cast
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -60,7 +59,10 @@ from neural._src.methods.registry import MethodConfig
 from neural._src.methods.registry import register_method
 from neural._src.methods.registry import round_rng
 from neural._src.methods.registry import test_scores
-from neural._src.models import get_model
+from neural._src.methods.repshare_models import BACKBONES
+from neural._src.methods.repshare_models import FeatureClassifier
+from neural._src.methods.repshare_models import RepShareError
+from neural._src.methods.repshare_models import make_client_model
 from neural._src.optimizers import make_optimizer
 from neural._src.run_data import load_run_data
 from neural._src.train_loop import train_loop
@@ -70,105 +72,8 @@ Array = jax.Array
 ArrayLike = jax.typing.ArrayLike
 
 METHODS = ("repshare", "repshare-fd", "repshare-fedavg", "repshare-independent")
-BACKBONES = ("lenet5", "mlp", "resnet9", "resnet18")
 REDUCTIONS = ("sum", "mean")
 FD_LOSSES = ("ce", "mse")
-
-
-class RepShareError(ValueError):
-  """A bad argument of the representation-sharing functions (named in the message)."""
-
-
-# ---------------------------------------------------------------------------
-# Models: feature extractor phi_u (a model's features) followed by a linear head tau_u
-
-
-class FeatureClassifier(nn.Module):
-  """``f_u = tau_u o phi_u``: a feature extractor and a linear head (Sec. 3, Preamble).
-
-  The extractor ``phi_u`` is a model of ``neural.get_model`` built without its
-  last layer (``num_classes=0``, so it returns its features), followed, when
-  ``feature_dim`` is set, by a learned projection ``dense(d') - ReLU``.
-  ``__call__(x, train=False)`` returns the logits ``z = W phi(x) + b`` (B, C),
-  so the module works wherever a classifier does; :meth:`features_logits`
-  returns ``(s, z)`` and :meth:`classify` applies ``tau_u`` to given features
-  (e.g. another client's class means), shape (..., d') -> (..., C). The
-  extractor runs in inference mode (no dropout), as the paper's models have none.
-
-  Attributes:
-    backbone: the model whose features ``phi_u`` reads ((B, H, W, C) -> (B, D)).
-    num_classes: C.
-    feature_dim: d' of the projection, or ``None`` for the backbone's D features.
-  """
-
-  backbone: nn.Module
-  num_classes: int
-  feature_dim: int | None = None
-
-  def setup(self):
-    if self.feature_dim is not None:
-      self.projection = nn.Dense(self.feature_dim)
-    self.head = nn.Dense(self.num_classes)
-
-  def features(self, x):
-    """The representation ``s = phi_u(x)`` (projected when ``feature_dim`` is set)."""
-    s = self.backbone(x)
-    return s if self.feature_dim is None else nn.relu(self.projection(s))
-
-  def __call__(self, x, train: bool = False):
-    del train
-    return self.head(self.features(x))
-
-  def features_logits(self, x):
-    """The representation and the logits of ``x``, as ``(s, tau_u(s))``."""
-    s = self.features(x)
-    return s, self.head(s)
-
-  def classify(self, s):
-    """The logits ``tau_u(s)`` of given representations ``s``."""
-    return self.head(s)
-
-
-# Each backbone: (model name, default width, its number of features at width w, tiny).
-_BACKBONES = {
-    "lenet5": ("lenet5", 6, lambda w: 14 * w, False),
-    "mlp": ("mlp", 32, lambda w: w, False),
-    "resnet9": ("resnet18", 64, lambda w: 8 * w, True),    # one block per stage: 9 convs
-    "resnet18": ("resnet18", 64, lambda w: 8 * w, False),
-}
-
-
-def make_client_model(backbone: str, num_classes: int, feature_dim: int,
-                      width: int | None = None) -> FeatureClassifier:
-  """The client model: the features of ``backbone`` (one of :data:`BACKBONES`) + linear head.
-
-  The extractor is ``neural.get_model(name, 0)``: "lenet5" (whose features are
-  its 14 w units before the last layer: 84 at the default w = 6, the paper's
-  d'), "mlp" (two hidden layers of w units), "resnet9" (ResNet-18's trunk with
-  one block per stage) or "resnet18" (8 w pooled features). When its number of
-  features is not ``feature_dim``, a projection ``dense(d') - ReLU`` follows
-  (for the paper's ResNets, d' = 128 or 256 below the trunk's 512: a gap, the
-  text does not say how d' is reached).
-
-  Args:
-    backbone: "lenet5", "mlp", "resnet9" or "resnet18".
-    num_classes: C.
-    feature_dim: d' (84 for LeNet-5, 128 for ResNet9, 256 for ResNet-18 in the paper).
-    width: first-layer width (default 6, 32, 64, 64).
-
-  Raises:
-    RepShareError: unknown backbone, or a size < 1.
-  """
-  if backbone not in BACKBONES:
-    raise RepShareError(f"backbone: expected one of {BACKBONES}, got {backbone!r}")
-  if int(num_classes) < 2 or int(feature_dim) < 1 or (width is not None and int(width) < 1):
-    raise RepShareError(f"num_classes >= 2, feature_dim >= 1, width >= 1 expected, got "
-                        f"{num_classes}, {feature_dim}, {width}")
-  name, default_width, num_features, tiny = _BACKBONES[backbone]
-  width = int(width or default_width)
-  net = get_model(name, 0, width=width, tiny=tiny)
-  projection = None if num_features(width) == int(feature_dim) else int(feature_dim)
-  return FeatureClassifier(net, int(num_classes), projection)
 
 
 # ---------------------------------------------------------------------------
