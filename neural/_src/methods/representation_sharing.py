@@ -47,6 +47,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from typing import Any
+from typing import ClassVar
 from typing import NamedTuple
 from typing import cast
 
@@ -74,6 +75,7 @@ ArrayLike = jax.typing.ArrayLike
 METHODS = ("repshare", "repshare-fd", "repshare-fedavg", "repshare-independent")
 REDUCTIONS = ("sum", "mean")
 FD_LOSSES = ("ce", "mse")
+INITIAL_TARGETS = ("random", "models")
 
 
 # ---------------------------------------------------------------------------
@@ -98,7 +100,7 @@ def _check_logits(student_logits, teacher_logits, labels):
   return student_logits, teacher_logits, labels
 
 
-def discriminator_scores(student_logits: Array, teacher_logits: Array) -> Array:
+def discriminator_scores(student_logits: ArrayLike, teacher_logits: ArrayLike) -> Array:
   """``h_ik = <softmax(z_i), softmax(tau_u(t^k))>``, the Bernoulli parameter of Eq. 5.
 
   Args:
@@ -116,8 +118,8 @@ def discriminator_scores(student_logits: Array, teacher_logits: Array) -> Array:
   return jnp.einsum("bj,bkj->bk", p_s, p_t)
 
 
-def contrastive_loss(student_logits: Array, teacher_logits: Array, labels: Array,
-                     valid: Array | None = None, eps: float = 1e-6) -> Array:
+def contrastive_loss(student_logits: ArrayLike, teacher_logits: ArrayLike, labels: ArrayLike,
+                     valid: ArrayLike | None = None, eps: float = 1e-6) -> Array:
   """Per-sample discriminator loss ``l_disc`` with one positive and C - 1 negatives.
 
   ``l_i = -log h_{i y_i} - sum_{k != y_i} log(1 - h_ik)`` (Eq. 7 summed as in
@@ -169,12 +171,14 @@ def feature_matching_loss(features: ArrayLike, labels: ArrayLike, class_means: A
   return jnp.sum(sq, axis=1) if reduction == "sum" else jnp.mean(sq, axis=1)
 
 
-def distillation_loss(student_logits: Array, teacher_logits: Array, kind: str = "ce") -> Array:
+def distillation_loss(student_logits: ArrayLike, teacher_logits: ArrayLike, kind: str = "ce"
+                      ) -> Array:
   """FD's per-sample term against the teacher logits of the sample's class, shape (B,).
 
   ``"ce"``: ``-sum_k softmax(t)_k log softmax(z)_k`` (Jeong et al.'s soft targets);
   ``"mse"``: ``mean_k (z_k - t_k)^2`` on logits (the thesis's code).
   """
+  student_logits, teacher_logits = jnp.asarray(student_logits), jnp.asarray(teacher_logits)
   if kind == "ce":
     return -jnp.sum(jax.nn.softmax(teacher_logits, -1) * jax.nn.log_softmax(student_logits, -1),
                     axis=-1)
@@ -212,10 +216,10 @@ class Payload(NamedTuple):
     observation_counts: (M_up, C) points behind each observation (0: class absent).
   """
 
-  means: Array
-  counts: Array
-  observations: Array
-  observation_counts: Array
+  means: Array | np.ndarray
+  counts: Array | np.ndarray
+  observations: Array | np.ndarray
+  observation_counts: Array | np.ndarray
 
 
 class Download(NamedTuple):
@@ -399,7 +403,16 @@ class RepShareConfig(MethodConfig):
     n_avg: points per observation (10).
     num_upload, num_download: M_up and M_down (1 and 1).
     init_scale: scale of the relay's random first-round representations.
-    lambda_fd, fd_loss: FD's distillation weight and loss ("ce" or "mse").
+    initial_targets: what round 0 trains against: "random" (Algorithm 1: the
+      relay's random initialisation; FD: no teacher) or "models" (the thesis's
+      code: the class means of the untrained models' features, or logits for FD,
+      relayed as after a round).
+    lambda_fd, fd_loss: FD's distillation weight and loss: "ce" (cross-entropy to
+      the softmax of the teacher logits, Jeong et al.) or "mse" (squared error on
+      the logits, mean over the C classes: the thesis's code, with its lambda_KD).
+    fd_include_self: FD's teacher of a class is the mean over all clients' points,
+      the client's own included (the thesis's code), instead of over the other
+      clients only (Jeong et al.).
     eps: clipping of the discriminator scores.
   """
 
@@ -419,9 +432,13 @@ class RepShareConfig(MethodConfig):
   num_upload: int = 1
   num_download: int = 1
   init_scale: float = 1.0
+  initial_targets: str = "random"
   lambda_fd: float = 1.0
   fd_loss: str = "ce"
+  fd_include_self: bool = False
   eps: float = 1e-6
+  # One client holding all the data is the thesis's centralised baseline (CL).
+  min_agents: ClassVar[int] = 1
 
   def validate(self) -> None:
     """Raises ``ConfigError`` naming the first field with a bad value and what it expects."""
@@ -441,10 +458,15 @@ class RepShareConfig(MethodConfig):
     self.need(self.n_avg >= 1, "n_avg", "an integer >= 1")
     self.need(self.num_upload >= 1, "num_upload", "an integer >= 1")
     if self.method == "repshare":   # the baselines download nothing (independent: any agents)
+      self.need(self.agents >= 2, "agents",
+                "an integer >= 2 for 'repshare' (a client learns from another's observations; "
+                "the centralised baseline is 'repshare-independent' with agents = 1)")
       self.need(1 <= self.num_download <= (self.agents - 1) * self.num_upload, "num_download",
                 f"an integer in 1..(agents - 1) num_upload = "
                 f"{(self.agents - 1) * self.num_upload}")
     self.need(self.init_scale >= 0, "init_scale", "a number >= 0")
+    self.need(self.initial_targets in INITIAL_TARGETS, "initial_targets",
+              f"one of {INITIAL_TARGETS}")
     self.need(self.lambda_fd >= 0, "lambda_fd", "a number >= 0")
     self.need(self.fd_loss in FD_LOSSES, "fd_loss", f"one of {FD_LOSSES}")
     self.need(0 < self.eps < 0.5, "eps", "a number in (0, 0.5)")
@@ -637,7 +659,10 @@ def init(config: RepShareConfig, data: RepShareData) -> RepShareState:
     keys = jnp.stack([k_model] * n)
   params, opt_state = _init_all(keys, x0, model=model, train_config=_train_config(config))
   downloads = None
-  if config.method == "repshare":
+  if config.method in ("repshare", "repshare-fd") and config.initial_targets == "models":
+    k_up, k_relay = jax.random.split(jax.random.fold_in(key, 10**6 + 1))
+    _, downloads = _share(config, data, model, params, k_up, k_relay)
+  elif config.method == "repshare":
     downloads = initial_download(rng, n, data.num_classes, config.feature_dim,
                                  config.num_download, config.init_scale)
   elif config.method == "repshare-fd":
@@ -671,6 +696,21 @@ def _average(params, weights):
       lambda a: jnp.broadcast_to(jnp.tensordot(weights, a, axes=1)[None], a.shape), params)
 
 
+def _share(config: RepShareConfig, data: RepShareData, model: FeatureClassifier, params,
+           k_up: Array, k_relay: Array) -> tuple[Payload, Download]:
+  """Every client's upload from ``params`` and the relay's answer (the representation methods)."""
+  n = len(data.sizes)
+  fd = config.method == "repshare-fd"
+  payloads = _payload_all(params, data.x, data.labels, data.mask, jax.random.split(k_up, n),
+                          model=model, chunk=_eval_chunk(data.x.shape[1], config.batch_size),
+                          num_classes=data.num_classes, n_avg=config.n_avg,
+                          num_upload=0 if fd else config.num_upload,
+                          share="logits" if fd else "features")
+  downloads = relay(payloads, k_relay, num_download=0 if fd else config.num_download,
+                    exclude_self=fd and not config.fd_include_self)
+  return payloads, downloads
+
+
 def step(config: RepShareConfig, data: RepShareData, state: RepShareState, t: int):
   """Round t (Algorithm 1): local updates, uploads, relay (or averaging), evaluation."""
   model = _model_of(config, data.num_classes)
@@ -683,16 +723,12 @@ def step(config: RepShareConfig, data: RepShareData, state: RepShareState, t: in
   up = down = 0
   new_downloads = None
   if config.method in ("repshare", "repshare-fd"):
-    fd = config.method == "repshare-fd"
-    payloads = _payload_all(params, data.x, data.labels, data.mask, jax.random.split(k_up, n),
-                            model=model, chunk=_eval_chunk(data.x.shape[1], config.batch_size),
-                            num_classes=c, n_avg=config.n_avg,
-                            num_upload=0 if fd else config.num_upload,
-                            share="logits" if fd else "features")
-    new_downloads = relay(payloads, k_relay, num_download=0 if fd else config.num_download,
-                          exclude_self=fd)
-    up = tree_size(payloads) // n
-    down = 0 if fd and t == 0 else tree_size(state.downloads) // n
+    payloads, new_downloads = _share(config, data, model, params, k_up, k_relay)
+    # initial_targets "models": round 0 also counts the upload of the untrained models' means
+    first = t == 0 and config.initial_targets == "models"
+    up = tree_size(payloads) // n * (2 if first else 1)
+    no_teacher = config.method == "repshare-fd" and t == 0 and not first
+    down = 0 if no_teacher else tree_size(state.downloads) // n
   elif config.method == "repshare-fedavg":
     params = _average(params, np.asarray(data.sizes, np.float32) / float(sum(data.sizes)))
     up = down = tree_size(params) // n

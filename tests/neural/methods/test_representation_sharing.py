@@ -1,5 +1,8 @@
 """Representation sharing (Berdoz 2022): loss terms, payloads, relay, staleness, runs, comm."""
 
+from typing import Any
+from typing import cast
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -11,8 +14,14 @@ from neural._src.methods.registry import round_rng
 from neural._src.methods.registry import run_method
 from neural._src.rundir import read_metrics
 
-TINY = dict(dataset="digits", train_subset=64, test_subset=40, agents=2, rounds=2,
-            backbone="mlp", feature_dim=6, width=8, batch_size=16, n_avg=3, seed=0)
+TINY: dict[str, Any] = dict(dataset="digits", train_subset=64, test_subset=40, agents=2,
+                            rounds=2, backbone="mlp", feature_dim=6, width=8, batch_size=16,
+                            n_avg=3, seed=0)
+
+
+def _config(**changes) -> rs.RepShareConfig:
+  """The TINY config of a method, built through the registry as config files are."""
+  return cast(rs.RepShareConfig, method_config_from_dict({**TINY, **changes}))
 
 
 def _softmax(z):
@@ -59,8 +68,8 @@ def test_disc_gradient_reaches_the_head_through_the_teacher_branch():
   @jax.jit
   def grad(h):   # the student logits held fixed: only tau_u(t^k) depends on the head
     def loss(h):
-      t_logits = model.apply({"params": {"head": h}}, teacher,
-                             method=rs.FeatureClassifier.classify)
+      t_logits = cast(jax.Array, model.apply({"params": {"head": h}}, teacher,
+                                             method=rs.FeatureClassifier.classify))
       return jnp.sum(rs.contrastive_loss(student_logits, t_logits, jnp.array([0, 2])))
     return jax.grad(loss)(h)
   assert float(jnp.sum(jnp.abs(grad(head)["kernel"]))) > 0
@@ -135,7 +144,7 @@ def test_relay_averages_by_counts_and_forwards_other_clients_observations():
       first = [np.asarray(out.observations[u, m, 0]) for m in range(2)]
       assert not np.allclose(first[0], first[1])            # without replacement
   with pytest.raises(TypeError, match="Payload"):
-    rs.relay(dict(p._asdict()), jax.random.PRNGKey(0))
+    rs.relay(cast(Any, dict(p._asdict())), jax.random.PRNGKey(0))
   with pytest.raises(rs.RepShareError, match="num_download"):
     rs.relay(p, jax.random.PRNGKey(0), num_download=n)
 
@@ -144,7 +153,7 @@ def test_relay_averages_by_counts_and_forwards_other_clients_observations():
 def tiny_runs(tmp_path_factory):
   runs = {}
   for method in rs.METHODS:
-    config = method_config_from_dict({**TINY, "method": method})
+    config = _config(method=method)
     workdir = tmp_path_factory.mktemp(method)
     run_method(config, workdir, max_rounds=1)   # one round through the runner (no plot)
     runs[method] = (config, read_metrics(workdir))
@@ -175,7 +184,7 @@ def test_one_round_of_each_method_runs_and_counts_its_communication(tiny_runs):
 
 
 def test_relay_sees_only_the_payload_and_means_are_one_round_stale(monkeypatch):
-  config = method_config_from_dict({**TINY, "method": "repshare"})
+  config = _config(method="repshare")
   data = rs.load_data(config)
   seen, updates = [], []
   relay, update = rs.relay, rs._update_all
@@ -222,13 +231,13 @@ def test_relay_sees_only_the_payload_and_means_are_one_round_stale(monkeypatch):
 def test_config_checks_its_fields():
   from neural._src.config import ConfigError
   with pytest.raises(ConfigError, match="num_download"):
-    method_config_from_dict({**TINY, "method": "repshare", "num_download": 2})
+    _config(method="repshare", num_download=2)
   with pytest.raises(ConfigError, match="backbone"):
-    method_config_from_dict({**TINY, "method": "repshare", "backbone": "vit"})
-  config = method_config_from_dict({"method": "repshare"})
+    _config(method="repshare", backbone="vit")
+  config = cast(rs.RepShareConfig, method_config_from_dict({"method": "repshare"}))
   assert (config.lambda_kd, config.lambda_disc, config.n_avg) == (10.0, 1.0, 10)
   # The baselines download nothing: num_download is not checked for them.
-  fd = method_config_from_dict({**TINY, "method": "repshare-fd", "num_download": 5})
+  fd = _config(method="repshare-fd", num_download=5)
   assert fd.method == "repshare-fd"
 
 
@@ -244,7 +253,7 @@ def test_fd_without_a_teacher_is_cross_entropy_alone():
   def losses(params, key):
     no_teacher = jax.tree_util.tree_map(lambda a: a[0], rs._no_teacher(1, 10))
     fd = rs.local_loss(model, rs._Loss("fd", lambda_fd=1.0), params, x, y, w, no_teacher, key)
-    z = model.apply({"params": params}, x)
+    z = cast(jax.Array, model.apply({"params": params}, x))
     ce = -jnp.take_along_axis(jax.nn.log_softmax(z), y[:, None], axis=1)[:, 0]
     return fd, jnp.sum(w * ce) / jnp.sum(w)
   params = rs._init_one(jax.random.PRNGKey(0), jnp.zeros((1, 8, 8, 1), jnp.float32),
@@ -267,3 +276,125 @@ def test_client_models_give_features_of_dimension_d_and_logits(backbone, shape, 
   assert variables["params"]["head"]["kernel"].shape == (dim, 10)
   with pytest.raises(rs.RepShareError, match="backbone"):
     rs.make_client_model("vit", 10, dim)
+
+
+def _conv(k, c_in, c_out, bias=True):
+  return k * k * c_in * c_out + (c_out if bias else 0)
+
+
+def _dense(d_in, d_out):
+  return d_in * d_out + d_out
+
+
+# Layer by layer from the thesis's code (models.py of github.com/fberdoz/MIT-master-thesis),
+# each norm with a scale and a bias per channel; "stated": Sec. 4 of the thesis.
+_LENET5 = _conv(5, 1, 6) + _conv(5, 6, 16) + _conv(3, 16, 120) + _dense(120, 84) + _dense(84, 10)
+_RESNET9 = (_conv(3, 1, 64, False) + _conv(3, 64, 128, False) + 2 * _conv(3, 128, 128, False)
+            + _conv(3, 128, 256, False) + _conv(3, 256, 256, False) + 2 * _conv(3, 256, 256, False)
+            + 2 * (64 + 128 + 2 * 128 + 256 + 256 + 2 * 256) + _dense(256, 128) + _dense(128, 10))
+_BLOCK = lambda c: 2 * _conv(3, c, c, False) + 4 * c                 # identity shortcut
+_DOWN = lambda c: (_conv(3, c // 2, c, False) + _conv(3, c, c, False)   # 1x1-conv shortcut
+                   + _conv(1, c // 2, c, False) + 6 * c)
+_RESNET18_BLOCKS = 2 * _BLOCK(64) + sum(_DOWN(c) + _BLOCK(c) for c in (128, 256, 512))
+_RESNET18 = _conv(3, 3, 64, False) + 2 * 64 + _RESNET18_BLOCKS + _dense(512, 256) + _dense(256, 10)
+
+
+@pytest.mark.parametrize("backbone,shape,dim,count,stated", [
+    ("lenet5", (28, 28, 1), 84, _LENET5, 30e3),          # MNIST, "~30K parameters"
+    ("resnet9", (28, 28, 1), 128, _RESNET9, 2.4e6),      # Fashion-MNIST, "~2,4M"
+    ("resnet18", (32, 32, 3), 256, _RESNET18, 11.3e6),   # CIFAR-10, "~11.3M"
+])
+def test_client_models_have_the_thesis_parameter_counts(backbone, shape, dim, count, stated):
+  model = rs.make_client_model(backbone, 10, dim)
+  x = jax.ShapeDtypeStruct((2, *shape), jnp.float32)
+  variables = jax.eval_shape(model.init, jax.random.PRNGKey(0), x)
+  assert rs.tree_size(variables) == count
+  assert abs(count / stated - 1) < 0.05
+  assert (backbone, count) in {("lenet5", 30_986), ("resnet9", 2_470_730),
+                               ("resnet18", 11_302_730)}
+
+
+@pytest.mark.parametrize("backbone", ["lenet5", "resnet9"])
+def test_thesis_models_end_their_features_with_tanh_and_work_on_digits(backbone):
+  model = rs.make_client_model(backbone, 10, 12, width=4)
+  x = jnp.asarray(np.random.default_rng(0).normal(size=(3, 8, 8, 1)) * 50, jnp.float32)
+  params = model.init(jax.random.PRNGKey(0), x)["params"]
+  s, z = cast(tuple[jax.Array, jax.Array], model.apply(
+      {"params": params}, x, method=rs.FeatureClassifier.features_logits))
+  pre = cast(jax.Array, model.apply({"params": params}, x,
+                                    method=lambda m, x: m.projection(m.backbone(x))))
+  np.testing.assert_allclose(np.asarray(s), np.tanh(np.asarray(pre)), rtol=1e-5, atol=1e-6)
+  assert s.shape == (3, 12) and z.shape == (3, 10)
+
+
+def test_fd_losses_match_a_direct_computation():
+  """Jeong et al.'s CE to the teacher's softmax, and the thesis code's MSE on logits."""
+  model = rs.make_client_model("mlp", 10, TINY["feature_dim"], width=TINY["width"])
+  rng = np.random.default_rng(6)
+  x = jnp.asarray(rng.uniform(size=(5, 8, 8, 1)), jnp.float32)
+  y = np.asarray([0, 3, 3, 7, 9])
+  w = np.asarray([1.0, 1.0, 0.0, 1.0, 1.0])
+  teacher = rng.normal(size=(10, 10)).astype(np.float32)
+  valid = np.ones(10, bool)
+  valid[9] = False                                        # no client had class 9
+  download = rs.Download(teacher, valid, np.zeros((0, 10, 10), np.float32),
+                         np.zeros((0, 10), bool))
+  params = rs._init_one(jax.random.PRNGKey(0), jnp.zeros((1, 8, 8, 1)), model=model)
+  z = np.asarray(model.apply({"params": params}, x), np.float64)
+  log_p = z - np.log(np.sum(np.exp(z), axis=1, keepdims=True))
+  ce = -log_p[np.arange(5), y]
+  t = teacher[y].astype(np.float64)
+  soft = np.exp(t) / np.sum(np.exp(t), axis=1, keepdims=True)
+  terms = {"ce": -np.sum(soft * log_p, axis=1), "mse": np.mean((z - t) ** 2, axis=1)}
+  for kind, lam in (("ce", 1.0), ("mse", 10.0)):
+    got = rs.local_loss(model, rs._Loss("fd", lambda_fd=lam, fd_loss=kind), params, x,
+                        jnp.asarray(y), jnp.asarray(w), download, jax.random.PRNGKey(1))
+    want = np.sum(w * (ce + lam * np.where(valid[y], terms[kind], 0.0))) / np.sum(w)
+    np.testing.assert_allclose(float(got), want, rtol=1e-5)
+
+
+@pytest.mark.parametrize("include_self", [False, True])
+def test_fd_teacher_from_the_untrained_models_with_or_without_the_own_client(include_self):
+  """initial_targets="models": round 0's teacher is the class means of the initial logits."""
+  config = _config(agents=3, method="repshare-fd", initial_targets="models",
+                   fd_include_self=include_self)
+  data = rs.load_data(config)
+  state = rs.init(config, data)
+  model = rs._model_of(config, data.num_classes)
+  n, c = 3, data.num_classes
+  sums, counts = np.zeros((n, c, c)), np.zeros((n, c))
+  for u in range(n):
+    p = jax.tree_util.tree_map(lambda a, u=u: a[u], state.params)
+    keep = data.mask[u]
+    z = np.asarray(model.apply({"params": p}, data.x[u][keep]), np.float64)
+    for k in range(c):
+      sums[u, k] = z[data.labels[u][keep] == k].sum(0)
+      counts[u, k] = np.sum(data.labels[u][keep] == k)
+  for u in range(n):
+    pool = range(n) if include_self else [v for v in range(n) if v != u]
+    want = sums[list(pool)].sum(0) / np.maximum(counts[list(pool)].sum(0), 1)[:, None]
+    np.testing.assert_allclose(np.asarray(state.downloads.means[u]), want, rtol=2e-4, atol=2e-5)
+    np.testing.assert_array_equal(np.asarray(state.downloads.valid[u]),
+                                  counts[list(pool)].sum(0) > 0)
+
+
+def test_one_client_is_the_centralised_baseline(tmp_path):
+  from neural._src.config import ConfigError
+  config = _config(agents=1, method="repshare-independent")
+  rows = run_method(config, tmp_path, max_rounds=1)
+  assert len(rows) == 1 and rows[0]["agent"] == 0 and 0 <= rows[0]["test_accuracy"] <= 1
+  assert (rows[0]["comm_floats"], rows[0]["comm_down_floats"]) == (0, 0)
+  assert len(rs.load_data(config).sizes) == 1 and rs.load_data(config).mask.sum() == 64
+  with pytest.raises(ConfigError, match="agents"):
+    _config(agents=1, method="repshare")
+  with pytest.raises(ConfigError, match="agents"):
+    _config(agents=0, method="repshare-independent")
+
+
+@pytest.mark.parametrize("method", ["repshare", "repshare-fd"])
+def test_targets_from_the_untrained_models_count_their_upload_in_round_0(method, tmp_path):
+  c, d = 10, TINY["feature_dim"]
+  rows = run_method(_config(method=method, initial_targets="models"), tmp_path, max_rounds=1)
+  sent = (1 + 1) * c * (d + 1) if method == "repshare" else c * c + c
+  for r in rows:   # the untrained models' means, then the trained ones; the relay's answer
+    assert (r["comm_floats"], r["comm_down_floats"]) == (2 * sent, sent)
