@@ -7,6 +7,7 @@ and ``load_data(config) -> data``; the rest are the paper's pieces.
 
 from neural._src.methods.representation_sharing import BACKBONES
 from neural._src.methods.representation_sharing import FD_LOSSES
+from neural._src.methods.representation_sharing import INITIAL_TARGETS
 from neural._src.methods.representation_sharing import METHODS
 from neural._src.methods.representation_sharing import REDUCTIONS
 from neural._src.methods.representation_sharing import Download
@@ -17,6 +18,7 @@ from neural._src.methods.representation_sharing import RepShareConfig as Config
 from neural._src.methods.representation_sharing import RepShareData
 from neural._src.methods.representation_sharing import RepShareError
 from neural._src.methods.representation_sharing import RepShareState
+from neural._src.methods.representation_sharing import class_mean_spread
 from neural._src.methods.representation_sharing import class_means
 from neural._src.methods.representation_sharing import client_payload
 from neural._src.methods.representation_sharing import contrastive_loss

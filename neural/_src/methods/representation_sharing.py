@@ -39,7 +39,10 @@ grid axis of a sweep):
 
 Every metric row holds ``comm_floats`` (numbers the client uploaded in that
 round) and ``comm_down_floats`` (numbers it downloaded), both derived from the
-shapes of what is exchanged (:func:`tree_size`).
+shapes of what is exchanged (:func:`tree_size`). Rows of "repshare" also hold
+``class_mean_spread`` and ``class_mean_norm`` of the global class means the relay
+has just made (:func:`class_mean_spread`): a spread falling towards 0 round after
+round is the collapse of the representations (docs/representation_sharing.md).
 """
 
 from __future__ import annotations
@@ -199,6 +202,28 @@ def class_means(values: Array, labels: Array, mask: Array, num_classes: int
   counts = jnp.sum(onehot, axis=0)
   sums = onehot.T @ values
   return sums / jnp.maximum(counts, 1.0)[:, None], counts
+
+
+def class_mean_spread(means: ArrayLike, valid: ArrayLike | None = None) -> tuple[float, float]:
+  """How far apart the class representations are: ``(spread, norm)`` of ``tbar`` (C, d').
+
+  ``spread = mean_c ||tbar^c - m||`` with ``m`` the mean of the C class
+  representations, and ``norm = mean_c ||tbar^c||``, over the valid classes. The
+  spread is 0 exactly when every class has the same representation (features
+  that no longer tell the classes apart: what L_KD pulls them to when it outweighs
+  L_CE).
+  """
+  means = np.asarray(means, np.float64)
+  if means.ndim != 2:
+    raise RepShareError(f"means: expected shape (C, d'), got {means.shape}")
+  keep = np.ones(len(means), bool) if valid is None else np.asarray(valid, bool)
+  if keep.shape != (len(means),):
+    raise RepShareError(f"valid: expected shape ({len(means)},), got {keep.shape}")
+  means = means[keep]
+  if len(means) == 0:
+    return 0.0, 0.0
+  spread = np.linalg.norm(means - means.mean(axis=0), axis=1).mean()
+  return float(spread), float(np.linalg.norm(means, axis=1).mean())
 
 
 # ---------------------------------------------------------------------------
@@ -735,6 +760,10 @@ def step(config: RepShareConfig, data: RepShareData, state: RepShareState, t: in
   probs = predict_all(model, params, data.x_test)
   rows = [{"agent": a, "model": config.backbone, **test_scores(probs[a], data.y_test),
            "comm_floats": int(up), "comm_down_floats": int(down)} for a in range(n)]
+  if config.method == "repshare" and new_downloads is not None:   # one tbar for all clients
+    spread, norm = class_mean_spread(new_downloads.means[0], new_downloads.valid[0])
+    for row in rows:
+      row.update(class_mean_spread=spread, class_mean_norm=norm)
   return RepShareState(params, opt_state, new_downloads), rows
 
 

@@ -398,3 +398,15 @@ def test_targets_from_the_untrained_models_count_their_upload_in_round_0(method,
   sent = (1 + 1) * c * (d + 1) if method == "repshare" else c * c + c
   for r in rows:   # the untrained models' means, then the trained ones; the relay's answer
     assert (r["comm_floats"], r["comm_down_floats"]) == (2 * sent, sent)
+
+
+def test_class_mean_spread_is_the_mean_distance_to_the_centre_of_the_valid_classes():
+  means = np.array([[0.0, 0.0], [2.0, 0.0], [0.0, 2.0], [9.0, 9.0]])
+  valid = np.array([True, True, True, False])
+  centre = np.array([2.0, 2.0]) / 3
+  want = np.mean([np.linalg.norm(m - centre) for m in means[:3]])
+  spread, norm = rs.class_mean_spread(means, valid)
+  np.testing.assert_allclose((spread, norm), (want, 4.0 / 3), rtol=1e-12)
+  assert rs.class_mean_spread(np.ones((4, 3)))[0] == 0.0               # collapsed classes
+  with pytest.raises(rs.RepShareError, match="valid"):
+    rs.class_mean_spread(means, valid[:2])
