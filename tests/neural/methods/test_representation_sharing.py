@@ -404,9 +404,9 @@ def test_class_mean_spread_is_the_mean_distance_to_the_centre_of_the_valid_class
   means = np.array([[0.0, 0.0], [2.0, 0.0], [0.0, 2.0], [9.0, 9.0]])
   valid = np.array([True, True, True, False])
   centre = np.array([2.0, 2.0]) / 3
-  want = np.mean([np.linalg.norm(m - centre) for m in means[:3]])
+  want = float(np.mean([np.linalg.norm(m - centre) for m in means[:3]]))
   spread, norm = rs.class_mean_spread(means, valid)
-  np.testing.assert_allclose((spread, norm), (want, 4.0 / 3), rtol=1e-12)
+  np.testing.assert_allclose([spread, norm], [want, 4.0 / 3], rtol=1e-12)
   assert rs.class_mean_spread(np.ones((4, 3)))[0] == 0.0               # collapsed classes
   with pytest.raises(rs.RepShareError, match="valid"):
     rs.class_mean_spread(means, valid[:2])
