@@ -26,8 +26,10 @@ the clients. Round r of GLOBALUPDATE (Algorithm 1), for every client u:
 
 Baselines (Sec. 4) share the same model, data, training loop and rows:
 federated distillation (FD, Jeong et al. 2018: per-class mean *logits*, averaged
-by the server over the other clients and used as soft targets), FedAvg (weights
-averaged by the numbers of points) and independent learning (cross-entropy only).
+by the server over the other clients and used as soft targets; or, as the
+thesis's code does, over all clients, own included, with a squared error on the
+logits: ``fd_include_self``, ``fd_loss="mse"``), FedAvg (weights averaged by the
+numbers of points) and independent learning (cross-entropy only).
 
 Registered methods (one config class, :class:`RepShareConfig`, so the method is a
 grid axis of a sweep):
@@ -35,7 +37,8 @@ grid axis of a sweep):
 * ``"repshare"``: the paper's method;
 * ``"repshare-fd"``: federated distillation;
 * ``"repshare-fedavg"``: FedAvg;
-* ``"repshare-independent"``: independent learning.
+* ``"repshare-independent"``: independent learning (with ``agents = 1``, the
+  thesis's centralised learning, CL).
 
 Every metric row holds ``comm_floats`` (numbers the client uploaded in that
 round) and ``comm_down_floats`` (numbers it downloaded), both derived from the
