@@ -65,6 +65,12 @@ class LeNet5Trunk(nn.Module):
     return jnp.mean(x, axis=(1, 2))
 
 
+def _conv_norm_relu(x, channels: int):
+  """``relu(norm(conv3x3(x)))``, the thesis's ResNet-9 layer (call inside a compact module)."""
+  x = nn.Conv(channels, (3, 3), padding="SAME", use_bias=False)(x)
+  return nn.relu(_norm("group", channels)(x))
+
+
 class _ThesisBlock(nn.Module):
   """The residual block of the thesis's ResNet-9: ``x + relu(norm(conv(relu(norm(conv(x))))))``."""
 
@@ -72,11 +78,7 @@ class _ThesisBlock(nn.Module):
 
   @nn.compact
   def __call__(self, x):
-    y = x
-    for _ in range(2):
-      y = nn.Conv(self.channels, (3, 3), padding="SAME", use_bias=False)(y)
-      y = nn.relu(_norm("group", self.channels)(y))
-    return x + y
+    return x + _conv_norm_relu(_conv_norm_relu(x, self.channels), self.channels)
 
 
 class ResNet9Trunk(nn.Module):
@@ -97,11 +99,7 @@ class ResNet9Trunk(nn.Module):
   def __call__(self, x, train: bool = False):
     del train
     pool = lambda h: nn.max_pool(h, (2, 2), strides=(2, 2), padding="SAME")
-
-    def conv(h, channels):
-      h = nn.Conv(channels, (3, 3), padding="SAME", use_bias=False)(h)
-      return nn.relu(_norm("group", channels)(h))
-
+    conv = _conv_norm_relu
     w = self.width
     x = pool(conv(conv(x, w), 2 * w))
     x = _ThesisBlock(2 * w)(x)
