@@ -49,6 +49,7 @@ from neural._src.fedavg import fedavg
 from neural._src.forest import ForestError
 from neural._src.forest import ForestLearner
 from neural._src.forest import ForestModel
+from neural._src.graphs import ALL_GRAPHS
 from neural._src.graphs import GRAPHS
 from neural._src.graphs import Graph
 from neural._src.graphs import GraphError
@@ -58,7 +59,9 @@ from neural._src.graphs import complete
 from neural._src.graphs import directed_ring
 from neural._src.graphs import edge_schedule
 from neural._src.graphs import from_adjacency
+from neural._src.graphs import hop_distances
 from neural._src.graphs import is_strongly_connected
+from neural._src.graphs import islands
 from neural._src.graphs import make_graph
 from neural._src.graphs import metropolis_weights
 from neural._src.graphs import mix

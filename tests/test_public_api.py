@@ -40,6 +40,7 @@ def test_neural_public_names_import():
   names = [n for n in dir(neural) if not n.startswith("_")]
   for name in ["get_model", "train_and_evaluate", "fedavg", "flax_learners", "ForestLearner",
                "empirical_ntk", "ntk_kernel", "LinearizedLearner", "compare", "make_graph",
+               "ALL_GRAPHS", "hop_distances", "islands",
                "metropolis_weights", "skewed_label_split", "Config", "RunConfig",
                "ExperimentConfig", "load_spec", "run_configs", "load_run_data", "run_main_job",
                "MainJobSettings", "methods"]:

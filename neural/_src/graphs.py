@@ -17,8 +17,10 @@ Conventions (those of Bistritz, Mann & Bambos, 2020, Definition 2):
   must be strongly connected (B-connectivity).
 
 Constructors: :func:`ring`, :func:`complete`, :func:`random_bounded_degree`,
-:func:`directed_ring`, :func:`from_adjacency`, :func:`make_graph` (by name), and
-:func:`time_varying` for a cyclic sequence of graphs or a callable ``t -> Graph``.
+:func:`directed_ring`, :func:`islands` (disconnected groups, for topology studies),
+:func:`from_adjacency`, :func:`make_graph` (by name), and :func:`time_varying` for a
+cyclic sequence of graphs or a callable ``t -> Graph``. :func:`hop_distances` gives
+the number of directed edges between every pair of nodes.
 Mixing: :func:`metropolis_weights` (undirected), :func:`uniform_regular_weights`
 (regular digraphs), :func:`mixing_matrix` (either, or a checked user matrix),
 :func:`check_mixing_matrix`, :func:`mixing_rate` and :func:`spectral_gap`.
@@ -34,6 +36,9 @@ from typing import cast
 import numpy as np
 
 GRAPHS = ("ring", "complete", "random", "directed-ring")
+# GRAPHS are strongly connected (what consensus needs); ALL_GRAPHS adds the disconnected
+# "islands" of topology studies, for methods that do not need connectivity.
+ALL_GRAPHS = (*GRAPHS, "islands")
 
 
 class GraphError(ValueError):
@@ -197,6 +202,62 @@ def complete(num_nodes: int) -> Graph:
   return Graph(~np.eye(n, dtype=bool), directed=False, name="complete")
 
 
+def islands(num_nodes: int, num_islands: int) -> Graph:
+  """``num_islands`` disconnected complete graphs on consecutive blocks of nodes.
+
+  Nodes are dealt into contiguous blocks whose sizes differ by at most one (the
+  first ``n mod num_islands`` blocks one larger); every pair inside a block is
+  linked both ways, no edge crosses blocks. Zhmoginov et al. (2023), Sec. 4.4,
+  compare such "islands" with a directed cycle to test transitive distillation;
+  with 4 nodes and 2 islands every node has one neighbour, as on the cycle. The
+  paper's Fig. 5, which draws the islands, is not in its text; this is our reading.
+
+  Args:
+    num_nodes: n >= 2.
+    num_islands: in [1, n]; 1 gives the complete graph (named "islands(1)").
+
+  Raises:
+    GraphError: bad n or number of islands.
+
+  Example:
+    >>> neural.islands(4, 2).adjacency.astype(int)
+    array([[0, 1, 0, 0],
+           [1, 0, 0, 0],
+           [0, 0, 0, 1],
+           [0, 0, 1, 0]])
+  """
+  n = _check_nodes(num_nodes)
+  if isinstance(num_islands, bool) or not isinstance(num_islands, (int, np.integer)) \
+     or not 1 <= num_islands <= n:
+    raise GraphError(f"num_islands: expected an integer in [1, {n}], got {num_islands!r}")
+  block = np.repeat(np.arange(num_islands), [len(b) for b in np.array_split(np.arange(n),
+                                                                             num_islands)])
+  a = (block[:, None] == block[None, :]) & ~np.eye(n, dtype=bool)
+  return Graph(a, directed=False, name=f"islands({int(num_islands)})")
+
+
+def hop_distances(graph: Graph) -> np.ndarray:
+  """(n, n) ints: ``D[i, j]`` = the fewest directed edges on a path from i to j.
+
+  ``D[i, i] = 0``, and -1 where j cannot be reached from i (another island). On the
+  directed ring i -> i+1, ``D[i, j] = (j - i) mod n``: in a distillation graph where
+  j learns from i, a teacher's teacher is 2 hops away (Zhmoginov et al., 2023,
+  Sec. 4.4, "Cycle-2"). One breadth-first search per node.
+  """
+  a = graph.adjacency
+  n = a.shape[0]
+  dist = -np.ones((n, n), dtype=np.int64)
+  for start in range(n):
+    dist[start, start] = 0
+    frontier, hops = [start], 0
+    while frontier:
+      hops += 1
+      nxt = np.flatnonzero(a[frontier].any(axis=0) & (dist[start] < 0))
+      dist[start, nxt] = hops
+      frontier = list(nxt)
+  return dist
+
+
 def random_bounded_degree(num_nodes: int, degree: int, rng: np.random.Generator, *,
                           max_tries: int = 1000) -> Graph:
   """A random connected undirected graph with every degree <= ``degree``.
@@ -244,11 +305,12 @@ def random_bounded_degree(num_nodes: int, degree: int, rng: np.random.Generator,
 
 
 def make_graph(name: str, num_nodes: int, *, degree: int = 3,
-               rng: np.random.Generator | None = None) -> Graph:
-  """The graph called ``name`` (one of ``GRAPHS``) on ``num_nodes`` nodes.
+               rng: np.random.Generator | None = None, num_islands: int = 2) -> Graph:
+  """The graph called ``name`` (one of ``ALL_GRAPHS``) on ``num_nodes`` nodes.
 
   ``"random"`` needs ``rng`` and uses ``degree`` (:func:`random_bounded_degree`);
-  the others ignore both.
+  ``"islands"`` uses ``num_islands`` (:func:`islands`; not connected, so not in
+  ``GRAPHS``); the others ignore all three.
 
   Raises:
     GraphError: an unknown name, or a bad argument of the constructor.
@@ -263,7 +325,9 @@ def make_graph(name: str, num_nodes: int, *, degree: int = 3,
     if rng is None:
       raise GraphError("rng: expected a numpy Generator for the 'random' graph, got None")
     return random_bounded_degree(num_nodes, degree, rng)
-  raise GraphError(f"name: expected one of {', '.join(GRAPHS)}, got {name!r}")
+  if name == "islands":
+    return islands(num_nodes, num_islands)
+  raise GraphError(f"name: expected one of {', '.join(ALL_GRAPHS)}, got {name!r}")
 
 
 # ---------------------------------------------------------------------------

@@ -64,6 +64,52 @@ def test_connectivity_detection():
   assert graphs.from_adjacency(path).directed
 
 
+@pytest.mark.parametrize("n,k", [(4, 2), (7, 3), (5, 1), (6, 6)])
+def test_islands_are_disjoint_complete_blocks(n, k):
+  g = graphs.make_graph("islands", n, num_islands=k)
+  a = g.adjacency
+  np.testing.assert_array_equal(a, a.T)
+  assert not np.any(np.diag(a)) and not g.directed
+  # the components: connected blocks of near-equal size, complete inside, nothing across
+  reach = np.array([graphs._reach(a, i) for i in range(n)])
+  blocks = {tuple(np.flatnonzero(r)) for r in reach}
+  assert len(blocks) == k
+  assert sorted(len(b) for b in blocks)[-1] - sorted(len(b) for b in blocks)[0] <= 1
+  for b in blocks:
+    inside = a[np.ix_(b, b)] | np.eye(len(b), dtype=bool)
+    assert inside.all()
+  assert g.num_edges == sum(len(b) * (len(b) - 1) for b in blocks)
+  assert g.is_strongly_connected == (k == 1)
+  with pytest.raises(GraphError, match="num_islands"):
+    graphs.islands(n, n + 1)
+
+
+def _hops_by_powers(a):
+  """Fewest edges i -> j from boolean matrix powers (-1: unreachable)."""
+  n = a.shape[0]
+  dist = np.where(np.eye(n, dtype=bool), 0, -1)
+  walk = np.eye(n, dtype=bool)
+  for hops in range(1, n):
+    walk = (walk.astype(int) @ a.astype(int)) > 0
+    dist = np.where((dist < 0) & walk, hops, dist)
+  return dist
+
+
+@pytest.mark.parametrize("graph", [graphs.directed_ring(5), graphs.ring(6), graphs.islands(5, 2),
+                                   graphs.random_bounded_degree(9, 2, np.random.default_rng(1)),
+                                   graphs.Graph((np.random.default_rng(2).random((7, 7)) < 0.2)
+                                                & ~np.eye(7, dtype=bool), directed=True)],
+                         ids=lambda g: f"{g.name or 'digraph'}-{g.num_nodes}")
+def test_hop_distances_match_matrix_powers(graph):
+  np.testing.assert_array_equal(graphs.hop_distances(graph), _hops_by_powers(graph.adjacency))
+
+
+def test_hop_distances_of_the_directed_ring():
+  idx = np.arange(4)
+  np.testing.assert_array_equal(graphs.hop_distances(graphs.directed_ring(4)),
+                                (idx[None, :] - idx[:, None]) % 4)
+
+
 @pytest.mark.parametrize("bad,match", [
     (np.zeros((2, 3)), "square"),
     (np.eye(3), "self-loops"),
