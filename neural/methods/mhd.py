@@ -20,12 +20,15 @@ from neural._src.methods.mhd import confidence
 from neural._src.methods.mhd import embedding_loss
 from neural._src.methods.mhd import head_probabilities
 from neural._src.methods.mhd import init
+from neural._src.methods.mhd import initial_pool_owners
 from neural._src.methods.mhd import load_data
 from neural._src.methods.mhd import mhd_model
 from neural._src.methods.mhd import most_confident_target
 from neural._src.methods.mhd import prediction_floats
 from neural._src.methods.mhd import private_accuracy
 from neural._src.methods.mhd import random_target
+from neural._src.methods.mhd import reported_head
 from neural._src.methods.mhd import step
 from neural._src.methods.mhd import teacher_adjacency
+from neural._src.methods.mhd import teacher_hops
 from neural._src.methods.mhd import update_pools

@@ -18,13 +18,19 @@ the public unlabelled set.
 As in the paper's experiments (Sec. 4.1, "Algorithm 2"), clients do not query
 each other online: client i keeps a rolling pool ``P_i`` of ``N_P`` model
 checkpoints; every step it draws Delta of them as its teachers ``e_t(i)`` for one
-step on a fresh public batch. A round of this module is ``S_P`` local steps; at
-its end every client receives the new checkpoint of one random neighbour in the
-communication graph (``neural.make_graph``), which replaces a random entry of
-its pool (an empty entry first). So the teachers are previous-round snapshots of
+step on a fresh public batch. The pool holds ``N_P`` checkpoints from the start
+(the neighbours' initial models, :func:`initial_pool_owners`), so round 0 already
+has teachers and the embedding loss. A round of this module is ``S_P`` local
+steps; at its end every client receives the new checkpoint of one random
+neighbour in the communication graph (``neural.make_graph``), which replaces a
+random entry of its pool. So the teachers are previous-round snapshots of
 neighbours, lagging by up to a few rounds, and what is sent is one snapshot per
 client and round (``comm_floats``); the prediction-exchange cost of the general
 formulation (Sec. 3.2, "Communication efficiency") is reported beside it.
+
+The reported accuracy (``test_accuracy``) is that of the last auxiliary head, the
+head of Table 1 (its 54.5% at s = 100 is the last aux head of 4 in the Delta
+study); the main head's is ``main_accuracy``, every head's ``head_accuracies``.
 
 Baselines (Sec. 4, Table 1): ``"mhd-isolated"`` (each client on its private data
 only, "Separate") and ``"mhd-fedavg"`` (the same local training, the parameters of
@@ -47,7 +53,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from neural._src.graphs import GRAPHS
+from neural._src.graphs import ALL_GRAPHS
+from neural._src.graphs import Graph
+from neural._src.graphs import hop_distances
 from neural._src.graphs import make_graph
 from neural._src.methods.registry import Method
 from neural._src.methods.registry import MethodConfig
@@ -294,8 +302,10 @@ class MHDConfig(MethodConfig):
     labels_per_client: primary labels of each client ("random" assignment).
     clients_per_label: primary clients of each label ("even" assignment).
     graph: communication graph of ``neural.make_graph`` ("complete", "ring", "random",
-      "directed-ring"); client i takes checkpoints of the clients that send to it.
+      "directed-ring", "islands"); client i takes checkpoints of the clients that send
+      to it.
     graph_degree: the degree bound of the "random" graph.
+    num_islands: the number of disconnected groups of the "islands" graph.
     pool_size: N_P (``None``: K, as in the paper).
     teachers_per_step: Delta (1 in most of the paper's runs).
     steps_per_round: S_P, local steps between pool updates (200) or FedAvg averagings (u).
@@ -318,6 +328,7 @@ class MHDConfig(MethodConfig):
   clients_per_label: int | None = None
   graph: str = "complete"
   graph_degree: int = 3
+  num_islands: int = 2
   pool_size: int | None = None
   teachers_per_step: int = 1
   steps_per_round: int = 200
@@ -350,8 +361,10 @@ class MHDConfig(MethodConfig):
       self.need(self.clients_per_label is not None
                 and 0 <= self.clients_per_label <= self.agents, "clients_per_label",
                 f"an integer in 0..{self.agents} (label_assignment 'even')")
-    self.need(self.graph in GRAPHS, "graph", f"one of {GRAPHS}")
+    self.need(self.graph in ALL_GRAPHS, "graph", f"one of {ALL_GRAPHS}")
     self.need(self.graph_degree >= 1, "graph_degree", "an integer >= 1")
+    self.need(1 <= self.num_islands <= self.agents, "num_islands",
+              f"an integer in 1..agents ({self.agents})")
     self.need(self.pool_size is None or self.pool_size >= 1, "pool_size",
               "None or an integer >= 1")
     self.need(1 <= self.teachers_per_step <= self.pool, "teachers_per_step",
@@ -447,8 +460,10 @@ class MHDState(NamedTuple):
     params: the clients' parameters, leading axis K.
     opt_state: their optimizer states, leading axis K.
     pool_params: (K, N_P, ...) the checkpoint pools P_i (``None`` for the baselines).
-    pool_owner: (K, N_P) int, which client each checkpoint is of (-1: empty slot).
-    pool_round: (K, N_P) int, the round it was taken at the end of (-1: empty).
+    pool_owner: (K, N_P) int, which client each checkpoint is of (-1: empty slot, only
+      for a client without neighbours).
+    pool_round: (K, N_P) int, the round it was taken at the end of (-1: the initial
+      model, or an empty slot).
   """
 
   params: Any
@@ -600,9 +615,48 @@ def teacher_adjacency(config: MHDConfig) -> np.ndarray:
   The graph comes from ``neural.make_graph`` (``config.graph``, the random one
   seeded by ``config.data_seed``). There ``A[j, i]`` means j sends to i, so ``T = A^T``.
   """
+  return np.array(_graph(config).adjacency, dtype=bool).T
+
+
+def _graph(config: MHDConfig) -> Graph:
   rng = np.random.default_rng([config.data_seed, 2])
-  graph = make_graph(config.graph, config.agents, degree=config.graph_degree, rng=rng)
-  return np.array(graph.adjacency, dtype=bool).T
+  return make_graph(config.graph, config.agents, degree=config.graph_degree, rng=rng,
+                    num_islands=config.num_islands)
+
+
+def teacher_hops(config: MHDConfig) -> np.ndarray:
+  """(K, K) ints: ``H[i, j]`` = hops from client j to client i along teacher edges.
+
+  1 for a direct teacher, 2 for a teacher's teacher (the paper's "Cycle-2"), 0 on
+  the diagonal, -1 where j's knowledge cannot reach i (another island). It is
+  ``neural.hop_distances`` of the graph, transposed like :func:`teacher_adjacency`.
+  """
+  return hop_distances(_graph(config)).T
+
+
+def initial_pool_owners(teachers: np.ndarray, pool_size: int) -> np.ndarray:
+  """(K, N_P) ints: whose initial model fills each slot of each pool before round 0.
+
+  Slot s of client i holds its s-th neighbour, cycling: ``neighbours_i[s mod d_i]``
+  with ``neighbours_i = {j != i : teachers[i, j]}`` in increasing order, so every
+  neighbour is in the pool when ``N_P >= d_i`` (N_P = K > d_i in the paper's runs).
+  The paper's pool holds N_P checkpoints at every step, a new one "replacing another
+  random checkpoint" (Sec. 4.1); the first contents are not in its text, and the
+  neighbours' initial models are the checkpoints a client has before any training.
+  A client without neighbours gets -1 (empty) slots: it never has a teacher.
+
+  Args:
+    teachers: (K, K) booleans from :func:`teacher_adjacency`.
+    pool_size: N_P >= 1.
+  """
+  teachers = np.asarray(teachers, dtype=bool)
+  num_clients = teachers.shape[0]
+  owners = -np.ones((num_clients, int(pool_size)), dtype=np.int64)
+  for i in range(num_clients):
+    neighbours = np.flatnonzero(teachers[i] & (np.arange(num_clients) != i))
+    if neighbours.size:
+      owners[i] = neighbours[np.arange(pool_size) % neighbours.size]
+  return owners
 
 
 @functools.partial(jax.jit, static_argnames=("model",))
@@ -611,7 +665,11 @@ def _init_jit(key, x0, *, model):
 
 
 def init(config: MHDConfig, data: MHDData) -> MHDState:
-  """Fresh clients (each its own init key) with empty checkpoint pools."""
+  """Fresh clients (each its own init key); pools of the neighbours' initial models.
+
+  The pools are filled by :func:`initial_pool_owners`, so round 0 distils from
+  (untrained) neighbours and has the embedding term, like every later round.
+  """
   model = _model(config, data.num_classes)
   keys = jax.random.split(jax.random.fold_in(jax.random.PRNGKey(config.init_seed), 10**6),
                           config.agents)
@@ -625,11 +683,13 @@ def init(config: MHDConfig, data: MHDData) -> MHDState:
   opt_state = jax.tree.map(lambda a: jnp.broadcast_to(a, (config.agents, *jnp.shape(a))),
                            opt_one)
   pool = None
+  owners = -np.ones((config.agents, config.pool), dtype=np.int64)
   if config.distills:
-    pool = jax.tree.map(lambda a: jnp.zeros((a.shape[0], config.pool, *a.shape[1:]), a.dtype),
-                        params)
-  empty = -np.ones((config.agents, config.pool), dtype=np.int64)
-  return MHDState(_to_numpy(params), _to_numpy(opt_state), _to_numpy(pool), empty, empty.copy())
+    owners = initial_pool_owners(teacher_adjacency(config), config.pool)
+    take = np.maximum(owners, 0)    # an empty slot (-1) holds a copy it never uses
+    pool = jax.tree.map(lambda a: np.asarray(a)[take], params)
+  return MHDState(_to_numpy(params), _to_numpy(opt_state), _to_numpy(pool), owners,
+                  -np.ones_like(owners))
 
 
 def update_pools(pool_params: Any, pool_owner: np.ndarray, pool_round: np.ndarray, params: Any,
@@ -638,7 +698,8 @@ def update_pools(pool_params: Any, pool_owner: np.ndarray, pool_round: np.ndarra
 
   Client i draws j uniformly from ``{j : adjacency[i, j], j != i}`` and puts
   ``params[j]`` into an empty slot of ``P_i`` if there is one, else over a
-  uniformly random slot. Clients without neighbours get nothing.
+  uniformly random slot (the pools of :func:`init` are full: always the latter).
+  Clients without neighbours get nothing.
 
   Returns:
     ``(pool_params, pool_owner, pool_round, sources)`` (new arrays; ``sources[i]``
@@ -702,17 +763,36 @@ def prediction_floats(config: MHDConfig, embedding_dim: int, num_classes: int) -
       per_example
 
 
+def reported_head(config: MHDConfig) -> int:
+  """The head whose accuracy is a run's ``test_accuracy``: the last aux head of ``mhd``.
+
+  Table 1 reports one head per method; its MHD number at s = 100 (54.5%) is the
+  last aux head of 4 in the Delta study (Sec. 4.2.2), and the last head is the one
+  that gathers the others' knowledge. The baselines never train their aux heads:
+  their main head (0) is reported, as is a run with no aux head.
+  """
+  return config.aux_heads if config.distills else 0
+
+
 def _rows(config, data, model, params, comm) -> list[dict[str, Any]]:
   probs = head_probabilities(model, params, data.x_test)         # (K, m+1, n, C)
   emb_dim = int(jax.eval_shape(lambda p: model.apply({"params": p}, data.x_test[:1])[0],
                                jax.tree.map(lambda a: a[0], params)).shape[-1])
   pred = prediction_floats(config, emb_dim, data.num_classes)
+  report = reported_head(config)
+  hops = teacher_hops(config) if config.distills else None
   rows = []
   for i in range(config.agents):
     heads = [float(np.mean(np.argmax(p, -1) == data.y_test)) for p in probs[i]]
-    private = [private_accuracy(p, data.y_test, data.label_dist[i]) for p in probs[i]]
-    row = {"agent": i, "model": config.model, **test_scores(probs[i, 0], data.y_test),
-           "head_accuracies": heads, "private_accuracies": private,
+    peers = [[private_accuracy(p, data.y_test, dist) for dist in data.label_dist]
+             for p in probs[i]]
+    main = test_scores(probs[i, 0], data.y_test)
+    row = {"agent": i, "model": config.model, **test_scores(probs[i, report], data.y_test),
+           "reported_head": report,
+           "main_accuracy": main["test_accuracy"], "main_loss": main["test_loss"],
+           "head_accuracies": heads, "private_accuracies": [p[i] for p in peers],
+           "peer_accuracies": peers,
+           "peer_hops": None if hops is None else hops[i].tolist(),
            "best_aux_accuracy": max(heads[1:]) if config.distills and len(heads) > 1 else None,
            "comm_floats": int(comm[i]), "prediction_floats": pred}
     rows.append(row)

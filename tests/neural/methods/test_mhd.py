@@ -138,8 +138,16 @@ def test_one_round_of_each_method(smoke_runs, method):
   last = [r for r in rows if r["round"] == config.rounds - 1]
   for row in last:
     assert len(row["head_accuracies"]) == len(row["private_accuracies"]) == 3
-    assert row["test_accuracy"] == row["head_accuracies"][0]
-    assert 0 <= row["test_loss"] < np.inf
+    # the reported head: the last aux head of mhd (Table 1), the main head of the baselines
+    report = 2 if method == "mhd" else 0
+    assert row["reported_head"] == report
+    assert row["test_accuracy"] == row["head_accuracies"][report]
+    assert row["main_accuracy"] == row["head_accuracies"][0]
+    assert 0 <= row["test_loss"] < np.inf and 0 <= row["main_loss"] < np.inf
+    # peer_accuracies[h][j]: head h on client j's private distribution; j = i is beta_priv
+    peers = np.array(row["peer_accuracies"])
+    assert peers.shape == (3, config.agents)
+    np.testing.assert_array_equal(peers[:, row["agent"]], row["private_accuracies"])
   comm = np.array([r["comm_floats"] for r in last])
   if method == "mhd-isolated":
     np.testing.assert_array_equal(comm, 0)
@@ -149,10 +157,18 @@ def test_one_round_of_each_method(smoke_runs, method):
       np.testing.assert_array_equal(leaf, np.broadcast_to(leaf[:1], leaf.shape))
   else:
     assert comm.sum() == 2 * config.agents * n_params   # each client receives one snapshot
-    assert np.all(state.pool_owner[:, :2] >= 0)          # two rounds: two snapshots each
+    # full pools of neighbours (never the client itself); two rounds replaced at most two
+    # initial models per pool by snapshots of rounds 0 and 1
+    assert np.all(state.pool_owner >= 0)
     assert np.all(state.pool_owner != np.arange(config.agents)[:, None])
-    np.testing.assert_array_equal(state.pool_round[:, :2], [[0, 1]] * config.agents)
+    assert set(np.unique(state.pool_round)) <= {-1, 0, 1}
+    assert np.all((state.pool_round >= 0).sum(axis=1) <= 2)
+    assert np.all((state.pool_round == 1).sum(axis=1) == 1)
     assert last[0]["best_aux_accuracy"] == max(last[0]["head_accuracies"][1:])
+    hops = np.array([r["peer_hops"] for r in last])
+    np.testing.assert_array_equal(hops, 1 - np.eye(config.agents, dtype=int))   # complete
+  if method != "mhd":
+    assert all(r["peer_hops"] is None for r in last)
 
 
 def test_teachers_follow_the_graph_edges():
@@ -164,3 +180,34 @@ def test_teachers_follow_the_graph_edges():
   np.testing.assert_array_equal(teachers, expected)
   with pytest.raises(Exception, match="graph"):
     mhd.MHDConfig(method="mhd", agents=5, labels_per_client=2, graph="star")
+
+
+def test_teacher_hops_of_the_topology_study():
+  # directed ring: client i's direct teacher is i - 1, its teacher's teacher i - 2 (Cycle-2)
+  ring = mhd.MHDConfig(method="mhd", agents=4, labels_per_client=2, graph="directed-ring")
+  idx = np.arange(4)
+  np.testing.assert_array_equal(mhd.teacher_hops(ring), (idx[:, None] - idx[None, :]) % 4)
+  # two islands of two: the partner is one hop away, the other island unreachable
+  isl = ring.replace(graph="islands", num_islands=2)
+  np.testing.assert_array_equal(mhd.teacher_hops(isl), [[0, 1, -1, -1], [1, 0, -1, -1],
+                                                        [-1, -1, 0, 1], [-1, -1, 1, 0]])
+  np.testing.assert_array_equal(mhd.teacher_adjacency(isl), mhd.teacher_hops(isl) == 1)
+  with pytest.raises(Exception, match="num_islands"):
+    ring.replace(graph="islands", num_islands=5)
+
+
+def test_pools_start_full_of_the_neighbours_initial_models():
+  teachers = np.zeros((4, 4), bool)
+  teachers[0, [1, 3]] = teachers[1, 2] = teachers[2, [0, 1, 3]] = True   # client 3: no one
+  owners = mhd.initial_pool_owners(teachers, 4)
+  np.testing.assert_array_equal(owners, [[1, 3, 1, 3], [2, 2, 2, 2], [0, 1, 3, 0],
+                                         [-1, -1, -1, -1]])
+  config = mhd.MHDConfig(method="mhd", dataset="digits", train_subset=120, test_subset=30,
+                         agents=3, model="mlp", width=8, tiny=True, aux_heads=2,
+                         public_fraction=0.25, skew=5.0, labels_per_client=3,
+                         graph="directed-ring")
+  state = mhd.init(config, mhd.load_data(config))
+  np.testing.assert_array_equal(state.pool_owner, [[2] * 3, [0] * 3, [1] * 3])
+  np.testing.assert_array_equal(state.pool_round, -1)   # before any round
+  for pool, params in zip(jax.tree.leaves(state.pool_params), jax.tree.leaves(state.params)):
+    np.testing.assert_array_equal(pool, params[state.pool_owner])
