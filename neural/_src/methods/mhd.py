@@ -768,10 +768,11 @@ def reported_head(config: MHDConfig) -> int:
 
   Table 1 reports one head per method; its MHD number at s = 100 (54.5%) is the
   last aux head of 4 in the Delta study (Sec. 4.2.2), and the last head is the one
-  that gathers the others' knowledge. The baselines never train their aux heads:
-  their main head (0) is reported, as is a run with no aux head.
+  that gathers the others' knowledge. The baselines never train their aux heads,
+  nor does ``mhd`` with ``nu_aux = 0`` (embedding distillation only): their main
+  head (0) is reported, as is a run with no aux head.
   """
-  return config.aux_heads if config.distills else 0
+  return config.aux_heads if config.distills and config.nu_aux > 0 else 0
 
 
 def _rows(config, data, model, params, comm) -> list[dict[str, Any]]:

@@ -211,3 +211,11 @@ def test_pools_start_full_of_the_neighbours_initial_models():
   np.testing.assert_array_equal(state.pool_round, -1)   # before any round
   for pool, params in zip(jax.tree.leaves(state.pool_params), jax.tree.leaves(state.params)):
     np.testing.assert_array_equal(pool, params[state.pool_owner])
+
+
+def test_reported_head_is_the_last_trained_aux_head():
+  config = mhd.MHDConfig(method="mhd", agents=4, labels_per_client=2, aux_heads=3)
+  assert mhd.reported_head(config) == 3              # Table 1's head
+  assert mhd.reported_head(config.replace(nu_aux=0.0)) == 0   # aux heads never trained
+  assert mhd.reported_head(config.replace(aux_heads=0)) == 0
+  assert mhd.reported_head(config.replace(method="mhd-isolated")) == 0
