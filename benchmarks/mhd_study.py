@@ -10,7 +10,9 @@ config's ``seed``, which sets the data split and the initialisations), in
 back, an interrupted one resumes), else in a temporary directory. Then prints,
 for each of the paper's claims that the study tests, the quantities it compares
 (after the last round, mean over the clients, then mean and standard deviation
-over the seeds), how many seeds satisfy the claim, and whether the seed means do.
+over the seeds), how many seeds satisfy the claim, and a verdict: "yes" when the
+seed means and every seed satisfy it, "unclear" when the means do but some seed
+does not (a difference within the seed-to-seed spread), "no" when the means do not.
 
 The quantities: ``shared[h]`` is head h's accuracy on the test set (the shared,
 uniform label distribution: the paper's beta_sh; h = 0 the main head, h = m the
@@ -220,7 +222,8 @@ def claims_table(claims: list[Claim], results: dict[int, Summary]) -> str:
     sds = {k: float(np.std([v[k] for v in per_seed])) for k in claim.quantities}
     measured = ", ".join(f"{k} {means[k]:.3f} +- {sds[k]:.3f}" for k in claim.quantities)
     agree = sum(bool(claim.holds(v)) for v in per_seed)
-    verdict = "yes" if claim.holds(means) else "no"
+    verdict = ("no" if not claim.holds(means) else
+               "yes" if agree == len(per_seed) else "unclear")
     lines.append(f"| {claim.text} | {claim.paper} | {measured} | {agree}/{len(per_seed)} "
                  f"| {verdict} |")
   return "\n".join(lines)
