@@ -72,7 +72,7 @@ def child(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
   parser.add_argument("--agents", type=int, default=8, help="agents M")
   parser.add_argument("--devices", type=int, default=4, help="k: devices of the sharded run")
   parser.add_argument("--n", type=int, default=800, help="total number of points N")
