@@ -71,8 +71,8 @@ class AgentBlocks:
   identity on the padding, so a padded solve leaves the padding at zero.
 
   Attributes:
-    cross: (M, M, n, n): ``cross[j, i] = k_j(X_i, X_j) / N``, agent j's
-      predictions on agent i's inputs (row block j of ``K^T``), on agent j's device.
+    cross: (M, M, n, n): ``cross[j, i] = k_j(X_i, X_j) / N``, which turns agent
+      j's coefficients into its predictions on agent i's inputs; on agent j's device.
     cholesky: (M, n, n): each agent's ``RidgeFactor.cholesky`` (c > 0), padded.
     pinv_root: (M, n, n): each agent's ``RidgeFactor.pinv_root`` (c = 0), padded.
     labels: (M, n) or (M, n, C): each agent's labels, padded.
@@ -120,7 +120,7 @@ def _on_own_device(one_agent, operands, mesh: Mesh, num_agents: int):
     return jax.tree.map(lambda *parts: jnp.stack(parts), *outs)
 
   return jax.shard_map(body, mesh=mesh, in_specs=PartitionSpec(),
-                       out_specs=PartitionSpec(AGENT_AXIS), check_vma=False)(*operands)
+                       out_specs=PartitionSpec(AGENT_AXIS))(*operands)
 
 
 @functools.partial(jax.jit, static_argnames=("sizes", "rtol", "mesh"))
@@ -181,7 +181,7 @@ def shard_blocks(problem: FederatedProblem, mesh: Mesh | None = None,
     >>> problem = fedkrr.make_problem([x[:4], x[4:]], [y[:4], y[4:]], fedkrr.RBF(gamma=2.0),
     ...                               ridge=1e-2)
     >>> blocks = fedkrr.shard_blocks(problem)
-    >>> blocks.cross.shape, blocks.sizes   # cross[j, i]: agent j's predictions on X_i
+    >>> blocks.cross.shape, blocks.sizes   # cross[j, i] = k_j(X_i, X_j) / N
     ((2, 2, 4, 4), (4, 4))
   """
   m = problem.num_agents
@@ -336,8 +336,8 @@ def sharded_trajectory(problem: FederatedProblem, protocol: str, rounds: int,
   Returns:
     The layout of :func:`fedkrr.trajectory`: ``(rounds, M, n_eval[, C])`` for
     AvgKD, PKD and pkd-mean, sharded over its agent axis (agent a's predictions
-    on agent a's device), else ``(rounds, n_eval[, C])`` on every device of the
-    mesh. ``np.asarray`` (or ``jax.device_get``) brings it to the host.
+    on agent a's device), else ``(rounds, n_eval[, C])``, the agents' predictions
+    gathered and summed. ``np.asarray`` (or ``jax.device_get``) brings it to the host.
 
   Raises:
     ValueError: an unknown or sequential protocol, bad ``rounds`` or ``start``.
