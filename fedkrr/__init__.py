@@ -21,6 +21,13 @@ from fedkrr._src.closed_form import spectral_radius
 from fedkrr._src.closed_form import trajectory
 from fedkrr._src.closed_form import transfer
 from fedkrr._src.demo import closed_form_demo
+from fedkrr._src.devices import AGENT_AXIS
+from fedkrr._src.devices import DeviceError
+from fedkrr._src.devices import agent_devices
+from fedkrr._src.devices import agent_mesh
+from fedkrr._src.devices import agent_sharding
+from fedkrr._src.devices import check_mesh
+from fedkrr._src.devices import shard_agents
 from fedkrr._src.files import NpzError
 from fedkrr._src.files import atomic_savefig
 from fedkrr._src.files import atomic_savez
@@ -109,6 +116,10 @@ from fedkrr._src.search import recheck_finding
 from fedkrr._src.search import search_all
 from fedkrr._src.search import search_claim
 from fedkrr._src.search import search_ids
+from fedkrr._src.sharded import SHARDED_PROTOCOLS
+from fedkrr._src.sharded import AgentBlocks
+from fedkrr._src.sharded import shard_blocks
+from fedkrr._src.sharded import sharded_trajectory
 from fedkrr._src.special_cases import avgkd_by_projections
 from fedkrr._src.special_cases import avgkd_limit_by_projections
 from fedkrr._src.special_cases import avgkd_limit_by_system

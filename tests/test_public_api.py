@@ -69,6 +69,16 @@ def test_fedkrr_bridge_and_twin_names_import():
     assert hasattr(fedkrr, name), name
 
 
+def test_fedkrr_device_names_import():
+  """Agents across devices (docs/devices.md); ``neural`` places its stacked agents with these."""
+  for name in ["AGENT_AXIS", "DeviceError", "agent_mesh", "check_mesh", "agent_devices",
+               "agent_sharding", "shard_agents", "AgentBlocks", "shard_blocks",
+               "sharded_trajectory", "SHARDED_PROTOCOLS"]:
+    assert hasattr(fedkrr, name), name
+  assert fedkrr.AGENT_AXIS == "agents"
+  assert set(fedkrr.SHARDED_PROTOCOLS) == set(fedkrr.PROTOCOLS) - {"backfit-gs"}
+
+
 def test_fedkrr_helpers_for_entry_points_and_neural_import():
   """What users and ``neural`` need, so that nothing outside fedkrr imports ``fedkrr._src``."""
   for name in ["avoid_cpu_eigh_deadlock", "XLA_CPU_FLAGS", "pytree_dataclass", "atomic_write",

@@ -6,7 +6,10 @@ option) and returns a :class:`FlaxModel` whose ``predict`` gives class
 probabilities. Same-architecture learners share a ``batch_key``, so
 ``fedkrr.fit_all`` hands the independent fits of a round to
 :meth:`FlaxLearner.fit_batch`: one vmapped, jitted program over the stacked
-keys, parameters and (padded, masked) data of all agents.
+keys, parameters and (padded, masked) data of all agents. Learners with a
+``mesh`` (:func:`fedkrr.agent_mesh`) spread that program's agents over its
+devices: their stacked parameters, optimiser states, keys and data are sharded
+on the agent axis while they train.
 """
 
 from __future__ import annotations
@@ -19,9 +22,13 @@ from typing import cast
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax.sharding import Mesh
 import numpy as np
 
+from fedkrr import agent_mesh
+from fedkrr import check_mesh
 from fedkrr import pytree_dataclass
+from fedkrr import shard_agents
 from neural._src import training
 from neural._src.soft_targets import SoftTargets
 from neural._src.training import TrainConfig
@@ -77,6 +84,9 @@ class FlaxLearner:
     eval_data: ``(x, labels)`` to score after every local epoch (the authors of
       Afonin & Karimireddy report the best of these per round); the scores are the
       model's ``epoch_accuracy``. ``None``: no scoring. Training is the same either way.
+    mesh: an agent mesh (:func:`fedkrr.agent_mesh`) over which :meth:`fit_batch`
+      spreads the agents it trains together (their number must be a multiple of
+      the mesh's size), or ``None`` for one device. A single ``fit`` ignores it.
 
   Example:
     >>> ds = neural.load_dataset("digits", test_fraction=0.25)
@@ -93,9 +103,13 @@ class FlaxLearner:
   key: Array
   init: Variables | None = None
   eval_data: tuple[Any, Any] | None = None
+  mesh: Mesh | None = None
 
   def __post_init__(self):
     object.__setattr__(self, "input_shape", tuple(int(d) for d in self.input_shape))
+    if self.mesh is not None and not isinstance(self.mesh, Mesh):
+      raise LearnerError(f"mesh: expected a jax.sharding.Mesh (fedkrr.agent_mesh) or None, got "
+                         f"{type(self.mesh).__name__}")
 
   def with_key(self, key: Array) -> FlaxLearner:
     """The same learner with another PRNG key."""
@@ -112,8 +126,9 @@ class FlaxLearner:
 
   @property
   def batch_key(self) -> tuple[Any, ...]:
-    """Learners with equal keys train as one vmapped program (same module, shapes, settings)."""
-    return (self.model, self.input_shape, self.config, self.warm)
+    """Learners with equal keys train as one vmapped program (same module, shapes, settings,
+    mesh)."""
+    return (self.model, self.input_shape, self.config, self.warm, self.mesh)
 
   def _start(self) -> tuple[Variables, Array]:
     init_key, train_key = jax.random.split(self.key)
@@ -164,6 +179,16 @@ class FlaxLearner:
     the largest n and masked, so that agent k's model equals
     ``learners[k].fit(xs[k], targets[k])`` up to float32 rounding. Agents whose
     targets have teachers of different architectures are fitted one by one.
+
+    With a ``mesh``, the stacked keys, variables, data, masks and teachers are
+    sharded over its agent axis, so each device trains its own agents (the
+    agents train vmapped, whatever ``config.agent_batching`` says); the trained
+    variables come back on the default device, where the models predict.
+
+    Raises:
+      LearnerError: learners of different ``batch_key`` or ``eval_data``, or
+        lengths that differ.
+      fedkrr.DeviceError: the mesh's size does not divide the number of learners.
     """
     if not len(learners) == len(xs) == len(targets) or not learners:
       raise LearnerError(f"learners, xs, targets: expected equal non-zero lengths, got "
@@ -176,6 +201,8 @@ class FlaxLearner:
       if learner.eval_data is not first.eval_data:
         raise LearnerError(f"learners[{k}]: expected the eval_data of learners[0] (one test "
                            f"set scores a batch)")
+    if first.mesh is not None:
+      check_mesh(first.mesh, len(learners), "learners[0].mesh")
     split = [learner._targets(x, t) for learner, x, t in zip(learners, xs, targets)]
     kinds = {None if teach is None else teach.modules for _, teach in split}
     if len(kinds) > 1:   # different teachers: not one program
@@ -195,9 +222,19 @@ class FlaxLearner:
       variables = training.stack([training._float32(learner.init) for learner in learners])
     else:
       variables = _init_batch(first.model, init_keys, first.input_shape)
+    config = first.config
+    if first.mesh is not None:
+      variables, x_stack, t_stack, masks, train_keys = shard_agents(
+          (variables, x_stack, t_stack, masks, train_keys), first.mesh)
+      if teachers is not None:   # their stacked variables and weights (modules are static)
+        teachers = teachers._replace(**shard_agents(
+            {"variables": teachers.variables, "weights": teachers.weights}, first.mesh))
+      config = dataclasses.replace(config, agent_batching="vmap")
     hook, scores = _epoch_scores(first.model, first.eval_data, len(learners), stacked=True)
     trained = training.train_batch(first.model, variables, x_stack, t_stack, train_keys,
-                                   first.config, masks, on_epoch=hook, teachers=teachers)
+                                   config, masks, on_epoch=hook, teachers=teachers)
+    if first.mesh is not None:
+      trained = jax.device_put(trained, jax.devices()[0])
     return tuple(FlaxModel(first.model, v, tuple(s))
                  for v, s in zip(training.unstack(trained, len(learners)), scores))
 
@@ -245,7 +282,17 @@ def _check_inputs(learner: FlaxLearner, x, targets) -> Array:
 
 
 def flax_learners(models: Sequence[nn.Module], input_shape: tuple[int, ...],
-                  config: TrainConfig, key: Array) -> tuple[FlaxLearner, ...]:
-  """One :class:`FlaxLearner` per module, with keys ``fold_in(key, a)`` for agent a."""
-  return tuple(FlaxLearner(m, input_shape, config, jax.random.fold_in(key, a))
+                  config: TrainConfig, key: Array,
+                  mesh: Mesh | str | None = None) -> tuple[FlaxLearner, ...]:
+  """One :class:`FlaxLearner` per module, with keys ``fold_in(key, a)`` for agent a.
+
+  ``mesh``: an agent mesh for :meth:`FlaxLearner.fit_batch` (see
+  :func:`fedkrr.agent_mesh`), ``"auto"`` for ``fedkrr.agent_mesh(len(models))``
+  (as many of ``jax.devices()`` as divide the number of agents), or ``None``.
+  """
+  if isinstance(mesh, str):
+    if mesh != "auto":
+      raise LearnerError(f"mesh: expected a jax.sharding.Mesh, 'auto' or None, got {mesh!r}")
+    mesh = agent_mesh(len(models))
+  return tuple(FlaxLearner(m, input_shape, config, jax.random.fold_in(key, a), mesh=mesh)
                for a, m in enumerate(models))
