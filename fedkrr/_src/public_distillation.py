@@ -1,9 +1,19 @@
 """Distillation through a public reference set, for exact kernel ridge agents.
 
-The kernel twin of D-Distillation (Bistritz, Mann & Bambos, 2020, eq. 2 and 4):
-agents share unlabelled reference inputs ``Z`` (n_Z, d) and each agent fits its own
-data plus a weighted term pulling its predictions on ``Z`` toward the consensus of
-the previous round. In the project's conventions (Gram blocks scaled by the total
+Kernel agents distilling through shared unlabelled inputs, after D-Distillation
+(Bistritz, Mann & Bambos, 2020, eq. 2 and 4): agents share reference inputs ``Z``
+(n_Z, d) and each agent fits its own data plus a weighted term pulling its
+predictions on ``Z`` toward one mixing step of the previous round's predictions.
+
+What it is, exactly: Jacobi best-response rounds on the penalty of eq. 2 with the
+consensus target ``m_a = sum_b W[b, a] g_b(Z)``. It has *no* network soft-decision
+state z (eq. 6 keeps z^n as a running consensus variable with its own gradient
+step). D-Distillation's stationary points put every z^n at the global average
+``mean_b s_b``, whatever the graph, so with kernel agents they solve
+``v_a = b_a + H_a mean_b v_b`` (below). This recurrence's fixed point solves
+``v_a = b_a + H_a sum_b W[b, a] v_b``: it coincides with D-Distillation's only
+for ``W = 11^T / M`` (the default); for any other W it depends on W (a
+neighbourhood equilibrium; tested). In the project's conventions (Gram blocks scaled by the total
 private count ``N = sum_a N_a``, ridge ``c``), agent a's round-(t+1) model solves
 
     g_a^{t+1} = argmin_{g in H_a}  (1/N) sum_{i in a} (g(x_i) - y_i)^2

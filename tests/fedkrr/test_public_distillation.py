@@ -92,6 +92,24 @@ def test_the_mixing_matrix_is_read_by_columns(data, long_run, x64):
   assert np.max(np.abs(np.asarray(transposed[2] - long_run["ring"][2]))) > 1e-4
 
 
+def test_fixed_point_is_d_distillations_only_for_full_averaging(data, assert_close):
+  """D-Distillation's stationary points (z at consensus, z = mean_b g_b(Z)) solve
+  v_a = b_a + H_a mean_b v_b, whatever W: the twin's fixed point with W = 11^T/M does,
+  the ring's does not (it depends on W)."""
+  problem, reference, _ = data
+  d_dist = fedkrr.public_distillation(problem, reference, WEIGHT)   # v -> b + H mean(v)
+  full = fedkrr.public_distillation_limit(problem, reference, reference, WEIGHT).predictions
+  ring = fedkrr.public_distillation_limit(problem, reference, reference, WEIGHT,
+                                          RING).predictions
+  assert_close(d_dist.step(full), full, dtype=problem.ridge.dtype)
+  residual = float(jnp.max(jnp.abs(d_dist.step(ring) - ring)))
+  gap = float(jnp.max(jnp.abs(ring - full)))
+  scale = float(jnp.max(jnp.abs(full)))
+  assert min(residual, gap) > 1e4 * _eps(problem) * scale   # far above rounding
+  print(f"ring vs full averaging: fixed points differ by {gap:.3g} (predictions up to "
+        f"{scale:.3g}); the ring's is off D-Distillation's stationary set by {residual:.3g}")
+
+
 def test_round_in_one_shot_equals_the_iteration(data, long_run, assert_close):
   problem, reference, x_eval = data
   rounds = [0, 1, 2, 4, 37, 299]
