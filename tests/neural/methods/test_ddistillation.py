@@ -208,6 +208,26 @@ def test_shipped_configs_compare_the_three_methods(name):
              and config.reference_fraction == 0.4 for _, config in runs)
 
 
+
+@pytest.mark.parametrize("name", ["ddist_fig3_small", "ddist_fig3_paper"])
+def test_fig3_configs_mix_two_and_four_architectures(name):
+  from neural._src.specs import load_spec
+  runs = [(label, cast(dd.DDistConfig, config)) for label, config in load_spec(name).expand()]
+  assert sorted(config.method for _, config in runs) == sorted(dd.METHODS * 2)
+  sizes = {label.split("__")[0]: [len(d) for _, d in config.groups] for label, config in runs}
+  assert sizes == {"two_models": [4, 4], "four_models": [2, 2, 2, 2]}
+  for _, config in runs:   # each reference z drawn many times in the run
+    assert config.agents == 8 and config.rounds * config.steps_per_round * \
+        config.network_batch_size >= 20 * 0.4 * (1437 if config.dataset == "digits" else 50000)
+
+
+def test_paper_config_draws_every_reference_point_many_times():
+  from neural._src.specs import load_spec
+  _, config = load_spec("ddist_paper").expand()[0]
+  config = cast(dd.DDistConfig, config)
+  q = 0.4 * 60000    # MNIST's reference set
+  assert config.rounds * config.steps_per_round * config.network_batch_size / q == 40
+
 MIXED = ("mlp", "cnn", "mlp", "cnn")
 
 
