@@ -215,8 +215,9 @@ class DDistConfig(MethodConfig):
 
   Attributes (beyond :class:`MethodConfig`):
     model, width, tiny: the devices' architecture (``neural.get_model``).
-    models: ``None`` (every device has ``model``) or one architecture per device
-      (length ``agents``; Fig. 3's mixes), each with ``width`` and ``tiny``.
+    models: ``None`` (every device has ``model``), one architecture for all, or one
+      per device (length ``agents``; Fig. 3's mixes), each with ``width`` and ``tiny``
+      (as ``ExperimentConfig.models``).
     loss: the private loss L, "ce" or "mse" (the paper does not name it).
     graph, graph_degree: the graph (``neural.make_graph``; "random" = max degree d,
       the paper's Fig. 2), seeded by ``data_seed``; W is its Metropolis matrix (uniform
@@ -264,10 +265,10 @@ class DDistConfig(MethodConfig):
     super().validate()
     self.need(self.method in METHODS, "method", f"one of {', '.join(METHODS)}")
     self.need(self.model in MODELS, "model", f"one of {', '.join(MODELS)}")
-    self.need(self.models is None or (len(self.models) == self.agents and
+    self.need(self.models is None or (len(self.models) in (1, self.agents) and
                                       all(m in MODELS for m in self.models)), "models",
-              f"None or one architecture per device ({self.agents} names, each one of "
-              f"{', '.join(MODELS)})")
+              f"None, one architecture for all or one per device (1 or {self.agents} names, "
+              f"each one of {', '.join(MODELS)})")
     self.need(self.graph_window == 1 or self.method != "d-sgd" or len(self.groups) == 1,
               "graph_window", "1 for D-SGD with mixed models (one graph per group)")
     self.need(self.width is None or self.width >= 1, "width", "None or an integer >= 1")
@@ -292,7 +293,9 @@ class DDistConfig(MethodConfig):
   @property
   def device_models(self) -> tuple[str, ...]:
     """The architecture of each device (length ``agents``)."""
-    return self.models if self.models is not None else (self.model,) * self.agents
+    if self.models is None:
+      return (self.model,) * self.agents
+    return self.models * self.agents if len(self.models) == 1 else self.models
 
   @property
   def groups(self) -> tuple[tuple[str, tuple[int, ...]], ...]:

@@ -236,6 +236,7 @@ def test_mixed_models_are_grouped_by_architecture_and_checked():
   config = dd.DDistConfig(**{**TINY, "models": MIXED})
   assert config.device_models == MIXED and config.groups == dd.architecture_groups(MIXED)
   assert dd.DDistConfig(**TINY).groups == (("mlp", (0, 1, 2, 3)),)
+  assert dd.DDistConfig(**{**TINY, "models": ("cnn",)}).groups == (("cnn", (0, 1, 2, 3)),)
   for bad in [("mlp", "cnn"), ("mlp", "cnn", "mlp", "nope")]:
     with pytest.raises(ConfigError, match="models"):
       dd.DDistConfig(**{**TINY, "models": bad})
