@@ -329,8 +329,10 @@ class DDistData(NamedTuple):
 
 
 class DDistState(NamedTuple):
-  """``params``: stacked per-device variables; ``z``: (N, Q, K) or None; ``comm``: (N,) totals;
-  ``opt_state``: the stacked SGD states (their step count drives eta_t)."""
+  """``params``: stacked per-device variables (mixed models: a tuple, one stack per
+  architecture group of :func:`architecture_groups`); ``z``: (N, Q, K) or None, in device
+  order; ``comm``: (N,) totals; ``opt_state``: the SGD states, stacked like ``params``
+  (their step count drives eta_t)."""
 
   params: Any
   z: Any
