@@ -286,7 +286,7 @@ def _read(rec: PublicDistillation, out: _Readout, v: Array) -> Array:
 
 
 def public_distillation(problem: FederatedProblem, reference: Array, weight: float | Array,
-                        mixing: Array | None = None,
+                        mixing: ArrayLike | None = None,
                         rtol: float | None = None) -> PublicDistillation:
   """The recurrence ``v_{t+1} = A v_t + b`` of the agents' predictions on ``reference``.
 
@@ -330,7 +330,7 @@ def _scan(rec: PublicDistillation, out: _Readout, rounds: int) -> Array:
 
 def public_distillation_trajectory(problem: FederatedProblem, reference: Array, rounds: int,
                                    x_eval: ArrayLike, weight: float | Array,
-                                   mixing: Array | None = None,
+                                   mixing: ArrayLike | None = None,
                                    rtol: float | None = None) -> Array:
   """Every agent's predictions at ``x_eval`` for rounds 0..rounds-1, without refitting.
 
@@ -397,7 +397,7 @@ def _at_round(rec: PublicDistillation, out: _Readout, t: Array) -> Array:
 
 def public_distillation_round(problem: FederatedProblem, reference: Array, t: int | Array,
                               x_eval: ArrayLike, weight: float | Array,
-                              mixing: Array | None = None,
+                              mixing: ArrayLike | None = None,
                               rtol: float | None = None) -> Array:
   """Every agent's round-t predictions at ``x_eval`` in one shot (no iteration).
 
@@ -435,7 +435,7 @@ def _fixed_point(rec: PublicDistillation, out: _Readout) -> closed_form.Limit:
 
 
 def public_distillation_limit(problem: FederatedProblem, reference: Array, x_eval: ArrayLike,
-                              weight: float | Array, mixing: Array | None = None,
+                              weight: float | Array, mixing: ArrayLike | None = None,
                               rtol: float | None = None) -> closed_form.Limit:
   """The t -> infinity fixed point ``v* = (I - A)^{-1} b`` read out at ``x_eval``.
 
@@ -461,7 +461,7 @@ def public_distillation_limit(problem: FederatedProblem, reference: Array, x_eva
 
 def public_distillation_simulate(problem: FederatedProblem, reference: Array, rounds: int,
                                  x_eval: ArrayLike, weight: float | Array,
-                                 mixing: Array | None = None,
+                                 mixing: ArrayLike | None = None,
                                  learners: Sequence[Any] | None = None,
                                  rtol: float | None = None) -> Array:
   """The protocol round by round: every agent refits on ``[X_a; Z]`` each round.
@@ -538,8 +538,8 @@ def _mse(pred: Array, y: Array) -> Array:
   return jnp.mean(diff * diff, axis=axes)
 
 
-def coverage_sweep(problem: FederatedProblem, references: Sequence[Array], x_test: Array,
-                   y_test: Array, weight: float | Array, mixing: Array | None = None,
+def coverage_sweep(problem: FederatedProblem, references: Sequence[Array], x_test: ArrayLike,
+                   y_test: ArrayLike, weight: float | Array, mixing: ArrayLike | None = None,
                    rtol: float | None = None) -> CoverageSweep:
   """The fixed point's test error and distance to the centralised model, per reference set.
 

@@ -12,6 +12,8 @@ import dataclasses
 import os
 import subprocess
 import sys
+from typing import Any
+from typing import cast
 
 import jax
 import jax.numpy as jnp
@@ -291,7 +293,7 @@ def test_bad_input_is_rejected_with_the_argument_named(data):
   with pytest.raises(ProblemError, match="weight: expected a finite number >= 0"):
     fedkrr.public_distillation_limit(problem, reference, x_eval, float("nan"))
   with pytest.raises(ProblemError, match="weight: expected a number >= 0"):
-    run(problem, reference, 3, x_eval, "big")
+    run(problem, reference, 3, x_eval, cast(Any, "big"))   # a bad type on purpose
   with pytest.raises(ProblemError, match=r"mixing: expected an \(3, 3\) matrix"):
     run(problem, reference, 3, x_eval, 1.0, np.eye(2))
   with pytest.raises(ProblemError, match="mixing: expected a doubly stochastic matrix, got "
