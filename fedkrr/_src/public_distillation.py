@@ -1,9 +1,19 @@
 """Distillation through a public reference set, for exact kernel ridge agents.
 
-The kernel twin of D-Distillation (Bistritz, Mann & Bambos, 2020, eq. 2 and 4):
-agents share unlabelled reference inputs ``Z`` (n_Z, d) and each agent fits its own
-data plus a weighted term pulling its predictions on ``Z`` toward the consensus of
-the previous round. In the project's conventions (Gram blocks scaled by the total
+Kernel agents distilling through shared unlabelled inputs, after D-Distillation
+(Bistritz, Mann & Bambos, 2020, eq. 2 and 4): agents share reference inputs ``Z``
+(n_Z, d) and each agent fits its own data plus a weighted term pulling its
+predictions on ``Z`` toward one mixing step of the previous round's predictions.
+
+What it is, exactly: Jacobi best-response rounds on the penalty of eq. 2 with the
+consensus target ``m_a = sum_b W[b, a] g_b(Z)``. It has *no* network soft-decision
+state z (eq. 6 keeps z^n as a running consensus variable with its own gradient
+step). D-Distillation's stationary points put every z^n at the global average
+``mean_b s_b``, whatever the graph, so with kernel agents they solve
+``v_a = b_a + H_a mean_b v_b`` (below). This recurrence's fixed point solves
+``v_a = b_a + H_a sum_b W[b, a] v_b``: it coincides with D-Distillation's only
+for ``W = 11^T / M`` (the default); for any other W it depends on W (a
+neighbourhood equilibrium; tested). In the project's conventions (Gram blocks scaled by the total
 private count ``N = sum_a N_a``, ridge ``c``), agent a's round-(t+1) model solves
 
     g_a^{t+1} = argmin_{g in H_a}  (1/N) sum_{i in a} (g(x_i) - y_i)^2
@@ -276,7 +286,7 @@ def _read(rec: PublicDistillation, out: _Readout, v: Array) -> Array:
 
 
 def public_distillation(problem: FederatedProblem, reference: Array, weight: float | Array,
-                        mixing: Array | None = None,
+                        mixing: ArrayLike | None = None,
                         rtol: float | None = None) -> PublicDistillation:
   """The recurrence ``v_{t+1} = A v_t + b`` of the agents' predictions on ``reference``.
 
@@ -320,7 +330,7 @@ def _scan(rec: PublicDistillation, out: _Readout, rounds: int) -> Array:
 
 def public_distillation_trajectory(problem: FederatedProblem, reference: Array, rounds: int,
                                    x_eval: ArrayLike, weight: float | Array,
-                                   mixing: Array | None = None,
+                                   mixing: ArrayLike | None = None,
                                    rtol: float | None = None) -> Array:
   """Every agent's predictions at ``x_eval`` for rounds 0..rounds-1, without refitting.
 
@@ -387,7 +397,7 @@ def _at_round(rec: PublicDistillation, out: _Readout, t: Array) -> Array:
 
 def public_distillation_round(problem: FederatedProblem, reference: Array, t: int | Array,
                               x_eval: ArrayLike, weight: float | Array,
-                              mixing: Array | None = None,
+                              mixing: ArrayLike | None = None,
                               rtol: float | None = None) -> Array:
   """Every agent's round-t predictions at ``x_eval`` in one shot (no iteration).
 
@@ -425,7 +435,7 @@ def _fixed_point(rec: PublicDistillation, out: _Readout) -> closed_form.Limit:
 
 
 def public_distillation_limit(problem: FederatedProblem, reference: Array, x_eval: ArrayLike,
-                              weight: float | Array, mixing: Array | None = None,
+                              weight: float | Array, mixing: ArrayLike | None = None,
                               rtol: float | None = None) -> closed_form.Limit:
   """The t -> infinity fixed point ``v* = (I - A)^{-1} b`` read out at ``x_eval``.
 
@@ -451,7 +461,7 @@ def public_distillation_limit(problem: FederatedProblem, reference: Array, x_eva
 
 def public_distillation_simulate(problem: FederatedProblem, reference: Array, rounds: int,
                                  x_eval: ArrayLike, weight: float | Array,
-                                 mixing: Array | None = None,
+                                 mixing: ArrayLike | None = None,
                                  learners: Sequence[Any] | None = None,
                                  rtol: float | None = None) -> Array:
   """The protocol round by round: every agent refits on ``[X_a; Z]`` each round.
@@ -528,8 +538,8 @@ def _mse(pred: Array, y: Array) -> Array:
   return jnp.mean(diff * diff, axis=axes)
 
 
-def coverage_sweep(problem: FederatedProblem, references: Sequence[Array], x_test: Array,
-                   y_test: Array, weight: float | Array, mixing: Array | None = None,
+def coverage_sweep(problem: FederatedProblem, references: Sequence[Array], x_test: ArrayLike,
+                   y_test: ArrayLike, weight: float | Array, mixing: ArrayLike | None = None,
                    rtol: float | None = None) -> CoverageSweep:
   """The fixed point's test error and distance to the centralised model, per reference set.
 

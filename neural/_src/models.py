@@ -52,7 +52,8 @@ SPLIT_RESNETS = {
     "resnet12": (2, 3),
     "resnet20": (3, 3, 3),
 }
-MODELS = ("cnn", "mlp", "vgg", "vgg9", "resnet8", "resnet18", "lenet5") + tuple(SPLIT_RESNETS)
+MODELS = ("cnn", "mlp", "vgg", "vgg9", "resnet8", "resnet14", "resnet18", "lenet5") + tuple(
+    SPLIT_RESNETS)
 NORMS = ("group", "none")
 
 
@@ -210,8 +211,8 @@ class ResNet(nn.Module):
   """CIFAR-style ResNet: 3x3 stem, stages of basic blocks, global average, dense.
 
   Stage i has ``blocks[i]`` blocks with ``width * 2^i`` channels, stride 2 from
-  the second stage on. ResNet-18: blocks (2, 2, 2, 2), width 64; ResNet-8:
-  blocks (1, 1, 1), width 16 (the 6n + 2 family with n = 1).
+  the second stage on. ResNet-18: blocks (2, 2, 2, 2), width 64; ResNet-8 and
+  ResNet-14: blocks (1, 1, 1) and (2, 2, 2), width 16 (the 6n + 2 family with n = 1, 2).
 
   Attributes:
     num_classes: size of the logits (0: no last layer, the features are returned).
@@ -362,8 +363,10 @@ class SplitResNet(nn.Module):
     return (logits, h) if return_features else logits
 
 
-_DEFAULT_WIDTH = {"cnn": 16, "mlp": 512, "vgg": 64, "vgg9": 32, "resnet8": 16, "resnet18": 64}
-_TINY_WIDTH = {"cnn": 4, "mlp": 32, "vgg": 4, "vgg9": 4, "resnet8": 4, "resnet18": 4}
+_DEFAULT_WIDTH = {"cnn": 16, "mlp": 512, "vgg": 64, "vgg9": 32, "resnet8": 16, "resnet14": 16,
+                  "resnet18": 64}
+_TINY_WIDTH = {"cnn": 4, "mlp": 32, "vgg": 4, "vgg9": 4, "resnet8": 4, "resnet14": 4,
+               "resnet18": 4}
 _DEFAULT_WIDTH.update({"lenet5": 6, **{name: 16 for name in SPLIT_RESNETS}})
 _TINY_WIDTH.update({"lenet5": 2, **{name: 4 for name in SPLIT_RESNETS}})
 
@@ -374,12 +377,12 @@ def get_model(name: str, num_classes: int, *, width: int | None = None, tiny: bo
 
   Args:
     name: "cnn", "mlp", "vgg" (VGG16), "vgg9" (the authors' CIFAR-10 VGG-9: pass
-      ``norm="none"`` for theirs), "resnet8", "resnet18", "lenet5" or a split ResNet
+      ``norm="none"`` for theirs), "resnet8", "resnet14", "resnet18", "lenet5" or a split ResNet
       "resnet2", "resnet4", "resnet6", "resnet10", "resnet12", "resnet20".
     num_classes: size of the logits; 0 builds the model without its last dense
       layer, returning its features (B, D) (the feature map for split ResNets).
     width: channels of the first layer (hidden units for the MLP); ``None`` for
-      the default (16, 512, 64, 16, 64, 6, and 16 for the split ResNets), or a
+      the default (16, 512, 64, 32, 16, 16, 64, 6, and 16 for the split ResNets), or a
       small one if ``tiny``.
     tiny: a small variant for tests (small width; VGG with three conv layers,
       ResNet-18 with one block per stage; the split ResNets keep their depth).
@@ -420,6 +423,8 @@ def get_model(name: str, num_classes: int, *, width: int | None = None, tiny: bo
     return VGG(num_classes, width, _VGG_TINY if tiny else _VGG9, norm, "he-fan-out")
   if name == "resnet8":
     return ResNet(num_classes, (1, 1, 1), width, norm)
+  if name == "resnet14":
+    return ResNet(num_classes, (2, 2, 2), width, norm)
   if name == "resnet18":
     return ResNet(num_classes, (1, 1, 1, 1) if tiny else (2, 2, 2, 2), width, norm)
   if name == "lenet5":

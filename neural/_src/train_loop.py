@@ -24,7 +24,10 @@ agents of a stacked run (a common public batch, say).
 none. The agents train as one vmapped program (``"vmap"``) or one after the
 other (``"sequential"``); the numbers are those of training each agent alone.
 A ``communicate`` step runs after every optimiser step on the stacked agents
-(D-Distillation's soft-decision gossip, D-SGD's parameter gossip).
+(D-Distillation's soft-decision gossip, D-SGD's parameter gossip). Agents of
+different architectures are stacked by groups (``groups``): each group steps as
+a stacked run of its own with its own loss and parameters, and ``communicate``
+then sees all agents (D-Distillation with mixed models).
 
 **Which loop.** ``step_loop="scan"`` compiles an epoch (or all ``steps``) into one
 ``lax.scan``; ``"python"`` calls one jitted step per mini-batch. Both run the same
@@ -42,6 +45,7 @@ agents vmapped. ``benchmarks/train_speed.py`` shows the effect.
 from __future__ import annotations
 
 from collections.abc import Callable
+from collections.abc import Sequence
 import dataclasses
 import functools
 from typing import Any
@@ -143,7 +147,7 @@ def shuffle(key: Array, mask: Array) -> Array:
 class _Plan:
   """The static part of a compiled step (hashable: a jit cache key)."""
 
-  loss_fn: Callable[..., Any]
+  loss_fn: Any                      # a callable; with groups a tuple of them, one per group
   optimizer: OptimizerConfig
   batch_size: int
   sampling: str                     # "epochs" or "steps"
@@ -153,6 +157,7 @@ class _Plan:
   agents: str = "vmap"              # stacked only: "vmap" or "unrolled" (one program, no vmap)
   num_agents: int = 1
   guard: bool = False               # some agent can meet a mini-batch of padding only
+  groups: tuple[tuple[int, ...], ...] | None = None   # stacked only: agents by architecture
 
 
 class _Inputs(NamedTuple):
@@ -199,29 +204,59 @@ def _agent_step(plan: _Plan, tx, params, opt_state, data, context, shared, order
   return new_params, new_opt_state, aux
 
 
-def _one_step(plan: _Plan, tx, state, inputs: _Inputs, i):
+def _group_view(plan: _Plan, state, inputs: _Inputs, g: int):
+  """Group g of a grouped plan as a stacked run of its own: (plan, state, inputs).
+
+  Its loss is ``plan.loss_fn[g]``, its parameters and optimiser state ``params[g]``
+  and ``opt_state[g]``; the per-agent context, data and sampler are its members' rows.
+  """
+  members = np.asarray(cast(tuple, plan.groups)[g])
+  pick = lambda tree: jax.tree.map(lambda a: a[members], tree)
+  params, opt_state, context = state
+  one = dataclasses.replace(plan, loss_fn=plan.loss_fn[g], communicate=None,
+                            groups=None, num_agents=len(members))
+  return one, (params[g], opt_state[g], pick(context)), inputs._replace(
+      data=pick(inputs.data), order=pick(inputs.order), n_valid=pick(inputs.n_valid),
+      key=pick(inputs.key))
+
+
+def _agents_step(plan: _Plan, tx, state, inputs: _Inputs, i):
+  """The optimiser step of every agent (no communication): (params, opt_state, aux)."""
   params, opt_state, context = state
   step = inputs.first + i
   shared_key = jax.random.fold_in(inputs.shared_key, i)
+  if plan.groups is not None:   # each group its own stacked step; aux back in agent order
+    views = [_group_view(plan, state, inputs, g) for g in range(len(plan.groups))]
+    outs = [_agents_step(one, tx, one_state, one_inputs, i)
+            for one, one_state, one_inputs in views]
+    aux = None
+    if plan.has_aux:
+      order = np.argsort(np.concatenate([np.asarray(m) for m in plan.groups]))
+      aux = jax.tree.map(lambda *a: jnp.concatenate(a)[order], *[out[2] for out in outs])
+    return tuple(out[0] for out in outs), tuple(out[1] for out in outs), aux
   agent = functools.partial(_agent_step, plan, tx)
   per_agent = (params, opt_state, inputs.data, context)
   sampler = (inputs.order, inputs.n_valid, inputs.key)
   if not plan.stacked:
-    new_params, new_opt_state, aux = agent(*per_agent, inputs.shared, *sampler, shared_key,
-                                           step, i)
-  elif plan.agents == "vmap":
-    new_params, new_opt_state, aux = jax.vmap(
-        agent, in_axes=(0, 0, 0, 0, None, 0, 0, 0, None, None, None))(
-            *per_agent, inputs.shared, *sampler, shared_key, step, i)
-  else:   # one program, one agent after the other (no vmapped convolutions)
-    unrolled = cast(Callable[..., Any], agent)   # unpacks jax.tree.map results (of no known length)
-    outs = [unrolled(*jax.tree.map(lambda a, m=m: a[m], (*per_agent,)), inputs.shared,
-                     *jax.tree.map(lambda a, m=m: a[m], sampler), shared_key, step, i)
-            for m in range(plan.num_agents)]
-    new_params, new_opt_state, aux = jax.tree.map(lambda *a: jnp.stack(a), *outs)
+    return agent(*per_agent, inputs.shared, *sampler, shared_key, step, i)
+  if plan.agents == "vmap":
+    return jax.vmap(agent, in_axes=(0, 0, 0, 0, None, 0, 0, 0, None, None, None))(
+        *per_agent, inputs.shared, *sampler, shared_key, step, i)
+  # one program, one agent after the other (no vmapped convolutions)
+  unrolled = cast(Callable[..., Any], agent)   # unpacks jax.tree.map results (of no known length)
+  outs = [unrolled(*jax.tree.map(lambda a, m=m: a[m], (*per_agent,)), inputs.shared,
+                   *jax.tree.map(lambda a, m=m: a[m], sampler), shared_key, step, i)
+          for m in range(plan.num_agents)]
+  return jax.tree.map(lambda *a: jnp.stack(a), *outs)
+
+
+def _one_step(plan: _Plan, tx, state, inputs: _Inputs, i):
+  params, _, context = state
+  new_params, new_opt_state, aux = _agents_step(plan, tx, state, inputs, i)
   if plan.communicate is not None:
-    new_params, context = plan.communicate(Exchange(params, new_params, context, inputs.shared,
-                                                    aux, shared_key, step))
+    new_params, context = plan.communicate(Exchange(
+        params, new_params, context, inputs.shared, aux, jax.random.fold_in(inputs.shared_key, i),
+        inputs.first + i))
   return new_params, new_opt_state, context
 
 
@@ -276,6 +311,9 @@ _CONV_CACHE: dict[Any, bool] = {}
 
 def _step_uses_convolution(plan: _Plan, state, inputs: _Inputs) -> bool:
   """Whether one agent's step contains a convolution (traced once per plan and shapes)."""
+  if plan.groups is not None:
+    return any(_step_uses_convolution(*_group_view(plan, state, inputs, g))
+               for g in range(len(plan.groups)))
   signature = (plan, jax.tree.structure((state, inputs)),
                tuple((np.shape(a), jnp.result_type(a)) for a in jax.tree.leaves((state, inputs))))
   if signature not in _CONV_CACHE:   # slices and traces only the first time
@@ -308,7 +346,8 @@ def resolve_loop(step_loop: str, agent_batching: str, uses_convolution: Callable
 # The scaffold
 
 
-def train_loop(loss_fn: Callable[..., Any], params: Any, data: Any, *,
+def train_loop(loss_fn: Callable[..., Any] | Sequence[Callable[..., Any]], params: Any,
+               data: Any, *,
                optimizer: OptimizerConfig, key: Array, batch_size: int,
                epochs: int | None = None, steps: int | None = None, mask: Any = None,
                context: Any = None, shared: Any = None, opt_state: Any = None,
@@ -316,7 +355,8 @@ def train_loop(loss_fn: Callable[..., Any], params: Any, data: Any, *,
                communicate: Callable[[Exchange], tuple[Any, Any]] | None = None,
                has_aux: bool = False, first_step: int = 0, step_loop: str = "auto",
                agent_batching: str = "auto",
-               on_epoch: Callable[[int, Any, int | None], None] | None = None) -> TrainResult:
+               on_epoch: Callable[[int, Any, int | None], None] | None = None,
+               groups: Sequence[Sequence[int]] | None = None) -> TrainResult:
   """Trains ``params`` on mini-batches of ``data`` with the loss ``loss_fn``.
 
   Each step: ``grads = grad(loss_fn)(params, batch)`` (a :class:`Batch`), one
@@ -351,6 +391,12 @@ def train_loop(loss_fn: Callable[..., Any], params: Any, data: Any, *,
       ``agent`` is ``None`` when ``params`` are all of this call's (stacked if
       ``stacked``), or the index m when stacked agents train one after the other
       and ``params`` are agent m's alone.
+    groups: stacked agents of different architectures, grouped: ``groups[g]`` lists
+      the agents of group g (every agent in exactly one group). Then ``loss_fn[g]``
+      is group g's loss, and ``params`` and ``opt_state`` are tuples whose entry g
+      is stacked over ``groups[g]`` in that order; data, mask, context, key and the
+      aux that ``communicate`` sees stay stacked over all agents in agent order.
+      Each group steps as a stacked run of its own, then ``communicate`` acts on all.
 
   Returns:
     A :class:`TrainResult` (params, optimiser state, context).
@@ -387,6 +433,16 @@ def train_loop(loss_fn: Callable[..., Any], params: Any, data: Any, *,
     raise TrainError(f"agent_batching: expected one of {AGENT_BATCHING}, got {agent_batching!r}")
   if communicate is not None and not stacked:
     raise TrainError("communicate: needs stacked=True (it acts on all agents at once)")
+  if groups is not None:
+    groups = tuple(tuple(int(a) for a in members) for members in groups)
+    if not stacked:
+      raise TrainError("groups: needs stacked=True (it groups the stacked agents)")
+    for name, value in (("loss_fn", loss_fn), ("params", params), ("opt_state", opt_state)):
+      if value is not None and not (isinstance(value, (tuple, list)) and
+                                    len(value) == len(groups)):
+        raise TrainError(f"{name}: expected a tuple with one entry per group "
+                         f"({len(groups)} groups), got {type(value).__name__}")
+    loss_fn, params = tuple(cast(Sequence[Callable[..., Any]], loss_fn)), tuple(params)
   data = jax.tree.map(jnp.asarray, data)
   leaves = jax.tree.leaves(data)
   if not leaves:
@@ -403,13 +459,19 @@ def train_loop(loss_fn: Callable[..., Any], params: Any, data: Any, *,
   n_valid = mask.sum(axis=-1)
   key = jnp.asarray(key)
   num_agents = shape[0] if stacked else 1
+  if groups is not None and sorted(a for members in groups for a in members) != list(
+      range(num_agents)):
+    raise TrainError(f"groups: expected every agent 0..{num_agents - 1} in exactly one group, "
+                     f"got {groups}")
   if stacked and (key.ndim == 0 or key.shape[0] != num_agents):
     raise TrainError(f"key: expected {num_agents} stacked keys (one per agent), got shape "
                      f"{key.shape}")
   if steps is not None and np.any(n_valid == 0):
     raise TrainError("mask: every agent needs at least one point to draw mini-batches from")
   tx = make_optimizer(optimizer)
-  if opt_state is None:
+  if opt_state is None and groups is not None:
+    opt_state = tuple(jax.vmap(tx.init)(p) for p in params)
+  elif opt_state is None:
     opt_state = jax.vmap(tx.init)(params) if stacked else tx.init(params)
   if count == 0:
     return TrainResult(params, opt_state, context)
@@ -422,7 +484,8 @@ def train_loop(loss_fn: Callable[..., Any], params: Any, data: Any, *,
   else:
     steps_per_epoch, sizes = int(steps), {0}
   plan = _Plan(loss_fn, optimizer, int(batch_size), "epochs" if steps is None else "steps",
-               has_aux, communicate, stacked, "vmap", num_agents, guard=len(sizes) > 1)
+               has_aux, communicate, stacked, "vmap", num_agents, guard=len(sizes) > 1,
+               groups=groups)
   state = (params, opt_state, context)
   mask = jnp.asarray(mask)
   if epochs is not None:
@@ -446,7 +509,7 @@ def train_loop(loss_fn: Callable[..., Any], params: Any, data: Any, *,
   step_loop, agent_batching = resolve_loop(
       step_loop, agent_batching, lambda: _step_uses_convolution(plan, state, first_inputs))
   if stacked and agent_batching == "sequential":
-    if communicate is None:   # independent agents: each trains alone, one compiled program
+    if communicate is None and groups is None:   # independent agents: each trains alone
       return _one_by_one(loss_fn, state, data, mask, key, shared_key, shared,
                          dict(optimizer=optimizer, batch_size=batch_size, epochs=epochs,
                               steps=steps, has_aux=has_aux, first_step=first_step,

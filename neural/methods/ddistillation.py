@@ -12,6 +12,7 @@ from neural._src.methods.ddistillation import DDistConfig as Config
 from neural._src.methods.ddistillation import DDistData
 from neural._src.methods.ddistillation import DDistError
 from neural._src.methods.ddistillation import DDistState
+from neural._src.methods.ddistillation import architecture_groups
 from neural._src.methods.ddistillation import check_step_size
 from neural._src.methods.ddistillation import check_z_step
 from neural._src.methods.ddistillation import comm_floats

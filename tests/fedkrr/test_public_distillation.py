@@ -12,6 +12,8 @@ import dataclasses
 import os
 import subprocess
 import sys
+from typing import Any
+from typing import cast
 
 import jax
 import jax.numpy as jnp
@@ -90,6 +92,24 @@ def test_the_mixing_matrix_is_read_by_columns(data, long_run, x64):
   transposed = fedkrr.public_distillation_trajectory(problem, reference, ROUNDS, x_eval, WEIGHT,
                                                      RING.T)
   assert np.max(np.abs(np.asarray(transposed[2] - long_run["ring"][2]))) > 1e-4
+
+
+def test_fixed_point_is_d_distillations_only_for_full_averaging(data, assert_close):
+  """D-Distillation's stationary points (z at consensus, z = mean_b g_b(Z)) solve
+  v_a = b_a + H_a mean_b v_b, whatever W: the twin's fixed point with W = 11^T/M does,
+  the ring's does not (it depends on W)."""
+  problem, reference, _ = data
+  d_dist = fedkrr.public_distillation(problem, reference, WEIGHT)   # v -> b + H mean(v)
+  full = fedkrr.public_distillation_limit(problem, reference, reference, WEIGHT).predictions
+  ring = fedkrr.public_distillation_limit(problem, reference, reference, WEIGHT,
+                                          RING).predictions
+  assert_close(d_dist.step(full), full, dtype=problem.ridge.dtype)
+  residual = float(jnp.max(jnp.abs(d_dist.step(ring) - ring)))
+  gap = float(jnp.max(jnp.abs(ring - full)))
+  scale = float(jnp.max(jnp.abs(full)))
+  assert min(residual, gap) > 1e4 * _eps(problem) * scale   # far above rounding
+  print(f"ring vs full averaging: fixed points differ by {gap:.3g} (predictions up to "
+        f"{scale:.3g}); the ring's is off D-Distillation's stationary set by {residual:.3g}")
 
 
 def test_round_in_one_shot_equals_the_iteration(data, long_run, assert_close):
@@ -273,7 +293,7 @@ def test_bad_input_is_rejected_with_the_argument_named(data):
   with pytest.raises(ProblemError, match="weight: expected a finite number >= 0"):
     fedkrr.public_distillation_limit(problem, reference, x_eval, float("nan"))
   with pytest.raises(ProblemError, match="weight: expected a number >= 0"):
-    run(problem, reference, 3, x_eval, "big")
+    run(problem, reference, 3, x_eval, cast(Any, "big"))   # a bad type on purpose
   with pytest.raises(ProblemError, match=r"mixing: expected an \(3, 3\) matrix"):
     run(problem, reference, 3, x_eval, 1.0, np.eye(2))
   with pytest.raises(ProblemError, match="mixing: expected a doubly stochastic matrix, got "

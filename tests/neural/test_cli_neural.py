@@ -70,7 +70,8 @@ def test_configs_lists_the_shipped_configs():
   names = [line.split()[0] for line in result.stdout.splitlines()]
   assert "fig06_alpha_same_model" in names and "fig06_alpha_same_model_small" in names
   assert sorted(names) == sorted(shipped_configs())   # one line per shipped config
-  new = {"ddist_small", "mhd_small", "repshare_small", "feddkc_small", "compare_small"}
+  new = {"ddist_small", "ddist_fig3_small", "mhd_small", "repshare_small", "feddkc_small",
+         "compare_small"}
   assert new <= set(names)
 
 
@@ -101,7 +102,7 @@ def test_a_methods_flag_reaches_its_config_and_is_refused_by_others(tmp_path, ca
   runs = ConfigSpec(base={}).expand(overrides_from_args(_parser().parse_args(
       ["run", "--workdir", "w", "--method", "mhd", "--labels-per-client", "2",
        "--aux-heads", "3"])))
-  assert runs[0][1].aux_heads == 3
+  assert runs[0][1].to_dict()["aux_heads"] == 3
   assert main(["run", *FLAGS, "--aux-heads", "3", "--workdir", str(tmp_path)]) == 2
   assert "aux_heads: not a field of the KD experiment config" in capsys.readouterr().err
 

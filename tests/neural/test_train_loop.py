@@ -1,6 +1,9 @@
 """The training scaffold: sampling, masks, keys, loops, agents, communication, the optimisers."""
 
+from collections.abc import Callable
 import dataclasses
+from typing import Any
+from typing import cast
 
 import jax
 import jax.numpy as jnp
@@ -225,12 +228,14 @@ def test_sgd_matches_pytorch_sgd_with_l2(momentum):
 
 def test_schedules_follow_their_formulas():
   poly = neural.OptimizerConfig("sgd", 0.2, schedule="polynomial", power=0.6, t0=10.0)
+  poly = cast(Callable[[int], Any], poly.learning_rate_at())
   for step in (0, 1, 7, 100):
-    np.testing.assert_allclose(float(poly.learning_rate_at()(step)),
+    np.testing.assert_allclose(float(jnp.asarray(poly(step))),
                                0.2 * (10.0 / (step + 10.0)) ** 0.6, rtol=1e-6)
-  cos = neural.OptimizerConfig("adam", 1.0, schedule="cosine", decay_steps=8).learning_rate_at()
-  np.testing.assert_allclose([float(cos(s)) for s in (0, 4, 8, 20)], [1.0, 0.5, 0.0, 0.0],
-                             atol=1e-6)
+  cos = cast(Callable[[int], Any], neural.OptimizerConfig(
+      "adam", 1.0, schedule="cosine", decay_steps=8).learning_rate_at())
+  np.testing.assert_allclose([float(jnp.asarray(cos(s))) for s in (0, 4, 8, 20)],
+                             [1.0, 0.5, 0.0, 0.0], atol=1e-6)
 
 
 @pytest.mark.parametrize("kwargs, match", [
@@ -255,8 +260,9 @@ def test_on_epoch_watches_every_epoch_without_changing_training():
   x = jax.random.normal(jax.random.PRNGKey(1), (2, 40, 3))
   y = x @ jnp.array([1.0, -2.0, 0.5])
   seen = []
-  common = dict(optimizer=neural.OptimizerConfig("adam", 0.05), key=jax.random.split(
-      jax.random.PRNGKey(0), 2), batch_size=16, epochs=4, stacked=True)
+  common: dict[str, Any] = dict(optimizer=neural.OptimizerConfig("adam", 0.05),
+                                key=jax.random.split(jax.random.PRNGKey(0), 2), batch_size=16,
+                                epochs=4, stacked=True)
   params = {"w": jnp.zeros((2, 3))}
   plain = neural.train_loop(_linear_loss, params, {"x": x, "y": y}, **common)
   for batching in ("vmap", "sequential"):
@@ -270,3 +276,57 @@ def test_on_epoch_watches_every_epoch_without_changing_training():
     else:
       assert [(e, agent) for e, agent, _ in seen] == [(e, m) for m in range(2) for e in range(4)]
       np.testing.assert_allclose(seen[-1][2], plain.params["w"][1], rtol=1e-6)
+
+
+def shifted(params, batch):
+  """A quadratic loss on targets shifted by the agent's context; aux: its mean prediction."""
+  pred = batch.data["x"] @ params["w"] + params.get("b", 0.0)
+  loss = jnp.sum(batch.weights * (pred - batch.data["y"] - batch.context["c"]) ** 2)
+  return loss, jnp.mean(pred)
+
+
+@dataclasses.dataclass(frozen=True)
+class Accumulate:
+  """A communicate step on the context alone: c^n += mean over agents of the aux, + aux^n."""
+
+  def __call__(self, ex):
+    return ex.params, {"c": ex.context["c"] + ex.aux.mean() + ex.aux}
+
+
+def test_groups_of_agents_give_the_numbers_of_one_stack():
+  # the same loss in two groups ((0, 2), (1,)): each agent's numbers are those of the
+  # ungrouped run, and communicate sees aux and context in agent order
+  rng = np.random.default_rng(2)
+  x = jnp.asarray(rng.normal(size=(3, 12, 2)), jnp.float32)
+  y = jnp.asarray(rng.normal(size=(3, 12)), jnp.float32)
+  w = jnp.asarray(rng.normal(size=(3, 2)), jnp.float32)
+  settings: dict[str, Any] = dict(optimizer=neural.OptimizerConfig("sgd", 0.01), batch_size=4,
+                  steps=3,
+                  key=jax.random.split(jax.random.PRNGKey(0), 3), stacked=True, has_aux=True,
+                  context={"c": jnp.asarray([0.0, 1.0, -1.0])}, communicate=Accumulate())
+  one = neural.train_loop(shifted, {"w": w}, {"x": x, "y": y}, **settings)
+  first, second = np.array([0, 2]), np.array([1])
+  grouped = neural.train_loop((shifted, shifted), ({"w": w[first]}, {"w": w[second]}),
+                              {"x": x, "y": y}, groups=((0, 2), (1,)), **settings)
+  np.testing.assert_allclose(grouped.params[0]["w"], one.params["w"][first], rtol=1e-6)
+  np.testing.assert_allclose(grouped.params[1]["w"], one.params["w"][second], rtol=1e-6)
+  np.testing.assert_allclose(grouped.context["c"], one.context["c"], rtol=1e-6)
+  assert len(set(np.round(np.asarray(one.context["c"]), 4))) == 3   # the order mattered
+
+
+def test_groups_may_hold_different_architectures_and_bad_groups_are_named():
+  rng = np.random.default_rng(3)
+  x = jnp.asarray(rng.normal(size=(3, 8, 2)), jnp.float32)
+  y = jnp.asarray(rng.normal(size=(3, 8)), jnp.float32)
+  params = ({"w": jnp.zeros((2, 2))}, {"w": jnp.zeros((1, 2)), "b": jnp.zeros((1,))})
+  settings: dict[str, Any] = dict(optimizer=neural.OptimizerConfig("sgd", 0.01), batch_size=4,
+                  steps=3,
+                  key=jax.random.split(jax.random.PRNGKey(0), 3), stacked=True, has_aux=True,
+                  context={"c": jnp.zeros(3)}, communicate=Accumulate())
+  out = neural.train_loop((shifted, shifted), params, {"x": x, "y": y}, groups=((0, 1), (2,)),
+                          **settings)
+  assert jax.tree.map(np.shape, out.params) == jax.tree.map(np.shape, params)
+  assert float(jnp.abs(out.params[1]["b"]).sum()) > 0   # the bias of group 1 trained
+  for groups, match in [(((0, 1), (1,)), "groups"), (((0, 1),), "loss_fn")]:
+    with pytest.raises(tl.TrainError, match=match):
+      neural.train_loop((shifted, shifted), params, {"x": x, "y": y}, groups=groups, **settings)

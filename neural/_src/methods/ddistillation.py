@@ -29,7 +29,14 @@ the paper only argues the sums (see :func:`check_z_step`).
 
 One *round* of :func:`run_method` is ``steps_per_round`` iterations, then every
 device is evaluated on the test set (the paper plots mean device accuracy).
-All devices share one architecture so the device axis is vmapped.
+
+Devices may have different architectures (Fig. 3: LeNet-5 and ResNets on CIFAR-10;
+``DDistConfig.models``). They are grouped by architecture
+(:func:`architecture_groups`): each group's devices are stacked and vmapped over
+their own model, while z, eq. 6 and the communication act on all devices. D-SGD
+cannot average different architectures, so with mixed models it runs "on each
+subset of devices separately" (Sec. 6): one D-SGD per group, on a graph of the
+config's kind among that group's devices (its W is block diagonal).
 """
 
 from __future__ import annotations
@@ -170,6 +177,19 @@ def num_params(params) -> int:
   return int(sum(np.prod(np.shape(leaf)[1:]) for leaf in jax.tree.leaves(params)))
 
 
+def architecture_groups(models) -> tuple[tuple[str, tuple[int, ...]], ...]:
+  """The devices grouped by architecture: ``((name, devices), ...)`` in order of first use.
+
+  Example:
+    >>> architecture_groups(("lenet5", "resnet8", "lenet5"))
+    (('lenet5', (0, 2)), ('resnet8', (1,)))
+  """
+  groups: dict[str, list[int]] = {}
+  for n, name in enumerate(models):
+    groups.setdefault(name, []).append(n)
+  return tuple((name, tuple(devices)) for name, devices in groups.items())
+
+
 def comm_floats(method: str, out_degrees, *, network_batch_size: int, num_classes: int,
                 params_per_device: int, steps: int = 1) -> np.ndarray:
   """(N,) numbers each device sends in ``steps`` iterations.
@@ -194,7 +214,10 @@ class DDistConfig(MethodConfig):
   """D-Distillation / D-SGD / Silo-SGD on a communication graph (one config, three methods).
 
   Attributes (beyond :class:`MethodConfig`):
-    model, width, tiny: the devices' (shared) architecture (``neural.get_model``).
+    model, width, tiny: the devices' architecture (``neural.get_model``).
+    models: ``None`` (every device has ``model``), one architecture for all, or one
+      per device (length ``agents``; Fig. 3's mixes), each with ``width`` and ``tiny``
+      (as ``ExperimentConfig.models``).
     loss: the private loss L, "ce" or "mse" (the paper does not name it).
     graph, graph_degree: the graph (``neural.make_graph``; "random" = max degree d,
       the paper's Fig. 2), seeded by ``data_seed``; W is its Metropolis matrix (uniform
@@ -219,6 +242,7 @@ class DDistConfig(MethodConfig):
 
   method: str = "d-distillation"
   model: str = "mlp"
+  models: tuple[str, ...] | None = None
   width: int | None = None
   tiny: bool = False
   loss: str = "ce"
@@ -241,6 +265,12 @@ class DDistConfig(MethodConfig):
     super().validate()
     self.need(self.method in METHODS, "method", f"one of {', '.join(METHODS)}")
     self.need(self.model in MODELS, "model", f"one of {', '.join(MODELS)}")
+    self.need(self.models is None or (len(self.models) in (1, self.agents) and
+                                      all(m in MODELS for m in self.models)), "models",
+              f"None, one architecture for all or one per device (1 or {self.agents} names, "
+              f"each one of {', '.join(MODELS)})")
+    self.need(self.graph_window == 1 or self.method != "d-sgd" or len(self.groups) == 1,
+              "graph_window", "1 for D-SGD with mixed models (one graph per group)")
     self.need(self.width is None or self.width >= 1, "width", "None or an integer >= 1")
     self.need(self.loss in LOSSES, "loss", f"one of {', '.join(LOSSES)}")
     self.need(self.graph in graphs.GRAPHS, "graph", f"one of {', '.join(graphs.GRAPHS)}")
@@ -259,6 +289,18 @@ class DDistConfig(MethodConfig):
     self.need(self.eta_t0 > 0, "eta_t0", "a time offset > 0")
     self.need(0.5 < self.eta_power <= 1, "eta_power",
               "a in (1/2, 1] (sum eta_t = inf, sum eta_t^2 < inf; Theorem 3)")
+
+  @property
+  def device_models(self) -> tuple[str, ...]:
+    """The architecture of each device (length ``agents``)."""
+    if self.models is None:
+      return (self.model,) * self.agents
+    return self.models * self.agents if len(self.models) == 1 else self.models
+
+  @property
+  def groups(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """:func:`architecture_groups` of :attr:`device_models`."""
+    return architecture_groups(self.device_models)
 
 
 class DDistData(NamedTuple):
@@ -287,8 +329,10 @@ class DDistData(NamedTuple):
 
 
 class DDistState(NamedTuple):
-  """``params``: stacked per-device variables; ``z``: (N, Q, K) or None; ``comm``: (N,) totals;
-  ``opt_state``: the stacked SGD states (their step count drives eta_t)."""
+  """``params``: stacked per-device variables (mixed models: a tuple, one stack per
+  architecture group of :func:`architecture_groups`); ``z``: (N, Q, K) or None, in device
+  order; ``comm``: (N,) totals; ``opt_state``: the SGD states, stacked like ``params``
+  (their step count drives eta_t)."""
 
   params: Any
   z: Any
@@ -300,8 +344,22 @@ def make_graph_and_weights(config: DDistConfig) -> tuple[np.ndarray, np.ndarray]
   """Each round's adjacency and checked mixing matrix, stacked (B, N, N) for B = graph_window.
 
   The graph is seeded by ``[data_seed, 3]``; with ``graph_window`` > 1 its edges are dealt
-  into B parts (:func:`neural.edge_schedule`) by the same generator.
+  into B parts (:func:`neural.edge_schedule`) by the same generator. D-SGD with mixed
+  models gets one graph per architecture group (B = 1), seeded ``[data_seed, 3, g]``,
+  so its adjacency and W are block diagonal (a group of one device keeps W = 1).
   """
+  if config.method == "d-sgd" and len(config.groups) > 1:
+    adjacency = np.zeros((config.agents, config.agents), bool)
+    weights = np.zeros((config.agents, config.agents))
+    for g, (_, devices) in enumerate(config.groups):
+      block = np.ix_(devices, devices)
+      if len(devices) == 1:
+        weights[block] = 1.0
+        continue
+      graph = graphs.make_graph(config.graph, len(devices), degree=config.graph_degree,
+                                rng=np.random.default_rng([config.data_seed, 3, g]))
+      adjacency[block], weights[block] = graph.adjacency, graphs.mixing_matrix(graph)
+    return adjacency[None], weights[None]
   rng = np.random.default_rng([config.data_seed, 3])
   graph = graphs.make_graph(config.graph, config.agents, degree=config.graph_degree, rng=rng)
   if config.graph_window == 1:
@@ -345,8 +403,9 @@ def load_data(config: DDistConfig) -> DDistData:
                    np.asarray(y_test), num_classes, adjacency, weights.astype(np.float32))
 
 
-def _model(config: DDistConfig, num_classes: int):
-  return get_model(config.model, num_classes, width=config.width, tiny=config.tiny)
+def _model(config: DDistConfig, num_classes: int, name: str | None = None):
+  return get_model(config.model if name is None else name, num_classes, width=config.width,
+                   tiny=config.tiny)
 
 
 def _to_numpy(tree: Any) -> Any:
@@ -358,22 +417,45 @@ def _init_fn(model, input_shape: tuple[int, ...]):
   return jax.jit(jax.vmap(lambda k: init_variables(model, k, input_shape)))
 
 
+@functools.lru_cache(maxsize=16)
+def _proba_fn(model):
+  return jax.jit(jax.vmap(lambda p, x: jax.nn.softmax(model.apply(p, x)), in_axes=(0, None)))
+
+
+def _in_device_order(parts, groups):
+  """Stacks per-group arrays (leading axis: the group's devices) back in device order."""
+  order = np.argsort(np.concatenate([devices for _, devices in groups]))
+  return jnp.concatenate(parts)[order]
+
+
 def init(config: DDistConfig, data: DDistData) -> DDistState:
-  """Per-device initial variables (one common init for D-SGD) and z_0 in the simplex."""
-  model = _model(config, data.num_classes)
+  """Per-device initial variables (one common init for D-SGD, per architecture group) and
+  z_0 in the simplex. With mixed models ``params`` is a tuple, one stack per group."""
   keys = jax.random.split(jax.random.fold_in(jax.random.PRNGKey(config.init_seed), 10**6),
                           config.agents)
-  if config.method == "d-sgd":
-    keys = jnp.broadcast_to(keys[:1], keys.shape)
-  params = _init_fn(model, tuple(data.xs.shape[2:]))(keys)
+  groups = config.groups
+  if config.method == "d-sgd":   # a common initialisation within each group
+    for _, devices in groups:
+      keys = keys.at[np.asarray(devices)].set(keys[devices[0]])
+  models = [_model(config, data.num_classes, name) for name, _ in groups]
+  params = tuple(_init_fn(model, tuple(data.xs.shape[2:]))(keys[np.asarray(devices)])
+                 for model, (_, devices) in zip(models, groups))
   z = None
   if config.method == "d-distillation":
     q, k = data.x_ref.shape[0], data.num_classes
     if config.z_init == "uniform":
       z = jnp.full((config.agents, q, k), 1.0 / k, jnp.float32)
+    elif len(groups) == 1:   # unjitted, as before mixed models (the same numbers)
+      z = jax.vmap(lambda p: jax.nn.softmax(cast(jax.Array, models[0].apply(p, data.x_ref))))(
+          params[0])
     else:
-      z = jax.vmap(lambda p: jax.nn.softmax(cast(jax.Array, model.apply(p, data.x_ref))))(params)
-  opt_state = jax.vmap(make_optimizer(_step_size(config)).init)(params)
+      x_ref = jnp.asarray(data.x_ref)
+      z = _in_device_order([_proba_fn(model)(p, x_ref) for model, p in zip(models, params)],
+                           groups)
+  if len(groups) == 1:   # one architecture: the stack itself
+    params = params[0]
+  opt_state = jax.vmap(make_optimizer(_step_size(config)).init)(params) if len(groups) == 1 \
+      else tuple(jax.vmap(make_optimizer(_step_size(config)).init)(p) for p in params)
   return DDistState(_to_numpy(params), _to_numpy(z), np.zeros(config.agents, np.int64),
                     _to_numpy(opt_state))
 
@@ -429,7 +511,9 @@ class _Gossip:
 
   D-Distillation: eq. 6 on the common reference batch, with the step's eta_t.
   D-SGD (and Silo-SGD, W = I): combine then adapt,
-  ``theta^n <- sum_m W[m, n] theta^m_t - eta_t grad`` = ``W theta_t + (theta_sgd - theta_t)``.
+  ``theta^n <- sum_m W[m, n] theta^m_t - eta_t grad`` = ``W theta_t + (theta_sgd - theta_t)``;
+  with architecture ``groups`` (params a tuple of stacks) each group gossips with its
+  block of the (block diagonal) W.
   """
 
   distills: bool
@@ -437,11 +521,16 @@ class _Gossip:
   beta: float
   z_step_scale: float
   step_size: OptimizerConfig
+  groups: tuple[tuple[int, ...], ...] | None = None
 
   def __call__(self, ex):
     weights = ex.shared["weights"]
     if not self.distills:
-      mixed = gossip(weights, ex.params_before)
+      if self.groups is None:
+        mixed = gossip(weights, ex.params_before)
+      else:
+        mixed = tuple(gossip(weights[np.asarray(d)][:, np.asarray(d)], p)
+                      for d, p in zip(self.groups, ex.params_before))
       return jax.tree.map(lambda m, new, old: m + (new - old), mixed, ex.params,
                           ex.params_before), ex.context
     schedule = cast(Callable[..., Any], self.step_size.learning_rate_at())  # polynomial schedule
@@ -453,11 +542,6 @@ class _Gossip:
     return ex.params, {**ex.context, "z": z}
 
 
-@functools.lru_cache(maxsize=16)
-def _proba_fn(model):
-  return jax.jit(jax.vmap(lambda p, x: jax.nn.softmax(model.apply(p, x)), in_axes=(0, None)))
-
-
 def step(config: DDistConfig, data: DDistData, state: DDistState, t: int
                ) -> tuple[DDistState, list[dict[str, Any]]]:
   """Round t: ``steps_per_round`` iterations of the method, then per-device test scores.
@@ -465,7 +549,9 @@ def step(config: DDistConfig, data: DDistData, state: DDistState, t: int
   Iteration keys come from ``round_rng(init_seed, t)`` (shared reference batch, per-device
   private batches), so a resumed run repeats the same numbers.
   """
-  model = _model(config, data.num_classes)
+  groups = config.groups
+  models = [_model(config, data.num_classes, name) for name, _ in groups]
+  grouped = len(groups) > 1
   distills = config.method == "d-distillation"
   this_round = t % data.weights.shape[0]   # the graph of round t (time-varying if B > 1)
   weights = np.eye(config.agents, dtype=np.float32) if config.method == "silo-sgd" \
@@ -475,24 +561,34 @@ def step(config: DDistConfig, data: DDistData, state: DDistState, t: int
     context["z"] = jnp.asarray(state.z)
   key = round_rng(config.init_seed, t)
   mask = np.arange(data.xs.shape[1])[None, :] < data.sizes[:, None]
+  losses = tuple(_DeviceLoss(model, distills, config.loss, config.network_batch_size,
+                             config.distill_beta) for model in models)
   out = train_loop(
-      _DeviceLoss(model, distills, config.loss, config.network_batch_size, config.distill_beta),
-      state.params, {"x": data.xs, "y": data.labels}, optimizer=_step_size(config),
+      losses if grouped else losses[0], state.params, {"x": data.xs, "y": data.labels},
+      optimizer=_step_size(config),
       key=jax.random.split(key, config.agents), shared_key=jax.random.fold_in(key, config.agents),
       batch_size=config.batch_size, steps=config.steps_per_round, mask=mask, context=context,
       shared={"x_ref": jnp.asarray(data.x_ref), "weights": jnp.asarray(weights)},
       opt_state=state.opt_state, stacked=True, has_aux=distills,
       communicate=_Gossip(distills, config.network_batch_size, config.distill_beta,
-                          config.z_step_scale, _step_size(config)),
+                          config.z_step_scale, _step_size(config),
+                          tuple(d for _, d in groups) if grouped else None),
       first_step=t * config.steps_per_round, step_loop=config.step_loop,
-      agent_batching=config.agent_batching)
+      agent_batching=config.agent_batching,
+      groups=tuple(d for _, d in groups) if grouped else None)
   params, opt_state = out.params, out.opt_state
   z = out.context["z"] if distills else None
-  probs = np.asarray(_proba_fn(model)(params, jnp.asarray(data.x_test)))
-  sent = comm_floats(config.method, data.adjacency[this_round].sum(axis=1),
-                     network_batch_size=config.network_batch_size,
-                     num_classes=data.num_classes, params_per_device=num_params(params),
-                     steps=config.steps_per_round)
+  group_params = params if grouped else (params,)
+  x_test = jnp.asarray(data.x_test)
+  probs = np.asarray(_in_device_order(
+      [_proba_fn(model)(p, x_test) for model, p in zip(models, group_params)], groups))
+  out_degrees = data.adjacency[this_round].sum(axis=1)
+  sent = np.zeros(config.agents, np.int64)
+  for (_, devices), p in zip(groups, group_params):
+    sent[list(devices)] = comm_floats(
+        config.method, out_degrees[list(devices)], network_batch_size=config.network_batch_size,
+        num_classes=data.num_classes, params_per_device=num_params(p),
+        steps=config.steps_per_round)
   comm = state.comm + sent
   eta_end = float(polynomial_step_size(config.eta0, config.eta_power, config.eta_t0)(
       (t + 1) * config.steps_per_round - 1))
@@ -500,12 +596,14 @@ def step(config: DDistConfig, data: DDistData, state: DDistState, t: int
   if z is not None:
     extra["consensus_error"] = float(consensus_error(z))
   rows = []
+  names = config.device_models
   for a in range(config.agents):
-    rows.append({"agent": a, "model": config.model, **test_scores(probs[a], data.y_test),
+    rows.append({"agent": a, "model": names[a], **test_scores(probs[a], data.y_test),
                  "comm_floats": int(sent[a]), "comm_floats_total": int(comm[a]), **extra})
   mean = {key: float(np.mean([r[key] for r in rows]))
           for key in ("test_accuracy", "test_loss", "comm_floats", "comm_floats_total")}
-  rows.append({"agent": "mean", "model": config.model, **mean, **extra})
+  rows.append({"agent": "mean", "model": config.model if not grouped else "+".join(
+      name for name, _ in groups), **mean, **extra})
   return DDistState(_to_numpy(params), _to_numpy(z), comm, _to_numpy(opt_state)), rows
 
 

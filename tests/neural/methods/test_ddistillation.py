@@ -1,5 +1,8 @@
 """Tests of D-Distillation, D-SGD and Silo-SGD (neural/_src/ddistillation.py)."""
 
+from typing import Any
+from typing import cast
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -121,9 +124,10 @@ def test_comm_counts_follow_shapes():
   assert dd.num_params(stacked) == 11
 
 
-TINY = dict(dataset="digits", agents=4, graph="ring", train_subset=120, test_subset=30,
-            rounds=2, steps_per_round=2, batch_size=8, network_batch_size=4, model="mlp",
-            tiny=True, width=8, eta0=0.01, distill_beta=2.0)
+TINY: dict[str, Any] = dict(
+    dataset="digits", agents=4, graph="ring", train_subset=120, test_subset=30, rounds=2,
+    steps_per_round=2, batch_size=8, network_batch_size=4, model="mlp", tiny=True, width=8,
+    eta0=0.01, distill_beta=2.0)
 
 
 @pytest.fixture(scope="module")
@@ -198,7 +202,63 @@ def test_time_varying_graph_uses_one_part_of_the_edges_a_round(tmp_path):
 @pytest.mark.parametrize("name", ["ddist_small", "ddist_paper"])
 def test_shipped_configs_compare_the_three_methods(name):
   from neural._src.specs import load_spec
-  runs = load_spec(name).expand()
+  runs = [(label, cast(dd.DDistConfig, config)) for label, config in load_spec(name).expand()]
   assert sorted(config.method for _, config in runs) == sorted(dd.METHODS)
   assert all(config.agents == 16 and config.graph == "random" and config.graph_degree == 3
              and config.reference_fraction == 0.4 for _, config in runs)
+
+
+
+@pytest.mark.parametrize("name", ["ddist_fig3_small", "ddist_fig3_paper"])
+def test_fig3_configs_mix_two_and_four_architectures(name):
+  from neural._src.specs import load_spec
+  runs = [(label, cast(dd.DDistConfig, config)) for label, config in load_spec(name).expand()]
+  assert sorted(config.method for _, config in runs) == sorted(dd.METHODS * 2)
+  sizes = {label.split("__")[0]: [len(d) for _, d in config.groups] for label, config in runs}
+  assert sizes == {"two_models": [4, 4], "four_models": [2, 2, 2, 2]}
+  for _, config in runs:   # each reference z drawn many times in the run
+    assert config.agents == 8 and config.rounds * config.steps_per_round * \
+        config.network_batch_size >= 20 * 0.4 * (1437 if config.dataset == "digits" else 50000)
+
+
+def test_paper_config_draws_every_reference_point_many_times():
+  from neural._src.specs import load_spec
+  _, config = load_spec("ddist_paper").expand()[0]
+  config = cast(dd.DDistConfig, config)
+  q = 0.4 * 60000    # MNIST's reference set
+  assert config.rounds * config.steps_per_round * config.network_batch_size / q == 40
+
+MIXED = ("mlp", "cnn", "mlp", "cnn")
+
+
+def test_mixed_models_are_grouped_by_architecture_and_checked():
+  assert dd.architecture_groups(MIXED) == (("mlp", (0, 2)), ("cnn", (1, 3)))
+  config = dd.DDistConfig(**{**TINY, "models": MIXED})
+  assert config.device_models == MIXED and config.groups == dd.architecture_groups(MIXED)
+  assert dd.DDistConfig(**TINY).groups == (("mlp", (0, 1, 2, 3)),)
+  assert dd.DDistConfig(**{**TINY, "models": ("cnn",)}).groups == (("cnn", (0, 1, 2, 3)),)
+  for bad in [("mlp", "cnn"), ("mlp", "cnn", "mlp", "nope")]:
+    with pytest.raises(ConfigError, match="models"):
+      dd.DDistConfig(**{**TINY, "models": bad})
+  with pytest.raises(ConfigError, match="graph_window"):
+    dd.DDistConfig(**{**TINY, "models": MIXED, "method": "d-sgd", "graph": "complete",
+                      "graph_window": 2})
+
+
+def test_d_sgd_with_mixed_models_gossips_within_each_group_only():
+  config = dd.DDistConfig(**{**TINY, "models": MIXED, "method": "d-sgd", "graph": "complete"})
+  w = dd.make_graph_and_weights(config)[1][0]
+  across = np.ix_([0, 2], [1, 3])
+  assert not w[across].any() and not w.T[across].any()           # block diagonal
+  np.testing.assert_allclose(w[np.ix_([0, 2], [0, 2])], 0.5)       # K_2's Metropolis W
+  whole = dd.make_graph_and_weights(config.replace(method="d-distillation"))[1][0]
+  assert whole[across].all()                                      # z travels across groups
+
+
+def test_mixed_models_keep_z_in_device_order():
+  # per-group stacks (z_0 = s(theta_0) of each group, test probabilities) go back in device
+  # order, so that eq. 6 mixes device n's row with its neighbours' rows
+  groups = dd.architecture_groups(MIXED)
+  rows = np.arange(4.0)[:, None] * np.ones((1, 3))
+  parts = [rows[np.asarray(devices)] for _, devices in groups]
+  np.testing.assert_array_equal(dd._in_device_order(parts, groups), rows)
