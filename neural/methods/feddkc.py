@@ -20,5 +20,6 @@ from neural._src.methods.feddkc import kl_to_target
 from neural._src.methods.feddkc import load_data
 from neural._src.methods.feddkc import refine_logits
 from neural._src.methods.feddkc import skr
+from neural._src.methods.feddkc import skr_logits
 from neural._src.methods.feddkc import skr_temperature
 from neural._src.methods.feddkc import step

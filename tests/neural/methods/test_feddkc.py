@@ -126,6 +126,31 @@ def test_skr_is_the_tempered_softmax_of_the_logits_and_jits():
   np.testing.assert_allclose(skr(probs, 1.5, 1e-4), expected, atol=1e-5)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_skr_from_logits_meets_the_entropy_on_confident_rows(dtype):
+  # A logit gap of 120 (or 1000) rounds softmax(z) to one-hot (float32: exp(-120) = 0), whose
+  # entropy is 0 at every temperature; tempering the logits reaches E all the same.
+  if dtype == np.float64 and not jax.config.jax_enable_x64:
+    pytest.skip("float64 needs x64")
+  z = np.zeros((3, C), dtype)
+  z[0, 0], z[1, 0], z[2, 3] = 120.0, 1000.0, -50.0
+  z[2, :3] = (40.0, 39.0, 1.0)
+  E, eps = 1.0, 1e-3
+  refined = np.asarray(neural.methods.feddkc.skr_logits(z, E, eps))
+  H = np.asarray(feddkc.entropy_bits(jnp.asarray(refined, jnp.float64)))
+  assert np.all(np.abs(H - E) < eps / 2)
+  assert_in_simplex(refined)
+  assert_order_kept(z, refined)
+  # it is softmax(z / theta*) (Eq. 18, 20): log q - max log q is a positive multiple of z - max z
+  theta = np.asarray(feddkc.skr_temperature(None, E, eps, logits=z), np.float64)
+  expected = jax.nn.softmax(jnp.asarray(z, jnp.float64) / theta[:, None])
+  np.testing.assert_allclose(refined, expected, atol=1e-5)
+  # where softmax(z) has no zero, the probability path gives the same refinement
+  mild = np.random.default_rng(12).normal(scale=3.0, size=(16, C)).astype(dtype)
+  np.testing.assert_allclose(neural.methods.feddkc.skr_logits(mild, E, eps),
+                             neural.methods.feddkc.skr(jax.nn.softmax(mild), E, eps), atol=1e-5)
+
+
 def test_entropy_increases_with_the_temperature():
   probs = jnp.asarray(random_probs(5, batch=4))
   thetas = jnp.geomspace(1e-2, 1e2, 30)
@@ -144,6 +169,9 @@ def test_entropy_increases_with_the_temperature():
     (lambda p: neural.methods.feddkc.kkr(np.log(p), 0.5), "probs"),    # logits, not probabilities
     (lambda p: neural.methods.feddkc.skr(2 * p, 1.0, 1e-3), "probs"),  # rows do not sum to 1
     (lambda p: neural.methods.feddkc.kkr(p[0], 0.5), "probs"),         # not (B, C)
+    (lambda p: neural.methods.feddkc.skr_logits(np.log(p[0]), 1.0, 1e-3), "logits"),
+    (lambda p: neural.methods.feddkc.skr_logits(np.full_like(p, np.inf), 1.0, 1e-3), "logits"),
+    (lambda p: neural.methods.feddkc.skr_temperature(p, 1.0, 1e-3, logits=p), "probs, logits"),
 ])
 def test_bad_arguments_are_named(call, match):
   with pytest.raises(neural.methods.feddkc.FedDKCError, match=match):
@@ -264,6 +292,10 @@ def test_refine_logits_follows_the_config():
   np.testing.assert_allclose(feddkc.refine_logits(logits, tiny_config("kkr")),
                              neural.methods.feddkc.kkr(probs, 0.5), atol=1e-6)
   np.testing.assert_allclose(feddkc.refine_logits(logits, tiny_config("none")), probs, atol=1e-6)
+  confident = np.zeros((1, C))
+  confident[0, 0] = 120.0               # SKR reads the logits: the row is not one-hot
+  refined = feddkc.refine_logits(confident, tiny_config("skr"))
+  assert abs(float(feddkc.entropy_bits(refined)[0]) - 1.0) < 0.005
   with pytest.raises(neural.methods.feddkc.FedDKCError, match="T"):
     feddkc.refine_logits(np.zeros((2, 20)), tiny_config("kkr").replace(T=0.04))
   # Two classes: only the chosen refinement's bound applies (E = 1 bit is log2 2, out of range
