@@ -215,6 +215,20 @@ def test_split_resnets_match_table_3_parameter_counts(name, table3):
   assert abs(_num_params(variables) / 1000 - table3) < 0.015
 
 
+def test_resnet20_server_head_matches_table_3():
+  # Table 3: the server's ResNet20 (a predictor on the 16x16x16 features of 32x32x3 inputs)
+  # has 167.31K parameters: six bottleneck blocks (3 x 6 convs + extractor conv + dense = 20).
+  head = neural.get_head("resnet20", 10)
+  variables = jax.eval_shape(lambda: neural.init_variables(head, jax.random.PRNGKey(0),
+                                                           (16, 16, 16)))
+  assert abs(_num_params(variables) / 1000 - 167.31) < 0.005
+  blocks = [name for name in variables["params"] if name.startswith("Bottleneck_")]
+  assert len(blocks) == 6 and "BasicBlock_0" not in variables["params"]
+  with pytest.raises(neural.ModelError, match="block"):
+    jax.eval_shape(lambda: neural.init_variables(neural.ResNetHead(10, (1,), block="wide"),
+                                                 jax.random.PRNGKey(0), (4, 4, 4)))
+
+
 @pytest.mark.parametrize("name", list(neural.SPLIT_RESNETS) + ["lenet5", "cnn"])
 def test_features_and_head_shapes(name):
   model = neural.get_model(name, 7, tiny=True)
