@@ -398,6 +398,11 @@ class FedDKCConfig(MethodConfig):
     E: SKR's target entropy in bits, in (0, log2 C) (not reported).
     eps: SKR's tolerance: refined rows within eps/2 of E (not reported).
     kd_weight: beta of Eq. 1 and 8 (1.5 in the paper).
+    client_kd_round0: whether the clients' KL term of Eq. 1 is on in round 0, towards
+      the uniform ``p^S`` of ``z^S = 0`` (Algorithm 1's initialisation read
+      literally). Off (the default): round 0's clients train on CE alone, as in
+      FedGKT (He et al. 2020), whose clients distil from the server's logits only
+      once the server has trained and sent them.
     client_models: split ResNets of the clients, client k gets entry k mod length
       (paper: ResNet2, 4, 6, 10, 12).
     server_model: the split ResNet whose predictor the server trains on the
@@ -422,6 +427,7 @@ class FedDKCConfig(MethodConfig):
   E: float = 1.0
   eps: float = 0.01
   kd_weight: float = 1.5
+  client_kd_round0: bool = False
   client_models: tuple[str, ...] = ("resnet2", "resnet4", "resnet6", "resnet10", "resnet12")
   server_model: str = "resnet20"
   width: int | None = None
@@ -632,6 +638,12 @@ def communication(num_points: int, feature_shape: tuple[int, ...], num_classes: 
   return {"comm_floats": up + down, "comm_up_floats": up, "comm_down_floats": down}
 
 
+def client_kd_weight(config: FedDKCConfig, t: int) -> float:
+  """The weight of the clients' KL term (Eq. 1) in round t: ``kd_weight``, except 0 in
+  round 0 unless ``client_kd_round0`` (no server knowledge exists before the server trains)."""
+  return 0.0 if t == 0 and not config.client_kd_round0 else float(config.kd_weight)
+
+
 def step(config: FedDKCConfig, data: RunData, state: FedDKCState, t: int
          ) -> tuple[FedDKCState, list[dict[str, Any]]]:
   """Round t of Algorithm 1: local distillation, upload, refinement, global distillation."""
@@ -640,6 +652,7 @@ def step(config: FedDKCConfig, data: RunData, state: FedDKCState, t: int
   bs = config.batch_size
   key = round_rng(config.init_seed, t)
   kd_weight = jnp.float32(config.kd_weight)
+  client_kd = jnp.float32(client_kd_weight(config, t))
   client_params, client_opt = list(state.clients), list(state.client_opt)
   uploads = []
   # Local distillation (Eq. 1) and upload of H^k, z^k, y^k (steps 1.1-1.3).
@@ -652,7 +665,7 @@ def step(config: FedDKCConfig, data: RunData, state: FedDKCState, t: int
     mask = np.arange(size) < n
     client_params[k], client_opt[k] = _fit(
         client_params[k], client_opt[k], _pad(x, size), _pad(y, size), _pad(teacher, size),
-        mask, jax.random.fold_in(key, k), kd_weight, model=model, config=config,
+        mask, jax.random.fold_in(key, k), client_kd, model=model, config=config,
         epochs=config.client_epochs)
     logits, h = _chunked(client_params[k], x, model=model, method="both", size=chunk)
     uploads.append((h, logits, y))
