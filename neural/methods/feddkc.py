@@ -11,6 +11,7 @@ from neural._src.methods.feddkc import FedDKCConfig
 from neural._src.methods.feddkc import FedDKCConfig as Config
 from neural._src.methods.feddkc import FedDKCError
 from neural._src.methods.feddkc import FedDKCState
+from neural._src.methods.feddkc import client_kd_weight
 from neural._src.methods.feddkc import communication
 from neural._src.methods.feddkc import distillation_loss
 from neural._src.methods.feddkc import entropy_bits
