@@ -17,7 +17,7 @@ C = 10
 
 def rtol():
   """Exact comparisons: float64 when x64 is on (the default), float32 otherwise."""
-  return 1e-9 if jax.config.jax_enable_x64 else 1e-5
+  return 1e-9 if jax.config.read("jax_enable_x64") else 1e-5
 
 
 def random_probs(seed, batch=64, c=C, scale=3.0):
