@@ -11,6 +11,7 @@ import pytest
 import neural
 from neural._src.methods import feddkc
 from neural._src.methods.registry import load_method_data
+from neural._src.specs import load_spec
 
 C = 10
 
@@ -342,3 +343,23 @@ def test_refine_logits_follows_the_config():
 def test_bad_config_fields_are_named(changes, match):
   with pytest.raises(neural.ConfigError, match=match):
     tiny_config("kkr").replace(**changes)
+
+
+def test_paper_configs_share_the_papers_settings_on_each_dataset():
+  # Tables 5-7: MNIST, CIFAR-10, CINIC-10 under the same settings (Sec. 4.1), 4 levels x 3 variants.
+  datasets = {}
+  for name, table in [("feddkc_mnist_paper", "5"), ("feddkc_paper", "6"),
+                      ("feddkc_cinic10_paper", "7")]:
+    spec = load_spec(name)
+    assert spec.figure == f"FedDKC Tab. {table}"
+    runs = [c for _, c in spec.expand()]
+    assert len(runs) == 12 and {c.refinement for c in runs} == set(feddkc.REFINEMENTS)
+    assert {c.beta for c in runs} == {3.0, 1.0, 0.5, 0.1}
+    for c in runs:
+      assert (c.optimizer, c.learning_rate, c.batch_size, c.weight_decay, c.kd_weight) == (
+          "sgd", 0.03, 1024, 5e-4, 1.5)
+      assert c.normalize and c.server_model == "resnet20" and c.agents == 5
+    datasets[name] = runs[0].dataset
+  assert datasets == {"feddkc_mnist_paper": "mnist", "feddkc_paper": "cifar10",
+                      "feddkc_cinic10_paper": "cinic10"}
+  assert {c.dataset for _, c in load_spec("feddkc_mnist_small").expand()} == {"mnist-subset"}
