@@ -52,6 +52,8 @@ def run_all(config_name: str, seeds, workdir: Path):
   for seed in seeds:
     for name, config in runs:
       variant = name.rpartition("__")[2]
+      if not isinstance(config, neural.methods.feddkc.FedDKCConfig):
+        raise SystemExit(f"{config_name}: expected a FedDKC config, run {name} is not one")
       config = config.replace(seed=seed, data_seed=seed, init_seed=seed)
       start = time.perf_counter()
       rows = neural.methods.run_method(config, workdir / config_name / f"seed={seed}" / name)
