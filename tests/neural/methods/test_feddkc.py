@@ -145,7 +145,7 @@ def test_skr_from_logits_meets_the_entropy_on_confident_rows():
   expected = jax.nn.softmax(jnp.asarray(z, jnp.float64) / theta[:, None])
   np.testing.assert_allclose(refined, expected, atol=1e-5)
   # where softmax(z) has no zero, the probability path gives the same refinement
-  mild = np.random.default_rng(12).normal(scale=3.0, size=(16, C)).astype(dtype)
+  mild = np.random.default_rng(12).normal(scale=3.0, size=z.shape).astype(dtype)   # one compile
   np.testing.assert_allclose(neural.methods.feddkc.skr_logits(mild, E, eps),
                              neural.methods.feddkc.skr(jax.nn.softmax(mild), E, eps), atol=1e-5)
 
