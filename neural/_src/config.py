@@ -222,14 +222,16 @@ class RunConfig(Config):
 
   Attributes:
     dataset: one of ``neural.DATASETS`` ("digits", "mnist-subset", "mnist",
-      "cifar10", "synthetic").
-    data_dir: directory of the files of "mnist" / "cifar10" (not needed otherwise).
+      "cifar10", "cinic10", "synthetic").
+    data_dir: directory of the files of "mnist" / "cifar10" / "cinic10" (not needed
+      otherwise).
     train_subset: use only this many training points (a seeded random subset;
       ``None``: all), for quick runs.
     test_subset: evaluate on this many test points (``None``: all).
     normalize: standardise the inputs per channel, as the authors' code does: MNIST
-      (and the MNIST subset) by mean 0.1307 and std 0.3081, CIFAR-10 by its channel
-      means and stds, other data by the training subset's own (off: inputs in [0, 1]).
+      (and the MNIST subset) by mean 0.1307 and std 0.3081, CIFAR-10 and CINIC-10 by
+      their channel means and stds, other data by the training subset's own (off:
+      inputs in [0, 1]).
     partition: one of ``neural.PARTITIONS``.
     proportions: "iid" shares per agent (``None``: equal); the paper's same-data
       setting is (0.7, 0.3).

@@ -10,12 +10,14 @@ in [0, 1] and int64 labels 0..C-1:
   directory the user names;
 - ``"cifar10"``: CIFAR-10 (50,000 / 10,000, 32x32x3) read from the python pickles
   in a directory the user names;
+- ``"cinic10"``: CINIC-10 (90,000 / 90,000, 32x32x3) read from its PNG folders
+  ``train/<class>/*.png`` and ``test/<class>/*.png`` in a directory the user names;
 - ``"synthetic"``: a small deterministic dataset for tests (class prototypes plus
   noise), learnable by construction.
 
 The two embedded datasets have no official test set: they are split by a seeded
-stratified split with ``test_fraction``. MNIST and CIFAR-10 keep their official
-train/test split. Nothing is downloaded.
+stratified split with ``test_fraction``. MNIST, CIFAR-10 and CINIC-10 keep their
+official train/test split. Nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from typing import cast
 
 import numpy as np
 
-DATASETS = ("digits", "mnist-subset", "mnist", "cifar10", "synthetic")
+DATASETS = ("digits", "mnist-subset", "mnist", "cifar10", "cinic10", "synthetic")
 
 MNIST_FILES = {
   "x_train": "train-images-idx3-ubyte",
@@ -40,6 +42,10 @@ MNIST_FILES = {
 CIFAR10_DIR = "cifar-10-batches-py"
 CIFAR10_TRAIN_FILES = tuple(f"data_batch_{i}" for i in range(1, 6))
 CIFAR10_TEST_FILE = "test_batch"
+# CINIC-10's folders (its README): one folder per class, in CIFAR-10's class order.
+CINIC10_SPLITS = {"train": "train", "test": "test"}
+CINIC10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse",
+                   "ship", "truck")
 
 # IDX magic numbers: two zero bytes, the type code 0x08 (unsigned byte), the rank.
 _IDX_IMAGES_MAGIC = 0x00000803
@@ -120,8 +126,9 @@ def load_dataset(name: str, data_dir: str | os.PathLike | None = None, *, seed: 
   Args:
     name: one of :data:`DATASETS`.
     data_dir: directory holding the files of ``"mnist"`` (the four IDX files, raw or
-      ``.gz``) or ``"cifar10"`` (``cifar-10-batches-py/`` or the batch files
-      themselves); ignored by the other datasets.
+      ``.gz``), ``"cifar10"`` (``cifar-10-batches-py/`` or the batch files
+      themselves) or ``"cinic10"`` (the folders ``train/`` and ``test/``, or
+      ``CINIC-10/`` holding them); ignored by the other datasets.
     seed: seed of the stratified train/test split (``"digits"``, ``"mnist-subset"``,
       ``"synthetic"``) and of the synthetic data.
     test_fraction: fraction of the points held out for testing, in (0, 1), for the
@@ -164,6 +171,8 @@ def load_dataset(name: str, data_dir: str | os.PathLike | None = None, *, seed: 
     return _synthetic(seed=seed, test_fraction=test_fraction, **kwargs)
   if name == "mnist":
     return _load_mnist(data_dir)
+  if name == "cinic10":
+    return _load_cinic10(data_dir)
   return _load_cifar10(data_dir)
 
 
@@ -240,6 +249,10 @@ def _where_to_put(name: str) -> str:
     files = ", ".join(MNIST_FILES.values())
     return (f"put the four MNIST IDX files {files} (each raw or gzipped with .gz) in one "
             f"directory and pass it as data_dir")
+  if name == "cinic10":
+    return (f"unpack CINIC-10.tar.gz so that data_dir (or data_dir/CINIC-10) holds the folders "
+            f"train/ and test/, each with one folder of 32x32 PNG images per class: "
+            f"{', '.join(CINIC10_CLASSES)}")
   files = ", ".join(CIFAR10_TRAIN_FILES + (CIFAR10_TEST_FILE,))
   return (f"put the CIFAR-10 python batches {files} (the directory {CIFAR10_DIR}/ of "
           f"cifar-10-python.tar.gz, or the files themselves) in data_dir")
@@ -376,3 +389,52 @@ def _read_cifar_batch(path: str) -> tuple[np.ndarray, np.ndarray]:
                     f"{labels.shape[0]}, got {data.shape}")
   # Rows are channel-major (1024 red, 1024 green, 1024 blue), each row-major 32x32.
   return data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1), labels
+
+
+# -------------------------------------------------------------------------- CINIC-10
+
+
+def _load_cinic10(data_dir) -> Dataset:
+  """CINIC-10 from its PNG folders: ``train/`` for training and ``test/`` for testing
+  (``valid/``, if present, is not read), labels in CIFAR-10's class order."""
+  dirs = _candidate_dirs(data_dir, "cinic10", [("CINIC-10",), ("cinic-10",)])
+  for directory in dirs:
+    present = [os.path.isdir(os.path.join(directory, s)) for s in CINIC10_SPLITS.values()]
+    if any(present):
+      break
+  missing = [s + "/" for s, p in zip(CINIC10_SPLITS.values(), present) if not p]
+  if missing:
+    raise DataError(f"CINIC-10 folders missing in {directory!r}: {', '.join(missing)}; "
+                    f"{_where_to_put('cinic10')}")
+  x_train, y_train = _read_png_folders(os.path.join(directory, CINIC10_SPLITS["train"]))
+  x_test, y_test = _read_png_folders(os.path.join(directory, CINIC10_SPLITS["test"]))
+  return Dataset(name="cinic10", x_train=_to_unit(x_train), y_train=y_train,
+                 x_test=_to_unit(x_test), y_test=y_test, num_classes=len(CINIC10_CLASSES))
+
+
+def _read_png_folders(split_dir: str) -> tuple[np.ndarray, np.ndarray]:
+  """uint8 NHWC images (n, 32, 32, 3) and int64 labels of ``split_dir/<class>/*.png``,
+  classes in CINIC-10's order, files in name order; grey images are made RGB."""
+  from PIL import Image
+  from PIL import UnidentifiedImageError
+  images, labels = [], []
+  for label, cls in enumerate(CINIC10_CLASSES):
+    class_dir = os.path.join(split_dir, cls)
+    if not os.path.isdir(class_dir):
+      raise DataError(f"CINIC-10 class folder {class_dir!r} is missing; "
+                      f"{_where_to_put('cinic10')}")
+    names = sorted(n for n in os.listdir(class_dir) if n.lower().endswith(".png"))
+    if not names:
+      raise DataError(f"CINIC-10 class folder {class_dir!r} holds no .png images")
+    for fname in names:
+      path = os.path.join(class_dir, fname)
+      try:
+        with Image.open(path) as img:
+          if img.size != (32, 32):
+            raise DataError(f"{path!r}: expected a 32x32 image, got {img.size[0]}x"
+                            f"{img.size[1]}")
+          images.append(np.asarray(img.convert("RGB"), dtype=np.uint8))
+      except (OSError, UnidentifiedImageError) as e:
+        raise DataError(f"cannot read CINIC-10 image {path!r}: {e}") from e
+      labels.append(label)
+  return np.stack(images), np.asarray(labels, dtype=np.int64)

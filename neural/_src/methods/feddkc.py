@@ -12,13 +12,14 @@ predictor (different per client). A round (Algorithm 1):
 2. the client uploads its features ``H^k``, logits ``z^k`` and labels ``y^k``
    of all its points;
 3. global distillation (Eq. 8), client by client: the server refines the
-   client's knowledge, ``c^k = phi(softmax(z^k))``, trains its model (a
+   client's knowledge, ``c^k = phi(z^k)``, trains its model (a
    predictor on features) on ``CE(p^S, y^k) + beta KL(c^k || p^S)`` and sends
    back its logits ``z^S = f(W^S; H^k)``.
 
 The refinement ``phi`` is KKR (:func:`kkr`, peak probability set to T, Sec.
-3.2, Eq. 14 and its rectification), SKR (:func:`skr`, temperature found by
-bisection so that the entropy is E within eps/2, Sec. 3.3, Eq. 17-20), or none:
+3.2, Eq. 14 and its rectification), SKR (:func:`skr_logits` on the logits, or
+:func:`skr` on probabilities: the temperature found by bisection so that the
+entropy is E within eps/2, Sec. 3.3, Eq. 17-20), or none:
 FedGKT (He et al., 2020), the paper's baseline.
 
 One method ``"feddkc"`` is registered; its ``refinement`` field ("kkr", "skr",
@@ -175,16 +176,24 @@ def entropy_bits(probs) -> Array:
   return -jnp.sum(jnp.where(probs > 0, probs * logs, 0.0), axis=-1)
 
 
-def _tempered(log_p: Array, log_theta: Array) -> Array:
-  """``psi(theta; z) = softmax(z / theta)`` (Eq. 18) with ``z = log p``."""
-  return jax.nn.softmax(log_p * jnp.exp(-log_theta))
+def _log_tempered(z: Array, log_theta: Array) -> Array:
+  """``log psi(theta; z) = log_softmax(z / theta)`` (Eq. 18); entries of z may be -inf."""
+  return jax.nn.log_softmax(z * jnp.exp(-log_theta))
 
 
-def _skr_one(log_p, E, eps, lo, hi, max_iter):
-  """Bisection on log(theta) for one row: H(psi) is non-decreasing in theta."""
+def _entropy_bits_of_log(log_q: Array) -> Array:
+  """Entropy in bits of ``exp(log_q)`` from its logarithm (no log of an underflowed 0)."""
+  q = jnp.exp(log_q)
+  finite = jnp.isfinite(log_q)
+  terms = jnp.where(finite, q * jnp.where(finite, log_q, 0.0), 0.0)
+  return -jnp.sum(terms, axis=-1) / math.log(2)
+
+
+def _skr_one(z, E, eps, lo, hi, max_iter):
+  """Bisection on log(theta) for one row of scores z: H(psi) is non-decreasing in theta."""
 
   def gap(log_theta):
-    return entropy_bits(_tempered(log_p, log_theta)) - E
+    return _entropy_bits_of_log(_log_tempered(z, log_theta)) - E
 
   def cond(carry):
     i, a, b, mid, g = carry
@@ -203,55 +212,78 @@ def _skr_one(log_p, E, eps, lo, hi, max_iter):
   return log_theta
 
 
-def skr_temperature(probs, E, eps, *, theta_min: float = 1e-6, theta_max: float = 1e6,
-                    max_iter: int = 100) -> Array:
-  """The SKR temperature theta* of each row (Eq. 17, 19), by bisection on log(theta).
+def _check_logits(logits) -> Array:
+  """``logits`` as a float array (B, C), C >= 2, finite (checked when not traced)."""
+  logits = jnp.asarray(logits)
+  if not jnp.issubdtype(logits.dtype, jnp.floating):
+    logits = logits.astype(jnp.float32)
+  if logits.ndim != 2 or logits.shape[1] < 2:
+    raise FedDKCError(f"logits: expected a batch of logit vectors of shape (B, C) with "
+                      f"C >= 2, got shape {logits.shape}")
+  if _is_concrete(logits) and logits.size and not bool(jnp.all(jnp.isfinite(logits))):
+    raise FedDKCError("logits: expected finite values, got NaN or infinite entries")
+  return logits
 
-  Solves ``H(softmax(log(p) / theta)) = E`` (entropy in bits, as in App. A)
-  until ``|H - E| < eps / 2`` or ``max_iter`` halvings of
-  ``[log theta_min, log theta_max]``. H is non-decreasing in theta, from
-  log2(#maxima) as theta -> 0 to log2(#non-zero entries) as theta -> infinity,
-  so the root is unique when it exists (Theorem 2); when E lies outside that
-  range (ties, zeros, a constant row) the search ends at the nearest bracket end.
 
-  Args:
-    probs: (B, C) probability vectors.
-    E: target entropy in bits, ``0 < E < log2 C``.
-    eps: tolerance, > 0: rows end within eps/2 of E (Eq. 17).
-    theta_min: the bracket's low end (paper: "close to zero"), ``0 < theta_min < theta_max``.
-    theta_max: the bracket's high end (paper: "reasonably big").
-    max_iter: most bisection steps.
-
-  Returns:
-    (B,) temperatures theta* > 0.
-
-  Raises:
-    FedDKCError: bad ``probs`` (see :func:`skr`), E outside (0, log2 C), eps <= 0 or a
-      bad bracket.
-  """
-  probs = _check_probs(probs)
-  c = probs.shape[1]
-  _check_entropy(E, eps, c)
+def _check_bracket(theta_min, theta_max, max_iter) -> None:
   if not 0 < theta_min < theta_max:
     raise FedDKCError(f"theta_min, theta_max: expected 0 < theta_min < theta_max, got "
                       f"{theta_min}, {theta_max}")
   if int(max_iter) < 1:
     raise FedDKCError(f"max_iter: expected an int >= 1, got {max_iter}")
-  return _skr_temperature_core(probs, E, eps, theta_min=float(theta_min),
+
+
+def _log_probs(probs: Array) -> Array:
+  """``log p`` with -inf where p = 0: the logits of ``probs`` up to a constant per row."""
+  return jnp.where(probs > 0, jnp.log(jnp.where(probs > 0, probs, 1.0)), -jnp.inf)
+
+
+def skr_temperature(probs, E, eps, *, theta_min: float = 1e-6, theta_max: float = 1e6,
+                    max_iter: int = 100, logits=None) -> Array:
+  """The SKR temperature theta* of each row (Eq. 17, 19), by bisection on log(theta).
+
+  Solves ``H(softmax(z / theta)) = E`` (entropy in bits, as in App. A) with
+  ``z = log p`` (or the ``logits`` themselves) until ``|H - E| < eps / 2`` or
+  ``max_iter`` halvings of ``[log theta_min, log theta_max]``. H is
+  non-decreasing in theta, from log2(#maxima) as theta -> 0 to log2(#entries
+  with p > 0) as theta -> infinity, so the root is unique when it exists
+  (Theorem 2); when E lies outside that range (ties, zeros, a constant row) the
+  search ends at the nearest bracket end.
+
+  Args:
+    probs: (B, C) probability vectors, or ``None`` when ``logits`` are given.
+    E: target entropy in bits, ``0 < E < log2 C``.
+    eps: tolerance, > 0: rows end within eps/2 of E (Eq. 17).
+    theta_min: the bracket's low end (paper: "close to zero"), ``0 < theta_min < theta_max``.
+    theta_max: the bracket's high end (paper: "reasonably big").
+    max_iter: most bisection steps.
+    logits: (B, C) finite logits z in place of ``probs`` (see :func:`skr_logits`).
+
+  Returns:
+    (B,) temperatures theta* > 0.
+
+  Raises:
+    FedDKCError: bad ``probs`` (see :func:`skr`) or ``logits``, neither or both given,
+      E outside (0, log2 C), eps <= 0 or a bad bracket.
+  """
+  if (probs is None) == (logits is None):
+    raise FedDKCError("probs, logits: expected exactly one of them")
+  scores = _check_logits(logits) if probs is None else _log_probs(_check_probs(probs))
+  _check_entropy(E, eps, scores.shape[1])
+  _check_bracket(theta_min, theta_max, max_iter)
+  return _skr_temperature_core(scores, E, eps, theta_min=float(theta_min),
                                theta_max=float(theta_max), max_iter=int(max_iter))
 
 
 @functools.partial(jax.jit, static_argnames=("theta_min", "theta_max", "max_iter"))
-def _skr_temperature_core(probs, E, eps, *, theta_min, theta_max, max_iter):
-  dtype = probs.dtype
-  log_p = jnp.log(jnp.where(probs > 0, probs, 1.0))
-  log_p = jnp.where(probs > 0, log_p, -jnp.inf)
+def _skr_temperature_core(scores, E, eps, *, theta_min, theta_max, max_iter):
+  dtype = scores.dtype
   E = jnp.asarray(E, dtype)
   eps = jnp.asarray(eps, dtype)
   lo = jnp.asarray(math.log(theta_min), dtype)
   hi = jnp.asarray(math.log(theta_max), dtype)
   one = functools.partial(_skr_one, E=E, eps=eps, lo=lo, hi=hi, max_iter=int(max_iter))
-  return jnp.exp(jax.vmap(one)(log_p))
+  return jnp.exp(jax.vmap(one)(scores))
 
 
 def skr(probs, E, eps, *, theta_min: float = 1e-6, theta_max: float = 1e6,
@@ -261,9 +293,11 @@ def skr(probs, E, eps, *, theta_min: float = 1e-6, theta_max: float = 1e6,
   ``phi(z) = psi(theta*; z) = softmax(z / theta*)`` (Eq. 18, 20) with theta*
   found by bisection (Eq. 17, 19; :func:`skr_temperature`). Here ``z = log p``,
   which differs from the client's logits by a constant per row, so the result
-  is the same. A softmax with theta* > 0 keeps the class order and lies in the
-  simplex (Theorems 4, 6); two refined rows differ in entropy by less than eps
-  (Theorem 8).
+  is the same as :func:`skr_logits` on those logits, as long as no entry of p
+  has underflowed to 0 (a logit gap above about 87 in float32): pass the logits
+  to :func:`skr_logits` where they exist. A softmax with theta* > 0 keeps the
+  class order and lies in the simplex (Theorems 4, 6); two refined rows differ
+  in entropy by less than eps (Theorem 8).
 
   Args:
     probs: (B, C) probability vectors ``softmax(z^k)``.
@@ -288,13 +322,48 @@ def skr(probs, E, eps, *, theta_min: float = 1e-6, theta_max: float = 1e6,
   """
   theta = skr_temperature(probs, E, eps, theta_min=theta_min, theta_max=theta_max,
                           max_iter=max_iter)
-  return _temper(jnp.asarray(probs, dtype=theta.dtype), theta)
+  return _temper(_log_probs(jnp.asarray(probs, dtype=theta.dtype)), theta)
+
+
+def skr_logits(logits, E, eps, *, theta_min: float = 1e-6, theta_max: float = 1e6,
+               max_iter: int = 100) -> Array:
+  """SKR from the client's logits: ``softmax(z / theta*)`` with ``H = E`` within eps/2.
+
+  Eq. 18 and 20 as the paper writes them, on the logits z (B, C) rather than on
+  ``softmax(z)``: the tempered distribution is a log-softmax of ``z / theta``, so
+  no probability is rounded to 0 first and the target entropy is met for any
+  finite logits. (From probabilities, a row whose top logit leads by more than
+  about 87 is one-hot in float32 and has entropy 0 at every temperature.)
+
+  Args:
+    logits: (B, C) finite logits ``z^k``.
+    E: target Shannon entropy in bits, ``0 < E < log2 C``.
+    eps: tolerance (> 0): rows end with ``|H - E| < eps / 2`` unless ties make E
+      unreachable (see :func:`skr_temperature`).
+    theta_min: as in :func:`skr_temperature` (static).
+    theta_max: as in :func:`skr_temperature` (static).
+    max_iter: as in :func:`skr_temperature` (static).
+
+  Returns:
+    (B, C) refined probability vectors.
+
+  Raises:
+    FedDKCError: ``logits`` not (B, C) or not finite (checked when concrete), E outside
+      (0, log2 C), eps <= 0, or a bad bracket.
+
+  Example:
+    >>> p = skr_logits(jnp.array([[120.0, 0.0, 0.0, 0.0]]), 1.0, 1e-3)
+    >>> abs(float(entropy_bits(p)[0]) - 1.0) < 1e-3   # not one-hot
+    True
+  """
+  theta = skr_temperature(None, E, eps, theta_min=theta_min, theta_max=theta_max,
+                          max_iter=max_iter, logits=logits)
+  return _temper(jnp.asarray(logits, dtype=theta.dtype), theta)
 
 
 @jax.jit
-def _temper(probs, theta):
-  log_p = jnp.where(probs > 0, jnp.log(jnp.where(probs > 0, probs, 1.0)), -jnp.inf)
-  return jax.vmap(_tempered)(log_p, jnp.log(theta))
+def _temper(scores, theta):
+  return jnp.exp(jax.vmap(_log_tempered)(scores, jnp.log(theta)))
 
 
 def kl_to_target(logits: Array, target: Array) -> Array:
@@ -329,6 +398,11 @@ class FedDKCConfig(MethodConfig):
     E: SKR's target entropy in bits, in (0, log2 C) (not reported).
     eps: SKR's tolerance: refined rows within eps/2 of E (not reported).
     kd_weight: beta of Eq. 1 and 8 (1.5 in the paper).
+    client_kd_round0: whether the clients' KL term of Eq. 1 is on in round 0, towards
+      the uniform ``p^S`` of ``z^S = 0`` (Algorithm 1's initialisation read
+      literally). Off (the default): round 0's clients train on CE alone, as in
+      FedGKT (He et al. 2020), whose clients distil from the server's logits only
+      once the server has trained and sent them.
     client_models: split ResNets of the clients, client k gets entry k mod length
       (paper: ResNet2, 4, 6, 10, 12).
     server_model: the split ResNet whose predictor the server trains on the
@@ -353,6 +427,7 @@ class FedDKCConfig(MethodConfig):
   E: float = 1.0
   eps: float = 0.01
   kd_weight: float = 1.5
+  client_kd_round0: bool = False
   client_models: tuple[str, ...] = ("resnet2", "resnet4", "resnet6", "resnet10", "resnet12")
   server_model: str = "resnet20"
   width: int | None = None
@@ -487,12 +562,17 @@ def _chunked(params, x, *, model, method, size: int | None = None):
 
 
 def refine_logits(logits, config: FedDKCConfig) -> Array:
-  """c^k = phi(softmax(z^k)) for a client's logits (N_k, C) (Algorithm 2)."""
-  probs = jax.nn.softmax(jnp.asarray(logits, jnp.float32), axis=-1)
+  """c^k = phi(z^k) for a client's logits (N_k, C) (Algorithm 2).
+
+  KKR maps ``softmax(z^k)`` (Eq. 14); SKR tempers the logits themselves
+  (:func:`skr_logits`, Eq. 18); "none" (FedGKT) is ``softmax(z^k)``.
+  """
+  logits = jnp.asarray(logits, jnp.float32)
+  if config.refinement == "skr":   # from the logits: no probability underflows to 0 first
+    return skr_logits(logits, config.E, config.eps)
+  probs = jax.nn.softmax(logits, axis=-1)
   if config.refinement == "kkr":
     return kkr(probs, config.T)
-  if config.refinement == "skr":
-    return skr(probs, config.E, config.eps)
   return probs
 
 
@@ -558,6 +638,12 @@ def communication(num_points: int, feature_shape: tuple[int, ...], num_classes: 
   return {"comm_floats": up + down, "comm_up_floats": up, "comm_down_floats": down}
 
 
+def client_kd_weight(config: FedDKCConfig, t: int) -> float:
+  """The weight of the clients' KL term (Eq. 1) in round t: ``kd_weight``, except 0 in
+  round 0 unless ``client_kd_round0`` (no server knowledge exists before the server trains)."""
+  return 0.0 if t == 0 and not config.client_kd_round0 else float(config.kd_weight)
+
+
 def step(config: FedDKCConfig, data: RunData, state: FedDKCState, t: int
          ) -> tuple[FedDKCState, list[dict[str, Any]]]:
   """Round t of Algorithm 1: local distillation, upload, refinement, global distillation."""
@@ -566,6 +652,7 @@ def step(config: FedDKCConfig, data: RunData, state: FedDKCState, t: int
   bs = config.batch_size
   key = round_rng(config.init_seed, t)
   kd_weight = jnp.float32(config.kd_weight)
+  client_kd = jnp.float32(client_kd_weight(config, t))
   client_params, client_opt = list(state.clients), list(state.client_opt)
   uploads = []
   # Local distillation (Eq. 1) and upload of H^k, z^k, y^k (steps 1.1-1.3).
@@ -578,7 +665,7 @@ def step(config: FedDKCConfig, data: RunData, state: FedDKCState, t: int
     mask = np.arange(size) < n
     client_params[k], client_opt[k] = _fit(
         client_params[k], client_opt[k], _pad(x, size), _pad(y, size), _pad(teacher, size),
-        mask, jax.random.fold_in(key, k), kd_weight, model=model, config=config,
+        mask, jax.random.fold_in(key, k), client_kd, model=model, config=config,
         epochs=config.client_epochs)
     logits, h = _chunked(client_params[k], x, model=model, method="both", size=chunk)
     uploads.append((h, logits, y))

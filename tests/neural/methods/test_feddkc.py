@@ -11,13 +11,14 @@ import pytest
 import neural
 from neural._src.methods import feddkc
 from neural._src.methods.registry import load_method_data
+from neural._src.specs import load_spec
 
 C = 10
 
 
 def rtol():
   """Exact comparisons: float64 when x64 is on (the default), float32 otherwise."""
-  return 1e-9 if jax.config.jax_enable_x64 else 1e-5
+  return 1e-9 if jax.config.read("jax_enable_x64") else 1e-5
 
 
 def random_probs(seed, batch=64, c=C, scale=3.0):
@@ -126,6 +127,29 @@ def test_skr_is_the_tempered_softmax_of_the_logits_and_jits():
   np.testing.assert_allclose(skr(probs, 1.5, 1e-4), expected, atol=1e-5)
 
 
+def test_skr_from_logits_meets_the_entropy_on_confident_rows():
+  # A logit gap of 120 (or 1000) rounds softmax(z) to one-hot in float32 (exp(-120) = 0), whose
+  # entropy is 0 at every temperature; tempering the logits reaches E all the same.
+  dtype = np.float32
+  z = np.zeros((3, C), dtype)
+  z[0, 0], z[1, 0], z[2, 3] = 120.0, 1000.0, -50.0
+  z[2, :3] = (40.0, 39.0, 1.0)
+  E, eps = 1.0, 1e-3
+  refined = np.asarray(neural.methods.feddkc.skr_logits(z, E, eps))
+  H = np.asarray(feddkc.entropy_bits(jnp.asarray(refined, jnp.float64)))
+  assert np.all(np.abs(H - E) < eps / 2)
+  assert_in_simplex(refined)
+  assert_order_kept(z, refined)
+  # it is softmax(z / theta*) (Eq. 18, 20): log q - max log q is a positive multiple of z - max z
+  theta = np.asarray(feddkc.skr_temperature(None, E, eps, logits=z), np.float64)
+  expected = jax.nn.softmax(jnp.asarray(z, jnp.float64) / theta[:, None])
+  np.testing.assert_allclose(refined, expected, atol=1e-5)
+  # where softmax(z) has no zero, the probability path gives the same refinement
+  mild = np.random.default_rng(12).normal(scale=3.0, size=z.shape).astype(dtype)   # one compile
+  np.testing.assert_allclose(neural.methods.feddkc.skr_logits(mild, E, eps),
+                             neural.methods.feddkc.skr(jax.nn.softmax(mild), E, eps), atol=1e-5)
+
+
 def test_entropy_increases_with_the_temperature():
   probs = jnp.asarray(random_probs(5, batch=4))
   thetas = jnp.geomspace(1e-2, 1e2, 30)
@@ -144,6 +168,9 @@ def test_entropy_increases_with_the_temperature():
     (lambda p: neural.methods.feddkc.kkr(np.log(p), 0.5), "probs"),    # logits, not probabilities
     (lambda p: neural.methods.feddkc.skr(2 * p, 1.0, 1e-3), "probs"),  # rows do not sum to 1
     (lambda p: neural.methods.feddkc.kkr(p[0], 0.5), "probs"),         # not (B, C)
+    (lambda p: neural.methods.feddkc.skr_logits(np.log(p[0]), 1.0, 1e-3), "logits"),
+    (lambda p: neural.methods.feddkc.skr_logits(np.full_like(p, np.inf), 1.0, 1e-3), "logits"),
+    (lambda p: neural.methods.feddkc.skr_temperature(p, 1.0, 1e-3, logits=p), "probs, logits"),
 ])
 def test_bad_arguments_are_named(call, match):
   with pytest.raises(neural.methods.feddkc.FedDKCError, match=match):
@@ -185,6 +212,20 @@ def test_split_resnets_match_table_3_parameter_counts(name, table3):
   variables = jax.eval_shape(lambda: neural.init_variables(model, jax.random.PRNGKey(0),
                                                            (32, 32, 3)))
   assert abs(_num_params(variables) / 1000 - table3) < 0.015
+
+
+def test_resnet20_server_head_matches_table_3():
+  # Table 3: the server's ResNet20 (a predictor on the 16x16x16 features of 32x32x3 inputs)
+  # has 167.31K parameters: six bottleneck blocks (3 x 6 convs + extractor conv + dense = 20).
+  head = neural.get_head("resnet20", 10)
+  variables = jax.eval_shape(lambda: neural.init_variables(head, jax.random.PRNGKey(0),
+                                                           (16, 16, 16)))
+  assert abs(_num_params(variables) / 1000 - 167.31) < 0.005
+  blocks = [name for name in variables["params"] if name.startswith("Bottleneck_")]
+  assert len(blocks) == 6 and "BasicBlock_0" not in variables["params"]
+  with pytest.raises(neural.ModelError, match="block"):
+    jax.eval_shape(lambda: neural.init_variables(neural.ResNetHead(10, (1,), block="wide"),
+                                                 jax.random.PRNGKey(0), (4, 4, 4)))
 
 
 @pytest.mark.parametrize("name", list(neural.SPLIT_RESNETS) + ["lenet5", "cnn"])
@@ -246,6 +287,21 @@ def test_refinement_only_changes_the_server(runs):
   assert len(set(servers.values())) == 3
 
 
+def test_round_0_clients_train_on_ce_alone_as_in_fedgkt(runs, tmp_path):
+  # FedGKT: no server knowledge before the server has trained, so round 0's clients use CE
+  # alone; the same clients as with kd_weight = 0. client_kd_round0 puts the KL term towards
+  # the uniform p^S (z^S = 0) back.
+  config = tiny_config("none")
+  assert feddkc.client_kd_weight(config, 0) == 0.0 and feddkc.client_kd_weight(config, 1) == 1.5
+  assert feddkc.client_kd_weight(config.replace(client_kd_round0=True), 0) == 1.5
+  def clients(cfg, name):
+    rows = neural.methods.run_method(cfg, tmp_path / name, max_rounds=1)
+    return [row["test_loss"] for row in rows[:2]]
+  default = [row["test_loss"] for row in runs["none"][:2]]
+  assert clients(config.replace(kd_weight=0.0), "no-kd") == default
+  assert clients(config.replace(client_kd_round0=True), "kd-round0") != default
+
+
 def test_communication_is_counted_per_client(runs):
   config = tiny_config("kkr")
   data = load_method_data(config)
@@ -264,6 +320,10 @@ def test_refine_logits_follows_the_config():
   np.testing.assert_allclose(feddkc.refine_logits(logits, tiny_config("kkr")),
                              neural.methods.feddkc.kkr(probs, 0.5), atol=1e-6)
   np.testing.assert_allclose(feddkc.refine_logits(logits, tiny_config("none")), probs, atol=1e-6)
+  confident = np.zeros((1, C))
+  confident[0, 0] = 120.0               # SKR reads the logits: the row is not one-hot
+  refined = feddkc.refine_logits(confident, tiny_config("skr"))
+  assert abs(float(feddkc.entropy_bits(refined)[0]) - 1.0) < 0.005
   with pytest.raises(neural.methods.feddkc.FedDKCError, match="T"):
     feddkc.refine_logits(np.zeros((2, 20)), tiny_config("kkr").replace(T=0.04))
   # Two classes: only the chosen refinement's bound applies (E = 1 bit is log2 2, out of range
@@ -283,3 +343,31 @@ def test_refine_logits_follows_the_config():
 def test_bad_config_fields_are_named(changes, match):
   with pytest.raises(neural.ConfigError, match=match):
     tiny_config("kkr").replace(**changes)
+
+
+def feddkc_runs(name: str) -> list[feddkc.FedDKCConfig]:
+  """The runs of a shipped config, each checked to be a FedDKC config."""
+  runs = []
+  for _, config in load_spec(name).expand():
+    assert isinstance(config, feddkc.FedDKCConfig)
+    runs.append(config)
+  return runs
+
+
+def test_paper_configs_share_the_papers_settings_on_each_dataset():
+  # Tables 5-7: MNIST, CIFAR-10, CINIC-10 under the same settings (Sec. 4.1), 4 levels x 3 variants.
+  datasets = {}
+  for name, table in [("feddkc_mnist_paper", "5"), ("feddkc_paper", "6"),
+                      ("feddkc_cinic10_paper", "7")]:
+    assert load_spec(name).figure == f"FedDKC Tab. {table}"
+    runs = feddkc_runs(name)
+    assert len(runs) == 12 and {c.refinement for c in runs} == set(feddkc.REFINEMENTS)
+    assert {c.beta for c in runs} == {3.0, 1.0, 0.5, 0.1}
+    for c in runs:
+      assert (c.optimizer, c.learning_rate, c.batch_size, c.weight_decay, c.kd_weight) == (
+          "sgd", 0.03, 1024, 5e-4, 1.5)
+      assert c.normalize and c.server_model == "resnet20" and c.agents == 5
+    datasets[name] = runs[0].dataset
+  assert datasets == {"feddkc_mnist_paper": "mnist", "feddkc_paper": "cifar10",
+                      "feddkc_cinic10_paper": "cinic10"}
+  assert {c.dataset for c in feddkc_runs("feddkc_mnist_small")} == {"mnist-subset"}
