@@ -204,7 +204,7 @@ def _nystrom(kernel, x, z, ridge, num_points, tile_elements) -> NystromPrecondit
   w, v = w[::-1], v[:, ::-1]
   keep = w > 1e4 * eps * jnp.maximum(w[0], jnp.finfo(dtype).tiny)
   u = (b @ v) * jnp.where(keep, lax.rsqrt(jnp.where(keep, w, 1.0)), 0.0)[None, :]
-  lam = jnp.where(keep, jnp.maximum(w - jitter, 0.0), 0.0)
+  lam = jnp.where(keep, w, 0.0)
   return NystromPreconditioner(u, lam, ridge, jnp.sum(keep) - 1)
 
 
