@@ -87,8 +87,9 @@ def child(args) -> None:
   if args.path == "exact":
     preds = fedkrr.trajectory(problem, args.protocol, args.rounds, x_eval)
   else:
+    tile = args.tile_elements or (fedkrr.TILE_ELEMENTS if args.device == "cpu" else 1 << 24)
     preds = fedkrr.matfree_trajectory(problem, args.protocol, args.rounds, x_eval,
-                                      landmarks=args.landmarks)
+                                      landmarks=args.landmarks, tile_elements=tile)
   preds = np.asarray(jax.block_until_ready(preds))
   seconds = time.perf_counter() - start
   row = {"path": args.path, "n": problem.num_points, "seconds": seconds,
@@ -105,7 +106,8 @@ def child(args) -> None:
 def _run_child(args, path: str, n: int, out: str) -> dict | None:
   cmd = [sys.executable, os.path.abspath(__file__), "--child", path, "--n", str(n),
          "--out", out]
-  for flag in ("rounds", "protocol", "n_eval", "dim", "ridge", "landmarks", "dtype", "seed"):
+  for flag in ("rounds", "protocol", "n_eval", "dim", "ridge", "landmarks", "dtype", "seed",
+               "device", "tile_elements"):
     cmd += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
   if args.mnist:
     cmd += ["--mnist", args.mnist]
@@ -140,6 +142,9 @@ def main() -> None:
   parser.add_argument("--dim", type=int, default=5, help="input dimension of synthetic data")
   parser.add_argument("--ridge", type=float, default=1e-3)
   parser.add_argument("--landmarks", type=int, default=500, help="Nystrom landmarks per agent")
+  parser.add_argument("--tile-elements", type=int, default=0,
+                      help="kernel entries per tile of the matrix-free path (default: "
+                           "fedkrr.TILE_ELEMENTS = 2^18 on a CPU, 2^24 on a GPU)")
   parser.add_argument("--dtype", choices=("float64", "float32"), default="float64")
   parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
   parser.add_argument("--mnist", metavar="PATH",

@@ -48,6 +48,7 @@ from fedkrr._src.learner import fit_all
 from fedkrr._src.learner import krr_learners
 from fedkrr._src.linalg import RidgeFactor
 from fedkrr._src.linalg import ridge_factor
+from fedkrr._src.matfree import TILE_ELEMENTS
 from fedkrr._src.matfree import ConvergenceError
 from fedkrr._src.matfree import MatfreeKRRLearner
 from fedkrr._src.matfree import MatfreeKRRModel

@@ -15,7 +15,7 @@ def test_fedkrr_public_names_import():
                "kernel_matvec", "ridge_solve", "nystrom_preconditioner", "NystromPreconditioner",
                "RidgeSolution", "MatfreeKRRLearner", "MatfreeKRRModel", "ConvergenceError",
                "matfree_learners", "matfree_trajectory", "choose_path", "auto_trajectory",
-               "exact_bytes", "memory_limit"]:
+               "exact_bytes", "memory_limit", "TILE_ELEMENTS"]:
     assert name in names, name
   assert set(fedkrr.PROTOCOLS) == {"akd", "avgkd", "pkd", "pkd-mean", "ekd", "backfit-gs",
                                    "backfit-jacobi"}
