@@ -11,7 +11,11 @@ def test_fedkrr_public_names_import():
   for name in ["make_problem", "FederatedProblem", "RBF", "Linear", "Polynomial", "Laplace",
                "KRRLearner", "krr_learners", "ridge_factor", "akd", "avgkd", "pkd", "pkd_mean",
                "ekd", "backfit", "simulate", "iterate", "trajectory", "limit", "central", "local",
-               "central_models", "local_models", "PROTOCOLS", "ProblemError", "KernelError"]:
+               "central_models", "local_models", "PROTOCOLS", "ProblemError", "KernelError",
+               "kernel_matvec", "ridge_solve", "nystrom_preconditioner", "NystromPreconditioner",
+               "RidgeSolution", "MatfreeKRRLearner", "MatfreeKRRModel", "ConvergenceError",
+               "matfree_learners", "matfree_trajectory", "choose_path", "auto_trajectory",
+               "exact_bytes", "memory_limit", "TILE_ELEMENTS"]:
     assert name in names, name
   assert set(fedkrr.PROTOCOLS) == {"akd", "avgkd", "pkd", "pkd-mean", "ekd", "backfit-gs",
                                    "backfit-jacobi"}

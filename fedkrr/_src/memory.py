@@ -8,6 +8,7 @@ the limit and what to change.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 import os
 
 import jax
@@ -66,3 +67,35 @@ def trajectory_bytes(protocol: str, num_points: int, num_agents: int, outputs: i
   predictions = (num_agents if protocol in ("avgkd", "pkd", "pkd-mean") else 1) * n_eval
   copies = _COEFFICIENT_COPIES.get(protocol, 2)
   return rounds_kept * outputs * itemsize * (copies * num_points + 2 * predictions)
+
+
+def _transfer_pairs(protocol: str, num_agents: int) -> list[tuple[int, int]]:
+  """The transfer blocks ``(i, j)`` the closed form of ``protocol`` forms."""
+  m = num_agents
+  if protocol in ("akd", "ekd"):
+    return [((j + 1) % m, j) for j in range(m)]
+  if protocol == "pkd-mean":
+    return [(i, j) for i in range(m) for j in range(m)]
+  return [(i, j) for i in range(m) for j in range(m) if i != j]
+
+
+def exact_bytes(protocol: str, sizes: Sequence[int], outputs: int, n_eval: int,
+                rounds_kept: int, itemsize: int) -> int:
+  """About the peak memory of ``fedkrr.trajectory`` (the exact path), in bytes.
+
+  Counted in entries of ``itemsize`` bytes, with N_a the agents' sizes and N their sum:
+  every agent's two factor slots (Cholesky factor and pseudo-inverse root, both held
+  under ``lax.cond``: ``2 N_a^2``), the transfer blocks ``S_i K^j_ij`` the protocol
+  uses (``N_i N_j`` each), one more block of the largest size (the Gram block being
+  solved), the read-out ``n_eval x N``, four N x N matrices for backfit-gs (it
+  forms the whole recurrence matrix and a triangular solve with it), and
+  :func:`trajectory_bytes`. ``docs/scale.md`` compares it with measured peaks.
+  """
+  sizes = [int(n) for n in sizes]
+  n = sum(sizes)
+  blocks = [sizes[i] * sizes[j] for i, j in _transfer_pairs(protocol, len(sizes))]
+  entries = 2 * sum(s * s for s in sizes) + sum(blocks) + max(blocks) + n_eval * n
+  if protocol == "backfit-gs":
+    entries += 4 * n * n
+  return entries * itemsize + trajectory_bytes(protocol, n, len(sizes), outputs, n_eval,
+                                               rounds_kept, itemsize)

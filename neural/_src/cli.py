@@ -90,8 +90,9 @@ def _parser() -> argparse.ArgumentParser:
                             "(infinite-width ReLU MLP), rbf (cheap stand-in)")
   compare.add_argument("--ridge", type=float, metavar="C",
                        help="the ridge c (default: matched to the weight decay, C wd / 2)")
-  compare.add_argument("--max-points", type=int, default=2000, metavar="N",
-                       help="refuse runs with more training plus test points (default 2000)")
+  compare.add_argument("--max-points", type=int, default=5000, metavar="N",
+                       help="refuse runs with more training plus test points (default 5000: "
+                            "the whole embedded MNIST subset)")
   repro = sub.add_parser(
       "reproduce", help="run a figure of the paper and check its statements",
       usage="neural reproduce [-h] --figure N [--scale small|paper] --workdir DIR "

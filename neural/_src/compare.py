@@ -345,7 +345,7 @@ def _psd_block(block: np.ndarray) -> np.ndarray:
 
 
 def theory_problem(config: ExperimentConfig, data: RunData | None = None, *,
-                   kernel: str = "ntk", ridge: float | None = None, max_points: int = 2000,
+                   kernel: str = "ntk", ridge: float | None = None, max_points: int = 5000,
                    ntk_batch_size: int = 64, progress: bool = False, dtype=None
                    ) -> TheoryProblem:
   """The ``fedkrr`` problem of the run ``config``: its data, per-agent kernels and ridge.
@@ -605,7 +605,7 @@ def plot_comparison(comparison: Comparison, path: str | os.PathLike) -> None:
 
 def compare(config: ExperimentConfig, workdir: str | os.PathLike, *, kernel: str = "ntk",
             progress: bool = False, run_network: bool = True, ridge: float | None = None,
-            max_points: int = 2000, ntk_batch_size: int = 64) -> Comparison:
+            max_points: int = 5000, ntk_batch_size: int = 64) -> Comparison:
   """A KD run and its closed-form kernel twin, side by side (module docstring).
 
   Writes ``compare.json`` (:meth:`Comparison.to_dict`), ``compare.md`` (tables)

@@ -1,0 +1,555 @@
+"""Matrix-free kernel ridge agents: kernel blocks in tiles, fits by preconditioned CG.
+
+The exact path (:func:`fedkrr.trajectory`) factorises every agent's
+``c I + K^a_aa`` and forms the transfer blocks ``S_i K^j_ij``: memory grows as N^2
+and time as N^3 (``docs/scale.md``). This module never stores a Gram block:
+
+* :func:`kernel_matvec` computes ``k(x1, x2) @ v`` in row tiles of ``x1``; a tile
+  of ``k(x1, x2)`` lives only while it multiplies ``v``;
+* :func:`ridge_solve` solves ``(c I + k(X, X) / N) alpha = t`` by preconditioned
+  conjugate gradients, each iteration one tiled matrix-vector product;
+* :func:`nystrom_preconditioner` approximates ``k(X, X) / N`` from m landmark
+  points (``K ~ K_nm K_mm^{-1} K_mn``, as Falkon does; Rudi, Carratino & Rosasco
+  2017) and preconditions with the randomised-Nystrom form of Frangella, Tropp &
+  Udell (2023): with the approximation ``U diag(lam) U^T`` (U orthonormal, n x r),
+  ``P^{-1} = (lam_r + c) U (diag(lam) + c I)^{-1} U^T + (I - U U^T)``;
+* :class:`MatfreeKRRLearner` is a learner of the protocols' interface
+  (``fit`` / ``predict``), so every protocol runs by literal rounds through
+  :func:`fedkrr.simulate` (:func:`matfree_trajectory`); a round costs a few CG
+  solves and the block matrix-vector products ``k_j(X_i, X_j) alpha_j / N`` of
+  the agents' predictions on each other's inputs.
+
+Memory is O(N (m + d) + tile) instead of O(N^2); the preconditioner changes the
+number of iterations, never the solution. The matrix-free path needs ``c > 0``
+(the minimum-norm fit of ``c = 0`` is the exact path's). :func:`choose_path`
+states when each path is used.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+from typing import NamedTuple
+
+import jax
+from jax import lax
+import jax.numpy as jnp
+
+from fedkrr._src import closed_form
+from fedkrr._src import memory
+from fedkrr._src import protocols
+from fedkrr._src.problem import FederatedProblem
+from fedkrr._src.problem import ProblemError
+from fedkrr._src.problem import check_eval_points
+from fedkrr._src.pytree import pytree_dataclass
+
+Array = jax.Array
+ArrayLike = jax.typing.ArrayLike
+
+TILE_ELEMENTS = 1 << 18
+"""Default number of kernel entries in one tile (2 MiB in float64: a tile stays in cache,
+about three times faster on a CPU than tiles of 32 MiB)."""
+
+PATHS = ("auto", "exact", "matfree")
+
+
+def default_tol(dtype) -> float:
+  """The CG tolerance on the relative residual: 1e-10 in float64, 1e-5 in float32."""
+  return 1e-10 if jnp.dtype(dtype) == jnp.float64 else 1e-5
+
+
+def _row_tiles(fn, x: Array, n_cols: int, tile_elements: int) -> Array:
+  """``fn`` applied to row tiles of ``x`` (each at most ``tile_elements / n_cols`` rows),
+  one after the other (``lax.map``), the results stacked back in row order."""
+  n, rest = x.shape[0], x.shape[1:]
+  rows = max(1, min(n, tile_elements // max(n_cols, 1)))
+  tiles = -(-n // rows)
+  pad = tiles * rows - n
+  if pad:   # repeat the first row: a valid point for any kernel; its rows are dropped
+    x = jnp.concatenate([x, jnp.broadcast_to(x[:1], (pad,) + rest)], axis=0)
+  out = lax.map(fn, x.reshape((tiles, rows) + rest))
+  return out.reshape((tiles * rows,) + out.shape[2:])[:n]
+
+
+def kernel_matvec(kernel: Any, x1: ArrayLike, x2: ArrayLike, v: ArrayLike,
+                  tile_elements: int = TILE_ELEMENTS) -> Array:
+  """``k(x1, x2) @ v`` without storing ``k(x1, x2)``: row tiles of x1, one at a time.
+
+  Args:
+    kernel: a kernel ``k(x1, x2) -> (n1, n2)`` (e.g. :class:`fedkrr.RBF`).
+    x1: (n1, d) points (the rows).
+    x2: (n2, d) points (the columns).
+    v: (n2,) or (n2, C).
+    tile_elements: kernel entries per tile (rows per tile: ``tile_elements // n2``,
+      at least 1); memory is about a few tiles, never n1 x n2.
+
+  Returns:
+    (n1,) or (n1, C), in v's dtype.
+
+  Example:
+    >>> x = jnp.linspace(-1.0, 1.0, 8)[:, None]
+    >>> v = jnp.ones(8)
+    >>> k = fedkrr.RBF(gamma=2.0)
+    >>> bool(jnp.allclose(fedkrr.kernel_matvec(k, x, x, v, tile_elements=16), k(x, x) @ v))
+    True
+  """
+  v = jnp.asarray(v)
+  x1, x2 = jnp.asarray(x1, v.dtype), jnp.asarray(x2, v.dtype)
+  if x1.ndim != 2 or x2.ndim != 2 or x1.shape[1] != x2.shape[1]:
+    raise ValueError(f"x1, x2: expected shapes (n1, d) and (n2, d), got {x1.shape} and "
+                     f"{x2.shape}")
+  if v.ndim not in (1, 2) or v.shape[0] != x2.shape[0]:
+    raise ValueError(f"v: expected shape ({x2.shape[0]},) or ({x2.shape[0]}, C) to match x2, "
+                     f"got {v.shape}")
+  return _kernel_matvec(kernel, x1, x2, v, tile_elements)
+
+
+def _kernel_matvec_impl(kernel, x1, x2, v, tile_elements):
+  return _row_tiles(lambda tile: kernel(tile, x2).astype(v.dtype) @ v, x1, x2.shape[0],
+                    tile_elements)
+
+
+_kernel_matvec = jax.jit(_kernel_matvec_impl, static_argnames=("tile_elements",))
+
+
+class NystromPreconditioner(NamedTuple):
+  """``P^{-1} = (lam_r + c) U (diag(lam) + c I)^{-1} U^T + (I - U U^T)`` for ``c I + K``.
+
+  ``U diag(lam) U^T`` is a Nystrom approximation of the scaled Gram matrix K (n x n):
+  P agrees with ``c I + K`` on the range of U, scaled so that the remaining
+  directions (eigenvalues at most about ``lam_r``) stay near 1. P is symmetric
+  positive definite whatever the approximation's quality: it only changes how fast
+  conjugate gradients converge.
+
+  Attributes:
+    basis: U, (n, m): its first ``last + 1`` columns orthonormal, the others zero.
+    eigenvalues: lam, (m,) in decreasing order, >= 0 (0 past ``last``).
+    ridge: c > 0.
+    last: the index r - 1 of the smallest eigenvalue kept (``lam_r``).
+  """
+
+  basis: Array
+  eigenvalues: Array
+  ridge: Array
+  last: Array
+
+  def apply(self, r: Array) -> Array:
+    """``P^{-1} r`` for r of shape (n,) or (n, C)."""
+    lam = self.eigenvalues
+    scale = (lam[self.last] + self.ridge) / (lam + self.ridge) - 1.0
+    scale = jnp.where(jnp.arange(lam.shape[0]) <= self.last, scale, 0.0)
+    coef = self.basis.T @ r
+    scale = scale.reshape(scale.shape + (1,) * (r.ndim - 1))
+    return r + self.basis @ (scale * coef)
+
+
+def landmark_indices(n: int, landmarks: int, key: Array | None = None) -> Array:
+  """``min(landmarks, n)`` distinct row indices: evenly spaced, or uniform without
+  replacement when a PRNG ``key`` is given (Falkon's uniform Nystrom centres)."""
+  m = min(int(landmarks), n)
+  if key is None:
+    return jnp.asarray((jnp.arange(m) * n) // m, jnp.int32)
+  return jax.random.choice(key, n, (m,), replace=False)
+
+
+def nystrom_preconditioner(kernel: Any, x: ArrayLike, ridge: ArrayLike, num_points: ArrayLike,
+                           landmarks: int = 500, key: Array | None = None,
+                           tile_elements: int = TILE_ELEMENTS) -> NystromPreconditioner:
+  """The Nystrom preconditioner of ``c I + k(X, X) / N`` from m landmark points.
+
+  With Z the landmarks (rows of X), ``K_nm = k(X, Z) / N`` and ``K_mm = k(Z, Z) / N``,
+  ``K ~ K_nm K_mm^{-1} K_mn = B B^T`` with ``B = K_nm L^{-T}`` (``L L^T`` the
+  Cholesky factor of ``K_mm`` plus a jitter of ``m eps max(diag)``); the thin SVD
+  ``B = U S V^T`` gives ``lam = S^2`` (Frangella, Tropp & Udell 2023, Alg. 2.1
+  with landmark columns in place of a random sketch), here from the eigenvectors
+  of the m x m matrix ``B^T B``. Cost: ``n m`` kernel entries, ``n m^2`` flops and
+  an m x m eigenproblem; memory a few n x m arrays.
+
+  Args:
+    kernel: the agent's kernel.
+    x: (n, d) the agent's points.
+    ridge: c > 0.
+    num_points: N, the scale of the Gram blocks.
+    landmarks: m, the number of landmark points (at most n).
+    key: a PRNG key for uniform landmarks; ``None`` for evenly spaced rows.
+    tile_elements: kernel entries per tile of ``K_nm``.
+
+  Returns:
+    A :class:`NystromPreconditioner` of rank at most ``min(m, n)``.
+  """
+  ridge = jnp.asarray(ridge)
+  x = jnp.asarray(x, ridge.dtype)
+  if not isinstance(landmarks, int) or isinstance(landmarks, bool) or landmarks < 1:
+    raise ValueError(f"landmarks: expected an integer >= 1, got {landmarks!r}")
+  idx = landmark_indices(x.shape[0], landmarks, key)
+  return _nystrom(kernel, x, x[idx], ridge, jnp.asarray(num_points, ridge.dtype), tile_elements)
+
+
+@functools.partial(jax.jit, static_argnames=("tile_elements",))
+def _nystrom(kernel, x, z, ridge, num_points, tile_elements) -> NystromPreconditioner:
+  dtype = x.dtype
+  m = z.shape[0]
+  eps = jnp.finfo(dtype).eps
+  k_nm = _row_tiles(lambda t: kernel(t, z).astype(dtype), x, m, tile_elements) / num_points
+  k_mm = kernel(z, z).astype(dtype) / num_points
+  k_mm = 0.5 * (k_mm + k_mm.T)
+  jitter = m * eps * jnp.maximum(jnp.max(jnp.diag(k_mm)), jnp.finfo(dtype).tiny)
+  chol = jnp.linalg.cholesky(k_mm + jitter * jnp.eye(m, dtype=dtype))
+  b = jax.scipy.linalg.solve_triangular(chol, k_nm.T, lower=True).T   # K_nm L^{-T}
+  # B = U S V^T from the m x m eigenproblem of B^T B (an n x m SVD is far slower on a
+  # CPU); U = B V / S keeps orthonormal columns to about eps s_max^2 / s^2, so the
+  # directions with s^2 below 1e4 eps s_max^2 are dropped (weight 0 in apply).
+  w, v = jnp.linalg.eigh(b.T @ b)
+  w, v = w[::-1], v[:, ::-1]
+  keep = w > 1e4 * eps * jnp.maximum(w[0], jnp.finfo(dtype).tiny)
+  u = (b @ v) * jnp.where(keep, lax.rsqrt(jnp.where(keep, w, 1.0)), 0.0)[None, :]
+  lam = jnp.where(keep, w, 0.0)
+  return NystromPreconditioner(u, lam, ridge, jnp.sum(keep) - 1)
+
+
+class RidgeSolution(NamedTuple):
+  """The result of :func:`ridge_solve`.
+
+  Attributes:
+    alpha: the coefficients, shape of the right-hand side.
+    iterations: conjugate-gradient iterations run.
+    residual: the largest relative residual ``|t - (c I + K) alpha| / |t|`` over the
+      right-hand side's columns (CG's recursively updated residual, which tracks
+      the true one to rounding).
+    converged: whether every column reached the tolerance within ``maxiter``.
+  """
+
+  alpha: Array
+  iterations: Array
+  residual: Array
+  converged: Array
+
+
+def _cg(matvec, precondition, rhs: Array, tol, maxiter) -> tuple[Array, Array, Array, Array]:
+  """Preconditioned conjugate gradients, column by column of a (n, C) right-hand side
+  (each column its own step sizes), until every column's residual is below ``tol |rhs|``."""
+  dot = lambda a, b: jnp.sum(a * b, axis=0)  # noqa: E731
+  target = tol * jnp.sqrt(dot(rhs, rhs))
+  x = jnp.zeros_like(rhs)
+  z = precondition(rhs)
+  state = (x, rhs, z, z, dot(rhs, z), jnp.asarray(0, jnp.int32))
+
+  def going(state):
+    _, r, _, _, _, k = state
+    return (k < maxiter) & jnp.any(jnp.sqrt(dot(r, r)) > target)
+
+  def step(state):
+    x, r, _, p, rz, k = state
+    q = matvec(p)
+    pq = dot(p, q)
+    a = jnp.where(pq > 0, rz / jnp.where(pq > 0, pq, 1.0), 0.0)
+    x = x + a[None, :] * p
+    r = r - a[None, :] * q
+    z = precondition(r)
+    rz_new = dot(r, z)
+    beta = jnp.where(rz > 0, rz_new / jnp.where(rz > 0, rz, 1.0), 0.0)
+    return x, r, z, z + beta[None, :] * p, rz_new, k + 1
+
+  x, r, _, _, _, k = lax.while_loop(going, step, state)
+  norm = jnp.sqrt(dot(r, r))
+  residual = jnp.max(norm / jnp.maximum(jnp.sqrt(dot(rhs, rhs)), jnp.finfo(rhs.dtype).tiny))
+  return x, k, residual, jnp.all(norm <= target)
+
+
+def ridge_solve(kernel: Any, x: ArrayLike, rhs: ArrayLike, ridge: ArrayLike,
+                num_points: ArrayLike, preconditioner: NystromPreconditioner | None = None,
+                tol: float | None = None, maxiter: int = 1000,
+                tile_elements: int = TILE_ELEMENTS) -> RidgeSolution:
+  """Solves ``(c I + k(X, X) / N) alpha = t`` by (preconditioned) conjugate gradients.
+
+  Each iteration is one :func:`kernel_matvec` (tiles, never the n x n block) and
+  one application of the preconditioner. Columns of a matrix right-hand side are
+  solved independently, each with its own step sizes.
+
+  Args:
+    kernel: the kernel k.
+    x: (n, d) the points X.
+    rhs: t, (n,) or (n, C); its dtype is the solve's.
+    ridge: c > 0.
+    num_points: N.
+    preconditioner: a :class:`NystromPreconditioner` for these points (``None``:
+      plain conjugate gradients).
+    tol: stop when every column's residual is below ``tol |t|``; default
+      :func:`default_tol` of the dtype.
+    maxiter: the most iterations.
+    tile_elements: kernel entries per tile.
+
+  Returns:
+    A :class:`RidgeSolution`.
+
+  Example:
+    >>> x = jnp.linspace(-1.0, 1.0, 8)[:, None]
+    >>> t = jnp.sin(3.0 * x[:, 0])
+    >>> k = fedkrr.RBF(gamma=2.0)
+    >>> sol = fedkrr.ridge_solve(k, x, t, 1e-2, 8.0, tol=1e-6)
+    >>> bool(jnp.allclose((1e-2 * jnp.eye(8) + k(x, x) / 8.0) @ sol.alpha, t, atol=1e-5))
+    True
+  """
+  rhs = jnp.asarray(rhs)
+  if not jnp.issubdtype(rhs.dtype, jnp.floating):
+    rhs = rhs.astype(jnp.asarray(ridge, dtype=float).dtype)
+  x = jnp.asarray(x, rhs.dtype)
+  if x.ndim != 2 or rhs.ndim not in (1, 2) or rhs.shape[0] != x.shape[0]:
+    raise ValueError(f"x, rhs: expected shapes (n, d) and (n,) or (n, C) with the same n, "
+                     f"got {x.shape} and {rhs.shape}")
+  if not isinstance(maxiter, int) or isinstance(maxiter, bool) or maxiter < 1:
+    raise ValueError(f"maxiter: expected an integer >= 1, got {maxiter!r}")
+  if preconditioner is not None and preconditioner.basis.shape[0] != x.shape[0]:
+    raise ValueError(f"preconditioner: built for {preconditioner.basis.shape[0]} points, "
+                     f"but x has {x.shape[0]}")
+  tol = default_tol(rhs.dtype) if tol is None else tol
+  return _ridge_solve(kernel, x, rhs, jnp.asarray(ridge, rhs.dtype),
+                      jnp.asarray(num_points, rhs.dtype), preconditioner,
+                      jnp.asarray(tol, rhs.dtype), maxiter, tile_elements)
+
+
+def _ridge_solve_impl(kernel, x, rhs, ridge, num_points, preconditioner, tol, maxiter,
+                      tile_elements) -> RidgeSolution:
+  column = rhs.ndim == 1
+  t = rhs[:, None] if column else rhs
+
+  def matvec(v):
+    return ridge * v + _kernel_matvec_impl(kernel, x, x, v, tile_elements) / num_points
+
+  precondition = (lambda r: r) if preconditioner is None else preconditioner.apply
+  alpha, iterations, residual, converged = _cg(matvec, precondition, t, tol, maxiter)
+  return RidgeSolution(alpha[:, 0] if column else alpha, iterations, residual, converged)
+
+
+_ridge_solve = jax.jit(_ridge_solve_impl, static_argnames=("maxiter", "tile_elements"))
+
+
+@pytree_dataclass
+class MatfreeKRRModel:
+  """``g(x) = k(x, X) alpha / N``, predicted in tiles (:func:`kernel_matvec`).
+
+  Attributes:
+    kernel: the agent's kernel.
+    x_train: X, (n, d).
+    alpha: the coefficients, (n,) or (n, C).
+    num_points: N.
+    iterations: the conjugate-gradient iterations of the fit.
+    residual: the fit's relative residual (:class:`RidgeSolution`).
+    tile_elements: kernel entries per tile.
+  """
+
+  kernel: Any
+  x_train: Array
+  alpha: Array
+  num_points: Array
+  iterations: Array
+  residual: Array
+  tile_elements: int = dataclasses.field(default=TILE_ELEMENTS, metadata=dict(static=True))
+
+  def predict(self, x: ArrayLike) -> Array:
+    """The fitted function at the points ``x``."""
+    return _predict(self, jnp.asarray(x, self.alpha.dtype))
+
+
+@jax.jit
+def _predict(model: MatfreeKRRModel, x: Array) -> Array:
+  return _kernel_matvec_impl(model.kernel, x, model.x_train, model.alpha,
+                            model.tile_elements) / model.num_points
+
+
+class ConvergenceError(RuntimeError):
+  """Conjugate gradients did not reach the tolerance within ``maxiter`` iterations."""
+
+
+@pytree_dataclass
+class MatfreeKRRLearner:
+  """Kernel ridge regression in the paper's convention, solved without Gram matrices.
+
+  Fitting on ``(X, t)`` solves ``(c I + k(X, X) / N) alpha = t`` by
+  :func:`ridge_solve` (c > 0) and returns a :class:`MatfreeKRRModel`. Its
+  predictions equal :class:`fedkrr.KRRLearner`'s up to the CG tolerance.
+
+  Attributes:
+    kernel: the agent's kernel.
+    ridge: c > 0.
+    num_points: N.
+    preconditioner: a :class:`NystromPreconditioner` built for the agent's points
+      (explicit state: built once by :func:`matfree_learners`, used by every fit on
+      as many points); a fit on a different number of points (e.g. the pooled data
+      of :func:`fedkrr.central_models`) builds its own, and ``None`` builds one per fit.
+    tol: CG tolerance (``None``: :func:`default_tol`).
+    maxiter: the most CG iterations; a fit that needs more raises
+      :class:`ConvergenceError`.
+    landmarks: m, for preconditioners built by the fit (0: no preconditioner).
+    tile_elements: kernel entries per tile.
+  """
+
+  kernel: Any
+  ridge: Array
+  num_points: Array
+  preconditioner: NystromPreconditioner | None = None
+  tol: float | None = dataclasses.field(default=None, metadata=dict(static=True))
+  maxiter: int = dataclasses.field(default=1000, metadata=dict(static=True))
+  landmarks: int = dataclasses.field(default=500, metadata=dict(static=True))
+  tile_elements: int = dataclasses.field(default=TILE_ELEMENTS, metadata=dict(static=True))
+
+  def fit(self, x: ArrayLike, targets: ArrayLike) -> MatfreeKRRModel:
+    """Kernel ridge regression of ``targets`` on ``x`` (cast to the ridge's dtype).
+
+    Raises:
+      ConvergenceError: CG needed more than ``maxiter`` iterations.
+    """
+    dtype = jnp.asarray(self.ridge).dtype
+    x, targets = jnp.asarray(x, dtype), jnp.asarray(targets, dtype)
+    pre = self.preconditioner
+    if pre is None or pre.basis.shape[0] != x.shape[0]:
+      pre = None if self.landmarks == 0 else nystrom_preconditioner(
+          self.kernel, x, self.ridge, self.num_points, self.landmarks,
+          tile_elements=self.tile_elements)
+    tol = default_tol(dtype) if self.tol is None else self.tol
+    sol = ridge_solve(self.kernel, x, targets, self.ridge, self.num_points, pre, tol,
+                      self.maxiter, self.tile_elements)
+    if not bool(sol.converged):
+      raise ConvergenceError(
+          f"conjugate gradients reached relative residual {float(sol.residual):.3g} > tol "
+          f"{tol:.3g} after maxiter = {self.maxiter} iterations on {x.shape[0]} points; "
+          f"raise maxiter or landmarks, or use a larger ridge")
+    return MatfreeKRRModel(self.kernel, x, sol.alpha, jnp.asarray(self.num_points, dtype),
+                           sol.iterations, sol.residual, self.tile_elements)
+
+
+def check_matfree_problem(problem: FederatedProblem) -> None:
+  """Raises :class:`ProblemError` unless the problem's ridge is > 0 (CG needs c I + K
+  positive definite)."""
+  if not float(problem.ridge) > 0:
+    raise ProblemError(f"ridge: the matrix-free path needs c > 0 (conjugate gradients on "
+                       f"c I + K), got {float(problem.ridge)!r}; use the exact path for c = 0")
+
+
+def matfree_learners(problem: FederatedProblem, landmarks: int = 500, tol: float | None = None,
+                     maxiter: int = 1000, key: Array | None = None,
+                     tile_elements: int = TILE_ELEMENTS) -> tuple[MatfreeKRRLearner, ...]:
+  """One :class:`MatfreeKRRLearner` per agent, its preconditioner built once on its points.
+
+  Args:
+    problem: the federated problem (ridge c > 0).
+    landmarks: m per agent (0: plain conjugate gradients).
+    tol: CG tolerance (``None``: :func:`default_tol`).
+    maxiter: the most CG iterations per fit.
+    key: PRNG key for uniform landmarks (split per agent); ``None``: evenly spaced.
+    tile_elements: kernel entries per tile.
+
+  Raises:
+    ProblemError: c = 0. ValueError: a bad ``landmarks`` or ``maxiter``.
+  """
+  check_matfree_problem(problem)
+  if not isinstance(landmarks, int) or isinstance(landmarks, bool) or landmarks < 0:
+    raise ValueError(f"landmarks: expected an integer >= 0, got {landmarks!r}")
+  if not isinstance(maxiter, int) or isinstance(maxiter, bool) or maxiter < 1:
+    raise ValueError(f"maxiter: expected an integer >= 1, got {maxiter!r}")
+  n = jnp.asarray(problem.num_points, problem.ridge.dtype)
+  keys = [None] * problem.num_agents if key is None else list(
+      jax.random.split(key, problem.num_agents))
+  learners = []
+  for a, (kernel, x) in enumerate(zip(problem.kernels, problem.xs)):
+    pre = None if landmarks == 0 else nystrom_preconditioner(
+        kernel, x, problem.ridge, n, landmarks, keys[a], tile_elements)
+    learners.append(MatfreeKRRLearner(kernel, problem.ridge, n, pre, tol, maxiter, landmarks,
+                                      tile_elements))
+  return tuple(learners)
+
+
+def matfree_trajectory(problem: FederatedProblem, protocol: str, rounds: int, x_eval: ArrayLike,
+                       start: int = 0, every: int = 1, landmarks: int = 500,
+                       tol: float | None = None, maxiter: int = 1000, key: Array | None = None,
+                       tile_elements: int = TILE_ELEMENTS, progress: bool = False) -> Array:
+  """:func:`fedkrr.trajectory` without N x N matrices: every round run literally.
+
+  The protocol runs round by round through :func:`fedkrr.simulate` with
+  :func:`matfree_learners`, so every fit is a preconditioned CG solve and every
+  prediction a tiled block matrix-vector product. The result has the layout of
+  :func:`fedkrr.trajectory` and equals it up to the CG tolerance.
+
+  Args:
+    problem: the federated problem (c > 0).
+    protocol: one of ``fedkrr.PROTOCOLS``.
+    rounds: T >= 1.
+    x_eval: (n_eval, d) evaluation points.
+    start: the starting agent of AKD.
+    every: keep rounds 0, k, 2k, ... (all rounds still run).
+    landmarks, tol, maxiter, key, tile_elements: see :func:`matfree_learners`.
+    progress: a progress bar over the rounds.
+
+  Returns:
+    The predictions, in the problem's dtype.
+
+  Raises:
+    ProblemError: c = 0 or bad evaluation points. ValueError: a bad protocol,
+      start, rounds or every. ConvergenceError: a fit did not converge.
+
+  Example:
+    >>> x = jnp.linspace(-1.0, 1.0, 8)[:, None]
+    >>> y = jnp.sin(3.0 * x[:, 0])
+    >>> problem = fedkrr.make_problem([x[:4], x[4:]], [y[:4], y[4:]], fedkrr.RBF(gamma=2.0),
+    ...                               ridge=1e-2)
+    >>> fedkrr.matfree_trajectory(problem, "avgkd", 5, x).shape
+    (5, 2, 8)
+  """
+  protocols.check_protocol_name(protocol)
+  protocols.check_start(start, problem.num_agents)
+  protocols.check_rounds(rounds)
+  closed_form.check_every(every, protocol, problem.num_agents)
+  x_eval = check_eval_points(problem, x_eval)
+  learners = matfree_learners(problem, landmarks, tol, maxiter, key, tile_elements)
+  return protocols.simulate(protocol, learners, problem.xs, problem.ys, rounds, x_eval,
+                            start=start, progress=progress, every=every)
+
+
+def choose_path(problem: FederatedProblem, protocol: str, rounds: int, n_eval: int,
+                every: int = 1, limit: int | None = None) -> str:
+  """``"exact"`` or ``"matfree"``: the memory rule of ``docs/scale.md``.
+
+  The exact path is used when c = 0 (the matrix-free path needs c > 0) or when its
+  estimated memory (:func:`fedkrr.exact_bytes`) is at most half of ``limit``
+  (default :func:`fedkrr.memory_limit`: the accelerator's memory, else the host's
+  available memory; the other half is headroom for the estimate's error and the
+  rest of the process). Otherwise the matrix-free path, whose memory is
+  O(N (m + d)).
+  """
+  protocols.check_protocol_name(protocol)
+  protocols.check_rounds(rounds)
+  protocols.check_every(every)
+  if not float(problem.ridge) > 0:
+    return "exact"
+  outputs = 1
+  for s in problem.ys[0].shape[1:]:
+    outputs *= int(s)
+  need = memory.exact_bytes(protocol, problem.sizes, outputs, n_eval, -(-rounds // every),
+                            jnp.dtype(problem.ridge.dtype).itemsize)
+  limit = memory.memory_limit() if limit is None else limit
+  return "exact" if need <= limit // 2 else "matfree"
+
+
+def auto_trajectory(problem: FederatedProblem, protocol: str, rounds: int, x_eval: ArrayLike,
+                    start: int = 0, every: int = 1, path: str = "auto", **matfree_options
+                    ) -> Array:
+  """Every round's predictions by the exact or the matrix-free path.
+
+  Args:
+    problem, protocol, rounds, x_eval, start, every: as :func:`fedkrr.trajectory`.
+    path: ``"exact"`` (:func:`fedkrr.trajectory`), ``"matfree"``
+      (:func:`matfree_trajectory`) or ``"auto"`` (:func:`choose_path`).
+    **matfree_options: ``landmarks``, ``tol``, ``maxiter``, ``key``, ``tile_elements``,
+      ``progress`` for the matrix-free path.
+
+  Returns:
+    The predictions in :func:`fedkrr.trajectory`'s layout.
+  """
+  if path not in PATHS:
+    raise ValueError(f"path: expected one of {', '.join(PATHS)}, got {path!r}")
+  if path == "auto":
+    path = choose_path(problem, protocol, rounds, int(jnp.shape(x_eval)[0]), every)
+  if path == "exact":
+    return closed_form.trajectory(problem, protocol, rounds, x_eval, start=start, every=every)
+  return matfree_trajectory(problem, protocol, rounds, x_eval, start, every, **matfree_options)

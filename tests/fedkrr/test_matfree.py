@@ -1,0 +1,150 @@
+"""The matrix-free path: tiled kernel products, preconditioned CG, literal rounds, the rule."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import fedkrr
+
+RNG = np.random.default_rng(5)
+# Every problem below has agents of 16 points, 10 test points, 8 landmarks and tiles of 4
+# rows (several tiles even on tiny problems): the compiled programs are shared by the tests.
+TILE = 64
+LANDMARKS = 8
+
+
+def _problem(outputs=0, agents=3, ridge=1e-2):
+  data = fedkrr.synthetic_regression(3, sizes=(16,) * agents, dim=2, outputs=outputs, n_test=10)
+  kernels = [fedkrr.RBF(0.5), fedkrr.Laplace(0.7), fedkrr.RBF(1.3)][:agents]
+  return fedkrr.make_problem(data.xs, data.ys, kernels, ridge), data.x_test
+
+
+@pytest.mark.parametrize("kernel, shape", [(fedkrr.RBF(0.4), ()), (fedkrr.Laplace(0.9), (3,))])
+def test_kernel_matvec_equals_dense_product(kernel, shape, x64, assert_close):
+  # 13 rows in tiles of 3 (the last one padded): the same as the stored block times v.
+  x1, x2 = RNG.normal(size=(13, 4)), RNG.normal(size=(9, 4))
+  v = RNG.normal(size=(9,) + shape)
+  got = fedkrr.kernel_matvec(kernel, x1, x2, v, tile_elements=27)
+  assert_close(got, kernel(jnp.asarray(x1), jnp.asarray(x2)) @ v)
+
+
+# Points on a line: the RBF Gram matrix's eigenvalues decay fast, so a few landmarks
+# capture the directions that make c I + K ill-conditioned for a small ridge c.
+X40, T40 = RNG.normal(size=(40, 1)), RNG.normal(size=(40, 2))
+KERNEL, N_TOTAL = fedkrr.RBF(0.3), 60.0
+
+
+def test_ridge_solve_equals_dense_solve(x64, assert_close):
+  system = 1e-3 * np.eye(40) + np.asarray(KERNEL(jnp.asarray(X40), jnp.asarray(X40))) / N_TOTAL
+  pre = fedkrr.nystrom_preconditioner(KERNEL, X40, 1e-3, N_TOTAL, landmarks=10)
+  for rhs in (T40, T40[:, 0]):   # columns solved independently, and a single vector
+    sol = fedkrr.ridge_solve(KERNEL, X40, rhs, 1e-3, N_TOTAL, pre, tol=1e-12)
+    assert bool(sol.converged) and float(sol.residual) <= 1e-12
+    assert_close(sol.alpha, np.linalg.solve(system, rhs), rtol=1e-8)
+
+
+def test_nystrom_preconditioner_is_spd_and_cuts_iterations(x64):
+  t, ridge = T40[:, 0], 1e-5   # a small ridge: plain CG needs many steps
+  pre = fedkrr.nystrom_preconditioner(KERNEL, X40, ridge, N_TOTAL, landmarks=10)
+  inverse = np.asarray(pre.apply(jnp.eye(40)))
+  assert np.allclose(inverse, inverse.T, atol=1e-12)
+  assert np.linalg.eigvalsh(inverse).min() > 0     # P^{-1} is positive definite
+  plain = fedkrr.ridge_solve(KERNEL, X40, t, ridge, N_TOTAL, None, tol=1e-12)
+  with_pre = fedkrr.ridge_solve(KERNEL, X40, t, ridge, N_TOTAL, pre, tol=1e-12)
+  assert bool(plain.converged) and bool(with_pre.converged)
+  assert int(with_pre.iterations) < int(plain.iterations) / 2
+  # With every point a landmark the approximation is K itself: P^{-1} (c I + K) is
+  # (lam_r + c) I, and conjugate gradients stop after one step (two for rounding).
+  full = fedkrr.nystrom_preconditioner(KERNEL, X40, ridge, N_TOTAL, landmarks=40)
+  assert int(fedkrr.ridge_solve(KERNEL, X40, t, ridge, N_TOTAL, full, tol=1e-8).iterations) <= 2
+
+
+@pytest.mark.parametrize("protocol", fedkrr.PROTOCOLS)
+def test_matfree_trajectory_equals_exact_rounds(protocol, x64, assert_close):
+  # Three agents with different kernels, matrix labels: matrix-free rounds vs the exact
+  # learners' rounds (which equal fedkrr.trajectory: test_closed_form.py; compared
+  # directly in test_auto_trajectory_follows_the_memory_rule), equal up to the CG
+  # tolerance (1e-10 on the residual).
+  problem, x_test = _problem(outputs=2)
+  exact = fedkrr.simulate(protocol, fedkrr.krr_learners(problem), problem.xs, problem.ys, 5,
+                          x_test, start=1)
+  ours = fedkrr.matfree_trajectory(problem, protocol, 5, x_test, start=1, landmarks=LANDMARKS,
+                                   tile_elements=TILE)
+  assert_close(ours, exact, rtol=1e-8)
+
+
+def test_matfree_learner_is_a_learner(x64, assert_close):
+  # The pooled data of the centralised baseline has another size than the agent's
+  # preconditioner: the fit builds its own and gives the exact learner's model.
+  problem, x_test = _problem()
+  learners = fedkrr.matfree_learners(problem, landmarks=LANDMARKS, tile_elements=TILE)
+  ours = fedkrr.central_models(learners, problem.xs, problem.ys)
+  exact = fedkrr.central_models(fedkrr.krr_learners(problem), problem.xs, problem.ys)
+  for mine, theirs in zip(ours, exact):
+    assert_close(mine.predict(x_test), theirs.predict(x_test), rtol=1e-8)
+
+
+def test_auto_trajectory_follows_the_memory_rule(x64, assert_close):
+  problem, x_test = _problem(outputs=2)
+  need = fedkrr.exact_bytes("avgkd", problem.sizes, 2, 10, 4, 8)
+  assert fedkrr.choose_path(problem, "avgkd", 4, 10, limit=2 * need) == "exact"
+  assert fedkrr.choose_path(problem, "avgkd", 4, 10, limit=2 * need - 1) == "matfree"
+  zero = dataclasses.replace(problem, ridge=jnp.asarray(0.0))
+  assert fedkrr.choose_path(zero, "avgkd", 4, 10, limit=0) == "exact"   # CG needs c > 0
+  # 48 points fit this machine: "auto" is the closed form; the matrix-free path equals it.
+  ours = fedkrr.auto_trajectory(problem, "avgkd", 5, x_test, path="matfree",
+                                landmarks=LANDMARKS, tile_elements=TILE)
+  assert_close(ours, fedkrr.auto_trajectory(problem, "avgkd", 5, x_test, path="auto"),
+               rtol=1e-8)
+
+
+def test_exact_bytes_grows_as_n_squared():
+  small = fedkrr.exact_bytes("avgkd", (1000, 1000), 1, 0, 1, 8)
+  large = fedkrr.exact_bytes("avgkd", (2000, 2000), 1, 0, 1, 8)
+  assert 3.9 < large / small <= 4.0
+  gs = fedkrr.exact_bytes("backfit-gs", (1000, 1000), 1, 0, 1, 8)
+  assert gs - small >= 4 * 2000 ** 2 * 8   # plus the whole N x N recurrence matrices
+
+
+def test_bad_input_is_refused(x64):
+  problem, x_test = _problem()
+  zero = dataclasses.replace(problem, ridge=jnp.asarray(0.0))
+  with pytest.raises(fedkrr.ProblemError, match="ridge"):
+    fedkrr.matfree_trajectory(zero, "avgkd", 2, x_test)
+  with pytest.raises(ValueError, match="landmarks"):
+    fedkrr.matfree_learners(problem, landmarks=-1)
+  with pytest.raises(ValueError, match="protocol"):
+    fedkrr.matfree_trajectory(problem, "fedavg", 2, x_test)
+  with pytest.raises(fedkrr.ProblemError, match="x_eval"):
+    fedkrr.matfree_trajectory(problem, "avgkd", 2, x_test[:, :1])
+  with pytest.raises(ValueError, match="path"):
+    fedkrr.auto_trajectory(problem, "avgkd", 2, x_test, path="dense")
+  with pytest.raises(ValueError, match="v: expected"):
+    fedkrr.kernel_matvec(fedkrr.RBF(1.0), x_test, x_test, jnp.ones(3))
+  x = problem.xs[0]
+  pre = fedkrr.nystrom_preconditioner(fedkrr.RBF(1.0), x[:8], 1e-2, 32.0, landmarks=4)
+  with pytest.raises(ValueError, match="preconditioner"):
+    fedkrr.ridge_solve(fedkrr.RBF(1.0), x, problem.ys[0], 1e-2, 32.0, pre)
+  with pytest.raises(ValueError, match="maxiter"):
+    fedkrr.ridge_solve(fedkrr.RBF(1.0), x, problem.ys[0], 1e-2, 32.0, maxiter=0)
+  learner = fedkrr.MatfreeKRRLearner(fedkrr.RBF(1.0), jnp.asarray(1e-6), jnp.asarray(32.0),
+                                     tol=1e-14, maxiter=1, landmarks=0)
+  with pytest.raises(fedkrr.ConvergenceError, match="maxiter"):
+    learner.fit(x, problem.ys[0])
+
+
+def test_float32_matches_float64_closed_form():
+  # float32 (a GPU's dtype): default tolerance 1e-5 on the residual.
+  data = fedkrr.synthetic_regression(3, sizes=(16, 16), dim=2, n_test=10)
+  kernels = [fedkrr.RBF(0.5), fedkrr.RBF(1.3)]
+  p32 = fedkrr.make_problem(data.xs, data.ys, kernels, 1e-1, dtype=jnp.float32)
+  ours = fedkrr.matfree_trajectory(p32, "avgkd", 4, data.x_test, landmarks=LANDMARKS,
+                                   tile_elements=TILE)
+  assert ours.dtype == jnp.float32
+  if jax.config.read("jax_enable_x64"):
+    p64 = fedkrr.make_problem(data.xs, data.ys, kernels, 1e-1, dtype=jnp.float64)
+    exact = np.asarray(fedkrr.trajectory(p64, "avgkd", 4, data.x_test))
+    assert np.max(np.abs(np.asarray(ours) - exact)) / np.max(np.abs(exact)) < 1e-3
