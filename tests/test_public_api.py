@@ -11,7 +11,9 @@ def test_fedkrr_public_names_import():
   for name in ["make_problem", "FederatedProblem", "RBF", "Linear", "Polynomial", "Laplace",
                "KRRLearner", "krr_learners", "ridge_factor", "akd", "avgkd", "pkd", "pkd_mean",
                "ekd", "backfit", "simulate", "iterate", "trajectory", "limit", "central", "local",
-               "central_models", "local_models", "PROTOCOLS", "ProblemError", "KernelError"]:
+               "central_models", "local_models", "PROTOCOLS", "ProblemError", "KernelError",
+               "ridge_root", "RidgeRoot", "degradation_rate", "rate_estimate", "RateEstimate",
+               "RATE_METHODS"]:
     assert name in names, name
   assert set(fedkrr.PROTOCOLS) == {"akd", "avgkd", "pkd", "pkd-mean", "ekd", "backfit-gs",
                                    "backfit-jacobi"}
