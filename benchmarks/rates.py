@@ -23,7 +23,11 @@ are printed apart. Prints both times, their ratio, the largest absolute differen
 on the sample and the number of NaN (unconverged) rates, and exits non-zero if any
 rate is NaN or a difference exceeds 1e-10. The script switches off XLA's
 concurrency-optimized CPU scheduler and multi-threaded Eigen (see
-:func:`fedkrr.avoid_cpu_eigh_deadlock`) unless ``XLA_FLAGS`` names them.
+:func:`fedkrr.avoid_cpu_eigh_deadlock`) unless ``XLA_FLAGS`` names them, and runs
+OpenBLAS (the LAPACK behind JAX's CPU Cholesky, triangular solves and ``eigvals``) on
+one thread unless ``OPENBLAS_NUM_THREADS`` is set: on a shared 2-core machine its
+threads made the dense single instance about 25x slower (about 1.3 s instead of
+50 ms at N = 500), which inflates any ratio against the loop.
 """
 
 from __future__ import annotations
@@ -32,7 +36,9 @@ import argparse
 import os
 import time
 
-from fedkrr import avoid_cpu_eigh_deadlock
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before NumPy and JAX load OpenBLAS
+
+from fedkrr import avoid_cpu_eigh_deadlock  # noqa: E402
 
 avoid_cpu_eigh_deadlock()
 
@@ -65,7 +71,8 @@ def main() -> None:
   n, count = 2 * args.points, args.grid ** 2
   print(f"rho on a {args.grid} x {args.grid} grid of (c, mixing), N = {n} "
         f"({args.points} per agent), float64, {jax.devices()[0].platform}, "
-        f"{os.cpu_count()} cores", flush=True)
+        f"{os.cpu_count()} cores, OPENBLAS_NUM_THREADS={os.environ['OPENBLAS_NUM_THREADS']}",
+        flush=True)
 
   rate = lambda problem: fedkrr.degradation_rate(problem, steps=args.steps)  # noqa: E731
   grid_fn = jax.jit(lambda cs, ps: fedkrr.rate_grid(clusters, cs, ps, rate, args.batch))

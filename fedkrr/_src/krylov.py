@@ -5,14 +5,14 @@ run a fixed number of steps, so that they jit and vmap (a vmapped call is a
 batch of small matrix products, no per-instance control flow):
 
 * :func:`lanczos_radius` for symmetric ``A``: ``k = min(steps, n)`` steps of the
-  three-term Lanczos recurrence (no basis is kept, so the memory is O(n)) give a
-  tridiagonal ``T``; its extreme eigenvalues come from bisection
-  (:func:`jax.scipy.linalg.eigh_tridiagonal`), the Ritz vector's last component
-  vector ``s`` from inverse iteration on ``T``, and the Ritz vector ``x = Q s`` from
-  a second run of the recurrence. In floating point the Lanczos vectors lose
-  orthogonality once a Ritz value converges, which only repeats it; whatever ``x``
-  is, for symmetric A some eigenvalue lies within ``r = ||A x - theta x|| / ||x||``
-  of ``theta``, and within ``r^2 / gap`` when the others are ``gap`` away.
+  three-term Lanczos recurrence (without re-orthogonalisation; the k vectors are kept
+  only to form the Ritz vector) give a tridiagonal ``T``; its extreme eigenvalues come
+  from bisection (:func:`jax.scipy.linalg.eigh_tridiagonal`), their eigenvector ``s``
+  from inverse iteration on ``T``, and the Ritz vector is ``x = Q s``. In floating
+  point the Lanczos vectors lose orthogonality once a Ritz value converges, which
+  only repeats it; whatever ``x`` is, for symmetric A some eigenvalue lies within
+  ``r = ||A x - theta x|| / ||x||`` of ``theta``, and within ``r^2 / gap`` when the
+  others are ``gap`` away.
 * :func:`arnoldi_radius` for any real ``A``: Arnoldi with explicit restarts
   (``restart`` vectors per cycle). The dominant eigenvalue of each small Hessenberg
   matrix ``H`` is found without a general eigen-solver: repeated squaring of
@@ -135,8 +135,8 @@ def lanczos_radius(matvec: Callable[[Array], Array], v0: Array, steps: int = 200
   tiny = jnp.sqrt(jnp.finfo(dtype).tiny)
 
   def step(j, carry):
-    q_prev, q, beta_prev, alphas, betas, ritz, x = carry
-    x = x + ritz[j] * q
+    q_prev, q, beta_prev, alphas, betas, basis = carry
+    basis = basis.at[j].set(q)
     w = matvec(q) - beta_prev * q_prev
     alpha = q @ w
     w = w - alpha * q
@@ -147,12 +147,12 @@ def lanczos_radius(matvec: Callable[[Array], Array], v0: Array, steps: int = 200
     fresh = jax.random.normal(jax.random.fold_in(key, j), (n,), dtype)
     q_next = jnp.where(broke, fresh / jnp.linalg.norm(fresh), w / jnp.where(broke, 1.0, beta))
     beta = jnp.where(broke, 0.0, beta).astype(dtype)
-    return q, q_next, beta, alphas.at[j].set(alpha), betas.at[j].set(beta), ritz, x
+    return q, q_next, beta, alphas.at[j].set(alpha), betas.at[j].set(beta), basis
 
   zeros = jnp.zeros((k,), dtype)
   q0 = v0 / jnp.linalg.norm(v0)
-  init = (jnp.zeros_like(q0), q0, jnp.zeros((), dtype), zeros, zeros, zeros, jnp.zeros_like(q0))
-  alphas, betas = lax.fori_loop(0, k, step, init)[3:5]
+  init = (jnp.zeros_like(q0), q0, jnp.zeros((), dtype), zeros, zeros, jnp.zeros((k, n), dtype))
+  alphas, betas, basis = lax.fori_loop(0, k, step, init)[3:]
   scale = jnp.max(jnp.abs(alphas) + betas + jnp.concatenate([jnp.zeros((1,), dtype), betas[:-1]]))
   # The Ritz pair of the leading j x j block of T at a few j: once the top Ritz value has
   # converged, later steps only add copies of it, which make its Ritz vector ill-determined,
@@ -162,9 +162,9 @@ def lanczos_radius(matvec: Callable[[Array], Array], v0: Array, steps: int = 200
   best = jnp.argmin(jnp.stack([est for _, _, est in pairs]))
   theta = jnp.stack([theta for theta, _, _ in pairs])[best]
   s = jnp.stack([s for _, s, _ in pairs])[best]
-  # The Ritz vector x = Q s by the same recurrence run again (no basis is stored), and its
-  # true residual: for symmetric A some eigenvalue lies within ||A x - theta x|| / ||x||.
-  x = lax.fori_loop(0, k, step, init[:5] + (s, init[6]))[6]
+  # The Ritz vector x = Q s and its true residual: for symmetric A some eigenvalue lies
+  # within ||A x - theta x|| / ||x|| of theta, however orthogonal Q still is.
+  x = s @ basis
   x_norm = jnp.maximum(jnp.linalg.norm(x), jnp.finfo(dtype).tiny)
   residual = jnp.linalg.norm(matvec(x) - theta * x) / x_norm
   return _result(jnp.abs(theta), residual, scale, rtol)

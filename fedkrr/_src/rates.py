@@ -9,6 +9,10 @@ spectral radius of the two-round operator ``A`` of Prop. III, and with one
 shared kernel ``rho = cos^2(phi)``, phi the smallest principal angle between the
 agents' subspaces in the G geometry (App. B).
 
+:func:`degradation_rate` computes ``rho`` by Krylov methods on the blocks
+``B_ij = R_i^T K^j_ij R_j`` of :func:`fedkrr.ridge_root` (Lanczos for two agents with
+one shared kernel, restarted Arnoldi otherwise) or, with ``method="dense"``, from the
+dense cycle operator; ``docs/theory.md`` ("How rates are computed") compares them.
 The sweeps are single jitted, vmapped calls over a grid of one parameter.
 """
 
