@@ -54,7 +54,9 @@ from fedkrr._src.learner import Model
 from fedkrr._src.learner import fit_all
 from fedkrr._src.learner import krr_learners
 from fedkrr._src.linalg import RidgeFactor
+from fedkrr._src.linalg import RidgeRoot
 from fedkrr._src.linalg import ridge_factor
+from fedkrr._src.linalg import ridge_root
 from fedkrr._src.matfree import TILE_ELEMENTS
 from fedkrr._src.matfree import ConvergenceError
 from fedkrr._src.matfree import MatfreeKRRLearner
@@ -113,9 +115,12 @@ from fedkrr._src.rate_plots import plot_rate_curves
 from fedkrr._src.rate_plots import plot_rate_heatmap
 from fedkrr._src.rate_plots import rate_curves
 from fedkrr._src.rate_plots import sweep_kernel_mismatch
+from fedkrr._src.rates import RATE_METHODS
+from fedkrr._src.rates import RateEstimate
 from fedkrr._src.rates import TwoClusters
 from fedkrr._src.rates import cycle_operator
 from fedkrr._src.rates import degradation_rate
+from fedkrr._src.rates import rate_estimate
 from fedkrr._src.rates import rate_grid
 from fedkrr._src.rates import shared_kernel_rate
 from fedkrr._src.rates import sweep

@@ -15,7 +15,9 @@ def test_fedkrr_public_names_import():
                "kernel_matvec", "ridge_solve", "nystrom_preconditioner", "NystromPreconditioner",
                "RidgeSolution", "MatfreeKRRLearner", "MatfreeKRRModel", "ConvergenceError",
                "matfree_learners", "matfree_trajectory", "choose_path", "auto_trajectory",
-               "exact_bytes", "memory_limit", "TILE_ELEMENTS"]:
+               "exact_bytes", "memory_limit", "TILE_ELEMENTS",
+               "ridge_root", "RidgeRoot", "degradation_rate", "rate_estimate", "RateEstimate",
+               "RATE_METHODS"]:
     assert name in names, name
   assert set(fedkrr.PROTOCOLS) == {"akd", "avgkd", "pkd", "pkd-mean", "ekd", "backfit-gs",
                                    "backfit-jacobi"}

@@ -12,6 +12,12 @@
 The branch is chosen with ``lax.cond`` on the traced ridge, so factors are
 jit-compatible and vmappable over ``c`` (under vmap both branches run, and the
 unused slot holds the identity).
+
+``ridge_root(gram, ridge)`` returns a :class:`RidgeRoot`, the explicit matrix
+``R^T`` with ``(c I + K)^+ = R R^T`` (``L^{-1}`` from the Cholesky factor, or
+``diag(w^{-1/2}) U^T``), so that products with ``R^T K R`` are matrix products
+(the degradation rate's Krylov routes). Under vmap it runs the ``c = 0`` branch
+(an ``eigh``) only when some ridge of the batch is 0.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import jax
+from jax import custom_batching
 from jax import lax
 import jax.numpy as jnp
 
@@ -94,3 +101,70 @@ def ridge_factor(gram: Array, ridge: Array | float, rtol: float | None = None) -
                         lambda g, c: (eye, _pinv_root(g, rtol)),
                         gram, ridge)
   return RidgeFactor(ridge, chol, root)
+
+
+class RidgeRoot(NamedTuple):
+  """``R^T`` with ``(c I + K)^+ = R R^T``, as an explicit (n, n) matrix.
+
+  Attributes:
+    ridge: the regularisation constant c.
+    root_t: ``L^{-1}`` for the Cholesky factor ``c I + K = L L^T`` when ``c > 0``;
+      ``diag(w^{-1/2}) U^T`` (eigenvalues ``w`` of K above the cut-off, the others'
+      rows zero) when ``c = 0``.
+  """
+
+  ridge: Array
+  root_t: Array
+
+  def solve(self, rhs: Array) -> Array:
+    """``(c I + K)^+ rhs = R (R^T rhs)`` for ``rhs`` of shape (n,) or (n, k)."""
+    return self.root_t.T @ (self.root_t @ rhs)
+
+
+def _cholesky_root_t(gram: Array, ridge: Array) -> Array:
+  eye = jnp.eye(gram.shape[0], dtype=gram.dtype)
+  chol = jnp.linalg.cholesky(gram + ridge * eye)
+  return jax.scipy.linalg.solve_triangular(chol, eye, lower=True)
+
+
+def ridge_root(gram: Array, ridge: Array | float, rtol: float | None = None) -> RidgeRoot:
+  """The explicit root ``R^T`` of ``(c I + K)^+ = R R^T`` (Cholesky, or eigh when ``c == 0``).
+
+  Args:
+    gram: symmetric positive semi-definite matrix K, shape (n, n).
+    ridge: the regularisation constant c >= 0 (may be traced).
+    rtol: eigenvalue cut-off for ``c = 0``, relative to the largest eigenvalue;
+      default ``n * eps(dtype)``.
+
+  Returns:
+    A :class:`RidgeRoot`. Under ``vmap`` over c the ``eigh`` of the ``c = 0`` branch
+    runs only when some c of the batch is 0 (a plain ``lax.cond`` would run both
+    branches for every instance).
+
+  Example:
+    >>> x = jnp.linspace(-1.0, 1.0, 8)[:, None]
+    >>> gram = fedkrr.RBF(gamma=2.0)(x, x)
+    >>> root = fedkrr.ridge_root(gram, 1e-2)
+    >>> bool(jnp.allclose(root.solve(jnp.eye(8)), fedkrr.ridge_factor(gram, 1e-2).matrix()))
+    True
+  """
+  gram = jnp.asarray(gram)
+  ridge = jnp.asarray(ridge, dtype=gram.dtype)
+  cut = default_rtol(gram.shape[0], gram.dtype) if rtol is None else rtol
+
+  def either(g, c):
+    return lax.cond(c > 0, _cholesky_root_t, lambda g, _: _pinv_root(g, cut).T, g, c)
+
+  @custom_batching.custom_vmap
+  def root_t(g, c):
+    return either(g, c)
+
+  @root_t.def_vmap
+  def _root_t_vmap(axis_size, in_batched, g, c):
+    g_batched, c_batched = in_batched
+    g = g if g_batched else jnp.broadcast_to(g, (axis_size,) + g.shape)
+    c = c if c_batched else jnp.broadcast_to(c, (axis_size,) + c.shape)
+    out = lax.cond(jnp.all(c > 0), jax.vmap(_cholesky_root_t), jax.vmap(either), g, c)
+    return out, True
+
+  return RidgeRoot(ridge, root_t(gram, ridge))

@@ -9,6 +9,10 @@ spectral radius of the two-round operator ``A`` of Prop. III, and with one
 shared kernel ``rho = cos^2(phi)``, phi the smallest principal angle between the
 agents' subspaces in the G geometry (App. B).
 
+:func:`degradation_rate` computes ``rho`` by Krylov methods on the blocks
+``B_ij = R_i^T K^j_ij R_j`` of :func:`fedkrr.ridge_root` (Lanczos for two agents with
+one shared kernel, restarted Arnoldi otherwise) or, with ``method="dense"``, from the
+dense cycle operator; ``docs/theory.md`` ("How rates are computed") compares them.
 The sweeps are single jitted, vmapped calls over a grid of one parameter.
 """
 
@@ -17,12 +21,17 @@ from __future__ import annotations
 from collections.abc import Callable
 import dataclasses
 import functools
+from typing import NamedTuple
 
 import jax
+from jax import lax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 
 from fedkrr._src import closed_form
+from fedkrr._src import krylov
+from fedkrr._src import linalg
 from fedkrr._src import protocols
 from fedkrr._src.geometry import principal_cosines
 from fedkrr._src.kernels import RBF
@@ -44,15 +53,160 @@ def cycle_operator(problem: FederatedProblem, start: int = 0) -> Array:
   return op
 
 
-@functools.partial(jax.jit, static_argnames=("start",))
-def degradation_rate(problem: FederatedProblem, start: int = 0) -> Array:
+RATE_METHODS = ("auto", "symmetric", "krylov", "dense")
+
+
+class RateEstimate(NamedTuple):
+  """A degradation rate and its certificate (:func:`rate_estimate`).
+
+  Attributes:
+    radius: the estimate of ``rho``, the spectral radius of one AKD cycle.
+    residual: the Krylov residual relative to a norm estimate of the cycle map
+      (0 for the dense route).
+    converged: whether the residual is below the tolerance; when it is not,
+      :func:`degradation_rate` returns NaN.
+  """
+
+  radius: Array
+  residual: Array
+  converged: Array
+
+
+def kernels_shared(problem: FederatedProblem) -> bool | None:
+  """True if every agent's kernel is provably the same, False if provably not, None if
+  traced values keep it open (e.g. a bandwidth swept under vmap). Decided in Python."""
+  first = problem.kernels[0]
+  leaves0, tree0 = jax.tree_util.tree_flatten(first)
+  for kernel in problem.kernels[1:]:
+    if kernel is first:
+      continue
+    leaves, tree = jax.tree_util.tree_flatten(kernel)
+    if type(kernel) is not type(first) or tree != tree0:
+      return False
+    for a, b in zip(leaves0, leaves):
+      if a is b:
+        continue
+      if isinstance(a, jax.core.Tracer) or isinstance(b, jax.core.Tracer):
+        return None
+      if not np.array_equal(np.asarray(a), np.asarray(b)):
+        return False
+  return True
+
+
+def resolve_rate_method(problem: FederatedProblem, method: str) -> str:
+  """The route :func:`degradation_rate` takes for ``method`` (``auto`` resolved).
+
+  ``auto`` is ``symmetric`` for two agents whose kernels are provably shared and
+  ``krylov`` otherwise. Raises ``ValueError`` for an unknown method, or for
+  ``symmetric`` with M != 2 or kernels that provably differ.
+  """
+  if method not in RATE_METHODS:
+    raise ValueError(f"method: expected one of {', '.join(RATE_METHODS)}, got {method!r}")
+  shared = kernels_shared(problem)
+  if method == "auto":
+    return "symmetric" if problem.num_agents == 2 and shared else "krylov"
+  if method == "symmetric":
+    if problem.num_agents != 2:
+      raise ValueError(f"method: 'symmetric' needs two agents (the cycle operator of M > 2 "
+                       f"agents is not symmetrisable), got {problem.num_agents}; use 'krylov'")
+    if shared is False:
+      raise ValueError("method: 'symmetric' needs one kernel shared by both agents, and "
+                       "problem.kernels differ; use 'krylov'")
+  return method
+
+
+def _check_steps(steps: int) -> None:
+  if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+    raise ValueError(f"steps: expected an integer >= 1, got {steps!r}")
+
+
+def _symmetrised_block(problem: FederatedProblem, roots, i: int, j: int) -> Array:
+  """``B_ij = R_i^T K^j_ij R_j`` (N_i x N_j): the transfer ``T_ij = R_i B_ij R_j^T`` seen
+  in the coordinates ``R^T`` of each agent's ``S_a = R_a R_a^T``."""
+  cross = problem.gram(j, problem.xs[i], problem.xs[j])
+  return roots[i].root_t @ cross @ roots[j].root_t.T
+
+
+@functools.partial(jax.jit, static_argnames=("start", "method", "steps"))
+def _estimate(problem: FederatedProblem, start: int, method: str, steps: int) -> RateEstimate:
+  dtype = problem.ridge.dtype
+  if method == "dense":
+    rho = closed_form.spectral_radius(cycle_operator(problem, start))
+    return RateEstimate(rho, jnp.zeros((), dtype), jnp.ones((), bool))
+  roots = [linalg.ridge_root(problem.gram(a, x, x), problem.ridge)
+           for a, x in enumerate(problem.xs)]
+  m = problem.num_agents
+  if method == "symmetric":
+    # W_0 = R_0 B_01 B_01^T R_0^{-1} (on range R_0): rho = ||B_01||^2, the top eigenvalue of
+    # the symmetric B B^T or B^T B, whichever is smaller.
+    block = _symmetrised_block(problem, roots, 0, 1)
+    if block.shape[0] > block.shape[1]:
+      block = block.T
+    est = krylov.lanczos_radius(lambda v: block @ (block.T @ v),
+                                krylov.start_vector(block.shape[0], dtype), steps)
+  else:
+    # W_s and the cyclic product of the blocks B_{a+1, a} from s have the same non-zero
+    # eigenvalues (the products R_s Y and Y R_s).
+    order = [(start + r) % m for r in range(m)]
+    blocks = [_symmetrised_block(problem, roots, (a + 1) % m, a) for a in order]
+
+    def matvec(v):
+      for block in blocks:
+        v = block @ v
+      return v
+
+    est = krylov.arnoldi_radius(matvec, krylov.start_vector(problem.sizes[start], dtype), steps)
+  return RateEstimate(*est)
+
+
+def rate_estimate(problem: FederatedProblem, start: int = 0, method: str = "auto",
+                  steps: int = 200) -> RateEstimate:
+  """The degradation rate ``rho`` with its convergence certificate.
+
+  Routes (``method``; ``docs/theory.md``, "How rates are computed"):
+
+  * ``symmetric``: two agents, one shared kernel. ``W_0`` is similar to
+    ``B B^T`` with ``B = R_0^T K_01 R_1`` (``S_a = R_a R_a^T``, :func:`fedkrr.ridge_root`),
+    symmetric positive semi-definite, so ``rho = ||B||^2`` by Lanczos on products with B.
+  * ``krylov``: any M and kernels; restarted Arnoldi on products with the blocks
+    ``B_{a+1, a} = R_{a+1}^T K^a_{a+1, a} R_a`` around the cycle. The dense cycle
+    operator is never formed.
+  * ``dense``: ``max |eigvals(W_s)|`` of the dense cycle operator (the reference;
+    a general eigen-solver, CPU only in JAX).
+  * ``auto``: ``symmetric`` when M = 2 and the kernels are provably shared (the same
+    kernel object, or equal hyper-parameters known outside any trace), else ``krylov``.
+
+  Args:
+    problem: a :class:`FederatedProblem`.
+    start: the agent the cycle starts from (the rate does not depend on it).
+    method: one of :data:`RATE_METHODS` (Python-level, resolved before tracing).
+    steps: matrix-vector products of the Krylov routes (static).
+
+  Returns:
+    A :class:`RateEstimate`.
+
+  Raises:
+    ValueError: an unknown ``method``, ``steps`` < 1, or ``symmetric`` where it does
+      not apply.
+  """
+  protocols.check_start(start, problem.num_agents)
+  _check_steps(steps)
+  return _estimate(problem, start, resolve_rate_method(problem, method), steps)
+
+
+def degradation_rate(problem: FederatedProblem, start: int = 0, method: str = "auto",
+                     steps: int = 200) -> Array:
   """The degradation rate ``rho``: spectral radius of one AKD cycle (Prop. IV, VIII).
 
   ``rho < 1`` means AKD decays to 0 geometrically, by ``rho`` per cycle of M
   rounds (two rounds for M = 2); smaller is faster. It does not depend on
   ``start`` (the cycle operators are cyclic products of the same factors).
 
-  Uses a general eigen-solver (``jnp.linalg.eigvals``).
+  The Krylov routes (``method`` ``auto``, ``symmetric``, ``krylov``; see
+  :func:`rate_estimate`) run on matrix-vector products and vmap as batches of small
+  matrix products; an estimate whose residual has not converged within ``steps``
+  products is NaN, never a silently wrong number. ``dense`` uses a general
+  eigen-solver (``jnp.linalg.eigvals``) on the dense cycle operator.
 
   Example:
     >>> x = jnp.linspace(-1.0, 1.0, 8)[:, None]
@@ -63,7 +217,10 @@ def degradation_rate(problem: FederatedProblem, start: int = 0) -> Array:
     >>> 0.0 < float(rho) < 1.0
     True
   """
-  return closed_form.spectral_radius(cycle_operator(problem, start))
+  est = rate_estimate(problem, start, method, steps)
+  if method == "dense":
+    return est.radius
+  return jnp.where(est.converged, est.radius, jnp.nan)
 
 
 def shared_kernel_rate(problem: FederatedProblem) -> Array:
@@ -73,7 +230,8 @@ def shared_kernel_rate(problem: FederatedProblem) -> Array:
 
 
 def sweep(make_problem_fn: Callable[[Array], FederatedProblem], values: Array,
-          rate_fn: Callable[[FederatedProblem], Array] | None = None) -> Array:
+          rate_fn: Callable[[FederatedProblem], Array] | None = None,
+          batch_size: int | None = None) -> Array:
   """``rate_fn(make_problem_fn(v))`` for every ``v`` in ``values``, as one vmapped jitted call.
 
   Args:
@@ -81,12 +239,19 @@ def sweep(make_problem_fn: Callable[[Array], FederatedProblem], values: Array,
       shapes must not depend on the value).
     values: the parameter grid, shape (n,) (or (n, k) for k parameters).
     rate_fn: the quantity to sweep; :func:`degradation_rate` by default.
+    batch_size: vmap this many instances at a time (``jax.lax.map`` in the same
+      jitted call), bounding the memory; default all at once.
 
   Returns:
     (n,) rates.
   """
   rate_fn = degradation_rate if rate_fn is None else rate_fn
-  return jax.jit(jax.vmap(lambda v: rate_fn(make_problem_fn(v))))(jnp.asarray(values))
+  one = lambda v: rate_fn(make_problem_fn(v))  # noqa: E731
+  if batch_size is None:
+    return jax.jit(jax.vmap(one))(jnp.asarray(values))
+  if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+    raise ValueError(f"batch_size: expected an integer >= 1, got {batch_size!r}")
+  return jax.jit(lambda vs: lax.map(one, vs, batch_size=batch_size))(jnp.asarray(values))
 
 
 def sweep_ridge(problem: FederatedProblem, ridges: Array) -> Array:
@@ -172,11 +337,14 @@ def sweep_separation(clusters: TwoClusters, separations: ArrayLike, ridge: float
 
 
 def rate_grid(clusters: TwoClusters, ridges: ArrayLike, mixings: ArrayLike,
-              rate_fn: Callable[[FederatedProblem], Array] | None = None) -> Array:
-  """``rho`` on the grid ``ridges x mixings`` as one vmapped jitted call: (n_c, n_p)."""
+              rate_fn: Callable[[FederatedProblem], Array] | None = None,
+              batch_size: int | None = None) -> Array:
+  """``rho`` on the grid ``ridges x mixings`` as one vmapped jitted call: (n_c, n_p).
+
+  ``batch_size`` bounds the memory as in :func:`sweep`."""
   rate_fn = degradation_rate if rate_fn is None else rate_fn
   grid_c, grid_p = jnp.meshgrid(jnp.asarray(ridges), jnp.asarray(mixings), indexing="ij")
   flat = sweep(lambda v: clusters.problem(v[1], v[0]), jnp.stack([grid_c.ravel(),
                                                                  grid_p.ravel()], axis=1),
-               rate_fn)
+               rate_fn, batch_size)
   return flat.reshape(grid_c.shape)

@@ -93,3 +93,62 @@ def test_bandwidth_sweep_needs_an_rbf_first_kernel():
   problem, _ = _problem(kernels=[fedkrr.Laplace(0.5), fedkrr.RBF(0.5)])
   with pytest.raises(ValueError, match=r"kernels\[0\]"):
     fedkrr.sweep_bandwidth_ratio(problem, jnp.asarray([1.0]))
+
+
+@pytest.mark.parametrize("kernels", ["shared", "different"])
+def test_each_method_matches_the_dense_route(x64, kernels):
+  problem, _ = _problem(kernels=None if kernels == "shared" else [fedkrr.RBF(0.5),
+                                                                  fedkrr.Laplace(0.3)])
+  dense = float(fedkrr.degradation_rate(problem, method="dense"))
+  methods = ["auto", "krylov"] + (["symmetric"] if kernels == "shared" else [])
+  for method in methods:
+    est = fedkrr.rate_estimate(problem, method=method)
+    assert bool(est.converged), method
+    assert abs(float(est.radius) - dense) < 1e-12, method
+
+
+def test_krylov_route_for_m_agents_and_ridge_zero(x64):
+  problem, _ = _problem(sizes=(5, 6, 4), kernels=[fedkrr.RBF(0.5), fedkrr.Laplace(0.4),
+                                                  fedkrr.RBF(1.0)])
+  for start in range(3):
+    assert abs(float(fedkrr.degradation_rate(problem, start=start))
+               - float(fedkrr.degradation_rate(problem, start=start, method="dense"))) < 1e-12
+  # c = 0: the minimum-norm fits of App. C (the pseudo-inverse root), here rho = 1.
+  flat = dataclasses.replace(problem, ridge=jnp.asarray(0.0))
+  assert abs(float(fedkrr.degradation_rate(flat))
+             - float(fedkrr.degradation_rate(flat, method="dense"))) < 1e-9
+
+
+def test_vmapped_rates_equal_each_instance_with_and_without_ridge_zero(x64):
+  problem, _ = _problem()
+  for ridges in (jnp.asarray([1e-3, 0.1, 1.0]), jnp.asarray([0.0, 0.1, 1.0])):
+    swept = fedkrr.sweep_ridge(problem, ridges)
+    dense = [float(fedkrr.degradation_rate(dataclasses.replace(problem, ridge=c),
+                                           method="dense")) for c in ridges]
+    np.testing.assert_allclose(swept, dense, rtol=1e-10, atol=1e-12)
+  chunked = fedkrr.sweep(lambda c: dataclasses.replace(problem, ridge=c), ridges, batch_size=2)
+  np.testing.assert_allclose(chunked, swept, rtol=1e-13)
+
+
+def test_unconverged_rates_are_nan(x64):
+  problem, _ = _problem(sizes=(30, 30), ridge=1e-3)
+  est = fedkrr.rate_estimate(problem, steps=2)
+  assert not bool(est.converged)
+  assert np.isnan(float(fedkrr.degradation_rate(problem, steps=2)))
+  assert np.isfinite(float(fedkrr.degradation_rate(problem)))
+
+
+def test_rate_method_errors_name_the_argument():
+  problem, _ = _problem(sizes=(3, 3, 3))
+  assert fedkrr.RATE_METHODS == ("auto", "symmetric", "krylov", "dense")
+  with pytest.raises(ValueError, match="method"):
+    fedkrr.degradation_rate(problem, method="eig")
+  with pytest.raises(ValueError, match="two agents"):
+    fedkrr.degradation_rate(problem, method="symmetric")
+  with pytest.raises(ValueError, match="steps"):
+    fedkrr.degradation_rate(problem, steps=0)
+  two, _ = _problem(kernels=[fedkrr.RBF(0.5), fedkrr.RBF(0.7)])
+  with pytest.raises(ValueError, match="kernel"):
+    fedkrr.rate_estimate(two, method="symmetric")
+  with pytest.raises(ValueError, match="batch_size"):
+    fedkrr.sweep(lambda c: dataclasses.replace(two, ridge=c), jnp.asarray([0.1]), batch_size=0)

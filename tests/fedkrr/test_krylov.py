@@ -1,0 +1,105 @@
+"""Krylov spectral radii (fedkrr/_src/krylov.py) against NumPy's dense eigen-solvers."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from fedkrr._src import krylov
+
+
+@functools.partial(jax.jit, static_argnames=("method", "steps"))
+def _radius(a, method, steps=200):
+  v0 = krylov.start_vector(a.shape[0], a.dtype)
+  fn = krylov.lanczos_radius if method == "lanczos" else krylov.arnoldi_radius
+  return fn(lambda v: a @ v, v0, steps)
+
+
+def _with_spectrum(rng, block_diagonal):
+  """Q D Q^{-1} for a random well-conditioned Q: D's spectrum, no symmetry."""
+  n = block_diagonal.shape[0]
+  q = np.linalg.qr(rng.normal(size=(n, n)))[0] + 0.3 * rng.normal(size=(n, n)) / np.sqrt(n)
+  return q @ block_diagonal @ np.linalg.inv(q)
+
+
+@pytest.mark.parametrize("n", [1, 30])
+def test_lanczos_matches_eigvalsh(x64, n):
+  a = np.random.default_rng(n).normal(size=(n, n))
+  for sym in (a + a.T, a @ a.T):   # indefinite, and positive semi-definite
+    result = _radius(jnp.asarray(sym), "lanczos")
+    expected = np.max(np.abs(np.linalg.eigvalsh(sym)))
+    assert bool(result.converged)
+    assert abs(float(result.radius) - expected) < 1e-12 * expected
+
+
+@pytest.mark.parametrize("n", [1, 30])
+def test_arnoldi_matches_eigvals(x64, n):
+  a = np.random.default_rng(n).normal(size=(n, n))
+  result = _radius(jnp.asarray(a), "arnoldi")
+  expected = np.max(np.abs(np.linalg.eigvals(a)))
+  assert bool(result.converged)
+  assert abs(float(result.radius) - expected) < 1e-12 * expected
+
+
+@pytest.mark.parametrize("pair", [(0.8, 0.6), (0.9, 0.0)])
+def test_arnoldi_finds_a_dominant_pair(x64, pair):
+  # A complex pair 0.8 +- 0.6i (modulus 1), or a real pair +-0.9, above the rest.
+  re, im = pair
+  rng = np.random.default_rng(3)
+  d = np.diag(np.concatenate([[0.0, 0.0], rng.uniform(-0.5, 0.5, 28)]))
+  if im:
+    d[:2, :2] = [[re, im], [-im, re]]
+  else:
+    d[0, 0], d[1, 1] = re, -re
+  result = _radius(jnp.asarray(_with_spectrum(rng, d)), "arnoldi")
+  assert bool(result.converged)
+  assert abs(float(result.radius) - np.hypot(re, im)) < 1e-12
+
+
+def test_too_few_steps_are_flagged(x64):
+  # Eigenvalues 0, 1/29, ..., 1 (spread evenly): five steps cannot resolve the top one.
+  diag = jnp.diag(jnp.linspace(0.0, 1.0, 30))
+  for method in ("lanczos", "arnoldi"):
+    result = _radius(diag, method, steps=5)
+    assert not bool(result.converged)
+    assert float(result.residual) > 1e-3
+
+
+def test_rank_deficient_and_zero_maps(x64):
+  u = np.random.default_rng(4).normal(size=(30, 3))
+  low_rank = u @ u.T   # an invariant Krylov space of dimension 3: Lanczos breaks down
+  result = _radius(jnp.asarray(low_rank), "lanczos")
+  expected = np.max(np.linalg.eigvalsh(low_rank))
+  assert bool(result.converged)
+  assert abs(float(result.radius) - expected) < 1e-12 * expected
+  for method in ("lanczos", "arnoldi"):
+    result = _radius(jnp.zeros((30, 30)), method)
+    assert float(result.radius) == 0.0 and np.isfinite(float(result.residual))
+
+
+def test_vmapped_batch_equals_each_instance(x64):
+  mats = jnp.asarray(np.random.default_rng(5).normal(size=(3, 30, 30)))
+  batched = jax.vmap(lambda a: _radius(a, "arnoldi"))(mats)
+  for i in range(3):
+    one = _radius(mats[i], "arnoldi")
+    assert abs(float(batched.radius[i]) - float(one.radius)) < 1e-13
+
+
+def test_float32_converges_to_its_tolerance():
+  a = np.random.default_rng(6).normal(size=(30, 30)).astype(np.float32)
+  result = _radius(jnp.asarray(a @ a.T), "lanczos")
+  assert result.radius.dtype == jnp.float32 and bool(result.converged)
+  top = np.max(np.linalg.eigvalsh((a @ a.T).astype(np.float64)))
+  assert abs(float(result.radius) - top) < 1e-4 * top
+
+
+def test_bad_arguments_are_named():
+  v0 = jnp.ones(3)
+  with pytest.raises(ValueError, match="steps"):
+    krylov.lanczos_radius(lambda v: v, v0, 0)
+  with pytest.raises(ValueError, match="restart"):
+    krylov.arnoldi_radius(lambda v: v, v0, 10, restart=0)
+  with pytest.raises(ValueError, match="v0"):
+    krylov.arnoldi_radius(lambda v: v, jnp.ones((2, 2)), 10)
