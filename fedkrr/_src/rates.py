@@ -243,15 +243,37 @@ def sweep(make_problem_fn: Callable[[Array], FederatedProblem], values: Array,
       jitted call), bounding the memory; default all at once.
 
   Returns:
-    (n,) rates.
+    (n,) rates. With the default ``rate_fn``, called outside ``jit``, an instance
+    whose Krylov estimate did not converge (NaN, see :func:`degradation_rate`) is
+    recomputed on the dense route, one jitted call per such instance; under ``jit``
+    the NaN stays.
   """
+  values = jnp.asarray(values)
+  fallback = rate_fn is None
   rate_fn = degradation_rate if rate_fn is None else rate_fn
   one = lambda v: rate_fn(make_problem_fn(v))  # noqa: E731
   if batch_size is None:
-    return jax.jit(jax.vmap(one))(jnp.asarray(values))
-  if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
-    raise ValueError(f"batch_size: expected an integer >= 1, got {batch_size!r}")
-  return jax.jit(lambda vs: lax.map(one, vs, batch_size=batch_size))(jnp.asarray(values))
+    rates = jax.jit(jax.vmap(one))(values)
+  else:
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+      raise ValueError(f"batch_size: expected an integer >= 1, got {batch_size!r}")
+    rates = jax.jit(lambda vs: lax.map(one, vs, batch_size=batch_size))(values)
+  if fallback and not isinstance(rates, jax.core.Tracer):
+    rates = dense_where_nan(make_problem_fn, values, rates)
+  return rates
+
+
+def dense_where_nan(make_problem_fn: Callable[[Array], FederatedProblem], values: Array,
+                    rates: Array) -> Array:
+  """``rates`` with each NaN entry (an unconverged Krylov estimate) replaced by the
+  dense route's ``rho`` for ``make_problem_fn(values[i])``; concrete arrays only."""
+  missing = np.flatnonzero(np.isnan(np.asarray(rates)))
+  if missing.size == 0:
+    return rates
+  dense = jax.jit(lambda v: degradation_rate(make_problem_fn(v), method="dense"))
+  for i in missing:
+    rates = rates.at[i].set(dense(values[i]))
+  return rates
 
 
 def sweep_ridge(problem: FederatedProblem, ridges: Array) -> Array:
@@ -341,8 +363,8 @@ def rate_grid(clusters: TwoClusters, ridges: ArrayLike, mixings: ArrayLike,
               batch_size: int | None = None) -> Array:
   """``rho`` on the grid ``ridges x mixings`` as one vmapped jitted call: (n_c, n_p).
 
-  ``batch_size`` bounds the memory as in :func:`sweep`."""
-  rate_fn = degradation_rate if rate_fn is None else rate_fn
+  ``batch_size`` bounds the memory as in :func:`sweep`, and unconverged entries are
+  recomputed on the dense route as there."""
   grid_c, grid_p = jnp.meshgrid(jnp.asarray(ridges), jnp.asarray(mixings), indexing="ij")
   flat = sweep(lambda v: clusters.problem(v[1], v[0]), jnp.stack([grid_c.ravel(),
                                                                  grid_p.ravel()], axis=1),

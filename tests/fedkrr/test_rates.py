@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import fedkrr
+from fedkrr._src import rates as fedkrr_rates
 
 RNG = np.random.default_rng(12)
 
@@ -136,6 +137,17 @@ def test_unconverged_rates_are_nan(x64):
   assert not bool(est.converged)
   assert np.isnan(float(fedkrr.degradation_rate(problem, steps=2)))
   assert np.isfinite(float(fedkrr.degradation_rate(problem)))
+
+
+def test_sweep_recomputes_unconverged_entries_on_the_dense_route(x64):
+  problem, _ = _problem(sizes=(30, 30), ridge=1e-3)
+  make = lambda c: dataclasses.replace(problem, ridge=c)  # noqa: E731
+  ridges = jnp.asarray([1e-3, 1e-2, 1e-1])
+  flagged = jnp.asarray([0.5, jnp.nan, 0.25])
+  filled = fedkrr_rates.dense_where_nan(make, ridges, flagged)
+  dense = float(fedkrr.degradation_rate(make(ridges[1]), method="dense"))
+  np.testing.assert_array_equal(np.asarray(filled)[[0, 2]], [0.5, 0.25])
+  np.testing.assert_allclose(float(filled[1]), dense, rtol=1e-12)   # jit vs eager order
 
 
 def test_rate_method_errors_name_the_argument():
