@@ -94,7 +94,7 @@ def main() -> None:
           flush=True)
 
   t0 = time.perf_counter()
-  grid = np.asarray(jax.block_until_ready(grid_exe(ridges, mixings)))
+  grid = np.array(jax.block_until_ready(grid_exe(ridges, mixings)))   # writable copy
   t_grid = time.perf_counter() - t0
   print(f"one call, {count} instances, {args.batch} vmapped at a time: {t_grid:.2f} s "
         f"({1e3 * t_grid / count:.2f} ms per instance)", flush=True)
