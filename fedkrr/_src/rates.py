@@ -93,10 +93,16 @@ def kernels_shared(problem: FederatedProblem) -> bool | None:
   return True
 
 
+# Up to this many points in all, method="auto" takes the dense route (see resolve_rate_method).
+AUTO_DENSE_MAX = 256
+
+
 def resolve_rate_method(problem: FederatedProblem, method: str) -> str:
   """The route :func:`degradation_rate` takes for ``method`` (``auto`` resolved).
 
-  ``auto`` is ``symmetric`` for two agents whose kernels are provably shared and
+  ``auto`` is ``dense`` for problems of at most ``AUTO_DENSE_MAX`` (256) points
+  (there one general eigen-solve costs less than compiling and running the Krylov
+  steps, and is exact), else ``symmetric`` for two agents whose kernels are provably shared and
   ``krylov`` otherwise. Raises ``ValueError`` for an unknown method, or for
   ``symmetric`` with M != 2 or kernels that provably differ.
   """
@@ -104,6 +110,8 @@ def resolve_rate_method(problem: FederatedProblem, method: str) -> str:
     raise ValueError(f"method: expected one of {', '.join(RATE_METHODS)}, got {method!r}")
   shared = kernels_shared(problem)
   if method == "auto":
+    if problem.num_points <= AUTO_DENSE_MAX:
+      return "dense"
     return "symmetric" if problem.num_agents == 2 and shared else "krylov"
   if method == "symmetric":
     if problem.num_agents != 2:
@@ -173,8 +181,9 @@ def rate_estimate(problem: FederatedProblem, start: int = 0, method: str = "auto
     operator is never formed.
   * ``dense``: ``max |eigvals(W_s)|`` of the dense cycle operator (the reference;
     a general eigen-solver, CPU only in JAX).
-  * ``auto``: ``symmetric`` when M = 2 and the kernels are provably shared (the same
-    kernel object, or equal hyper-parameters known outside any trace), else ``krylov``.
+  * ``auto``: ``dense`` up to 256 points in all, else ``symmetric`` when M = 2 and the
+    kernels are provably shared (the same kernel object, or equal hyper-parameters
+    known outside any trace), else ``krylov``.
 
   Args:
     problem: a :class:`FederatedProblem`.

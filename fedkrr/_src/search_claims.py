@@ -41,6 +41,9 @@ Array = jax.Array
 # degrades (over 1e11 rounds), and no float64 computation tells 1 from 1 - 1e-15. The margin
 # rule of `search.confirms` keeps a radius above 1 only if it is above by more than rounding.
 RATE_TOLERANCE = 1.0
+# The search climbs these radii by reverse-mode gradients: the dense route (a general
+# eigen-solver) has them, the Krylov routes' ridge_root (custom_vmap) does not.
+DIFFERENTIABLE = "dense"
 RIDGE_GRID = tuple(np.logspace(-6, 1, 15))
 RATIO_GRID = tuple(np.logspace(-1, 1, 9))   # entry 4 is the ratio 1
 SEPARATION_GRID = tuple(np.linspace(0.0, 6.0, 13))
@@ -82,7 +85,7 @@ def _rel(a, b) -> Array:
 def map_radius(protocol: str) -> Callable[[FederatedProblem, Array], Array]:
   """The spectral radius of a protocol's round map (AKD: of one cycle)."""
   if protocol == "akd":
-    return lambda p, x: rates.degradation_rate(p)
+    return lambda p, x: rates.degradation_rate(p, method=DIFFERENTIABLE)
 
   def radius(p, x):
     return closed_form.spectral_radius(
@@ -151,7 +154,8 @@ def _replay_fixed_point(p, x):
 
 
 def _ridge_curve(p):
-  return jax.vmap(lambda c: rates.degradation_rate(dataclasses.replace(p, ridge=c)))(
+  return jax.vmap(lambda c: rates.degradation_rate(dataclasses.replace(p, ridge=c),
+                                                    method=DIFFERENTIABLE))(
       jnp.asarray(RIDGE_GRID, p.ridge.dtype))
 
 
@@ -172,7 +176,7 @@ def _with_ratio(p, ratio):
 
 
 def _ratio_curve(p):
-  return jax.vmap(lambda r: rates.degradation_rate(_with_ratio(p, r)))(
+  return jax.vmap(lambda r: rates.degradation_rate(_with_ratio(p, r), method=DIFFERENTIABLE))(
       jnp.asarray(RATIO_GRID, p.ridge.dtype))
 
 
@@ -195,7 +199,7 @@ def _moved(p, s):
 
 
 def _separation_curve(p):
-  return jax.vmap(lambda s: rates.degradation_rate(_moved(p, s)))(
+  return jax.vmap(lambda s: rates.degradation_rate(_moved(p, s), method=DIFFERENTIABLE))(
       jnp.asarray(SEPARATION_GRID, p.ridge.dtype))
 
 
@@ -341,7 +345,7 @@ def _replay_pkd_closed_form(p, x):
 # ---- identities (the search should find nothing) --------------------------------------------
 
 def _cos2(p, x):
-  return jnp.abs(rates.degradation_rate(p) - rates.shared_kernel_rate(p))
+  return jnp.abs(rates.degradation_rate(p, method=DIFFERENTIABLE) - rates.shared_kernel_rate(p))
 
 
 def _replay_cos2(p, x):

@@ -112,31 +112,36 @@ def test_krylov_route_for_m_agents_and_ridge_zero(x64):
   problem, _ = _problem(sizes=(5, 6, 4), kernels=[fedkrr.RBF(0.5), fedkrr.Laplace(0.4),
                                                   fedkrr.RBF(1.0)])
   for start in range(3):
-    assert abs(float(fedkrr.degradation_rate(problem, start=start))
+    assert abs(float(fedkrr.degradation_rate(problem, start=start, method="krylov"))
                - float(fedkrr.degradation_rate(problem, start=start, method="dense"))) < 1e-12
   # c = 0: the minimum-norm fits of App. C (the pseudo-inverse root), here rho = 1.
   flat = dataclasses.replace(problem, ridge=jnp.asarray(0.0))
-  assert abs(float(fedkrr.degradation_rate(flat))
+  assert abs(float(fedkrr.degradation_rate(flat, method="krylov"))
              - float(fedkrr.degradation_rate(flat, method="dense"))) < 1e-9
 
 
 def test_vmapped_rates_equal_each_instance_with_and_without_ridge_zero(x64):
   problem, _ = _problem()
+  krylov = lambda p: fedkrr.degradation_rate(p, method="krylov")  # noqa: E731
   for ridges in (jnp.asarray([1e-3, 0.1, 1.0]), jnp.asarray([0.0, 0.1, 1.0])):
-    swept = fedkrr.sweep_ridge(problem, ridges)
+    swept = fedkrr.sweep(lambda c: dataclasses.replace(problem, ridge=c), ridges, krylov)
     dense = [float(fedkrr.degradation_rate(dataclasses.replace(problem, ridge=c),
                                            method="dense")) for c in ridges]
     np.testing.assert_allclose(swept, dense, rtol=1e-10, atol=1e-12)
-  chunked = fedkrr.sweep(lambda c: dataclasses.replace(problem, ridge=c), ridges, batch_size=2)
+  chunked = fedkrr.sweep(lambda c: dataclasses.replace(problem, ridge=c), ridges, krylov,
+                         batch_size=2)
   np.testing.assert_allclose(chunked, swept, rtol=1e-13)
 
 
 def test_unconverged_rates_are_nan(x64):
   problem, _ = _problem(sizes=(30, 30), ridge=1e-3)
-  est = fedkrr.rate_estimate(problem, steps=2)
+  est = fedkrr.rate_estimate(problem, method="krylov", steps=2)
   assert not bool(est.converged)
-  assert np.isnan(float(fedkrr.degradation_rate(problem, steps=2)))
-  assert np.isfinite(float(fedkrr.degradation_rate(problem)))
+  assert np.isnan(float(fedkrr.degradation_rate(problem, method="krylov", steps=2)))
+  assert np.isfinite(float(fedkrr.degradation_rate(problem, method="krylov")))
+  # small problems: "auto" is the dense route, exact whatever the steps
+  assert float(fedkrr.degradation_rate(problem, steps=2)) == float(
+      fedkrr.degradation_rate(problem, method="dense"))
 
 
 def test_sweep_recomputes_unconverged_entries_on_the_dense_route(x64):
@@ -153,6 +158,10 @@ def test_sweep_recomputes_unconverged_entries_on_the_dense_route(x64):
 def test_rate_method_errors_name_the_argument():
   problem, _ = _problem(sizes=(3, 3, 3))
   assert fedkrr.RATE_METHODS == ("auto", "symmetric", "krylov", "dense")
+  # "auto": dense up to AUTO_DENSE_MAX points, Krylov (Arnoldi for M = 3) above
+  big, _ = _problem(sizes=(90, 90, 90))
+  assert fedkrr_rates.resolve_rate_method(problem, "auto") == "dense"
+  assert fedkrr_rates.resolve_rate_method(big, "auto") == "krylov"
   with pytest.raises(ValueError, match="method"):
     fedkrr.degradation_rate(problem, method="eig")
   with pytest.raises(ValueError, match="two agents"):
