@@ -5,6 +5,7 @@ tests that need float64 are then skipped. Tolerances are keyed by dtype in
 :func:`tolerance`; looser ones are stated inline with their reason.
 """
 
+import gc
 import os
 
 # The suite runs in two pytest-xdist workers (pyproject.toml): on a GPU, let each worker
@@ -27,6 +28,22 @@ jax.config.update("jax_numpy_rank_promotion", "raise")
 # Relative tolerances for comparisons of two exact computations (closed form vs
 # literal simulation, vs a NumPy reference) in each dtype.
 _TOLERANCES = {np.dtype(np.float64): 1e-9, np.dtype(np.float32): 1e-3}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _release_compiled_code():
+  """Drops JAX's compiled programs after each test file.
+
+  XLA's CPU backend maps each compiled kernel into memory of its own, and one
+  worker of the suite compiles tens of thousands of programs: kept for the whole
+  session, they reached Linux's limit of 65,530 memory maps per process
+  (``vm.max_map_count``) near the end of the suite, and the next compilation died
+  with a segmentation fault. Files share few programs, so recompiling those
+  costs little.
+  """
+  yield
+  jax.clear_caches()
+  gc.collect()
 
 
 def tolerance(dtype) -> float:
