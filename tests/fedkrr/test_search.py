@@ -67,8 +67,8 @@ def test_the_search_finds_the_known_counterexamples_and_they_replay(claim, tmp_p
 
 def test_a_search_on_an_identity_finds_nothing(tmp_path, x64):
   result = search.search_claim("prop4-rate-cos2", budget_seconds=60, seed=1, out=tmp_path,
-                               max_instances=400)
-  assert result.holds and result.counterexample is None and result.searched >= 400
+                               max_instances=200)
+  assert result.holds and result.counterexample is None and result.searched >= 200
   assert 0.0 <= result.worst_residual <= result.tolerance
   assert not list(tmp_path.glob("*.npz"))
   assert json.loads((tmp_path / "prop4-rate-cos2.json").read_text())["holds"] is True
@@ -160,10 +160,11 @@ def test_search_needs_float64(monkeypatch):
 
 def test_the_command_writes_the_json_and_prints_the_table(tmp_path, capsys, x64):
   out = tmp_path / "found"
-  assert main(["search", "--claim", "prop5-finite-sums", "--budget-seconds", "60",
+  # prop2-akd-to-zero: the claim whose counterexample the search finds fastest
+  assert main(["search", "--claim", "prop2-akd-to-zero", "--budget-seconds", "60",
                "--max-instances", "2000", "--out", str(out), "--no-progress"]) == 0
   printed = capsys.readouterr().out
-  assert "| prop5-finite-sums | Prop. V | NO |" in printed and "1 broken" in printed
-  assert (out / "prop5-finite-sums.json").exists() and (out / "prop5-finite-sums.npz").exists()
-  problem, _ = load_problem(out / "prop5-finite-sums.npz")
+  assert "| prop2-akd-to-zero | Prop. II | NO |" in printed and "1 broken" in printed
+  assert (out / "prop2-akd-to-zero.json").exists() and (out / "prop2-akd-to-zero.npz").exists()
+  problem, _ = load_problem(out / "prop2-akd-to-zero.npz")
   assert problem.num_agents == 2 and jnp.isfinite(problem.ridge)
