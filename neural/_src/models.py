@@ -192,6 +192,20 @@ class VGG(nn.Module):
     return _head(self.num_classes, x, return_features)
 
 
+def _add_shortcut(x, y, strides: int, norm: str):
+  """ReLU of a residual block's branch ``y`` plus its shortcut: ``x`` itself, or, where
+  the channels or the stride change, a 1x1 conv (that stride) of ``x`` with norm.
+
+  Called inside a block's compact ``__call__``: the conv and norm it creates are the
+  block's own, named after the branch's layers.
+  """
+  channels = y.shape[-1]
+  if x.shape[-1] != channels or strides != 1:
+    x = nn.Conv(channels, (1, 1), (strides, strides), use_bias=norm == "none")(x)
+    x = _norm(norm, channels)(x)
+  return nn.relu(x + y)
+
+
 class BasicBlock(nn.Module):
   """ResNet basic block: two 3x3 convs with norm, identity or 1x1-conv shortcut."""
 
@@ -207,10 +221,7 @@ class BasicBlock(nn.Module):
     y = nn.relu(_norm(self.norm, self.channels)(y))
     y = nn.Conv(self.channels, (3, 3), padding="SAME", use_bias=bias)(y)
     y = _norm(self.norm, self.channels)(y)
-    if x.shape[-1] != self.channels or self.strides != 1:
-      x = nn.Conv(self.channels, (1, 1), s, use_bias=bias)(x)
-      x = _norm(self.norm, self.channels)(x)
-    return nn.relu(x + y)
+    return _add_shortcut(x, y, self.strides, self.norm)
 
 
 class Bottleneck(nn.Module):
@@ -233,10 +244,7 @@ class Bottleneck(nn.Module):
     y = nn.relu(_norm(self.norm, self.channels)(y))
     y = nn.Conv(out, (1, 1), use_bias=bias)(y)
     y = _norm(self.norm, out)(y)
-    if x.shape[-1] != out or self.strides != 1:
-      x = nn.Conv(out, (1, 1), s, use_bias=bias)(x)
-      x = _norm(self.norm, out)(x)
-    return nn.relu(x + y)
+    return _add_shortcut(x, y, self.strides, self.norm)
 
 
 class ResNet(nn.Module):
