@@ -9,24 +9,20 @@ JSON and the tests here assert on it. Checks of the arguments run in this proces
 from __future__ import annotations
 
 import functools
-import json
-import os
 from pathlib import Path
-import subprocess
-import sys
 import textwrap
 
 import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh
+import multi_device  # tests/ is no package: pytest puts its folders on sys.path
 import numpy as np
-import numpy_reference as ref  # tests/ is no package: pytest puts this folder on sys.path
+import numpy_reference as ref
 import pytest
 
 import fedkrr
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent.parent
 
 CHILD = textwrap.dedent("""
     import json
@@ -98,14 +94,7 @@ CHILD = textwrap.dedent("""
 @functools.cache
 def _child_report() -> dict:
   """Runs :data:`CHILD` once with 4 host devices; its JSON report."""
-  env = dict(os.environ)
-  env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4")
-  env["JAX_PLATFORMS"] = "cpu"
-  env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(HERE), env.get("PYTHONPATH", "")])
-  out = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, env=env,
-                       timeout=300)
-  assert out.returncode == 0, out.stderr[-3000:]
-  return json.loads(out.stdout.strip().splitlines()[-1])
+  return multi_device.child_report(CHILD, paths=(HERE,))
 
 
 def test_each_agent_block_and_factor_lives_on_its_own_device():

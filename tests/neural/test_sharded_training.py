@@ -8,21 +8,15 @@ that reports what it saw as JSON.
 from __future__ import annotations
 
 import functools
-import json
-import os
-from pathlib import Path
-import subprocess
-import sys
 import textwrap
 from typing import Any
 
 import jax
+import multi_device  # tests/ is no package: pytest puts its folders on sys.path
 import pytest
 
 import fedkrr
 import neural
-
-ROOT = Path(__file__).resolve().parent.parent.parent
 
 CHILD = textwrap.dedent("""
     import json
@@ -91,14 +85,8 @@ CHILD = textwrap.dedent("""
 
 @functools.cache
 def _child_report() -> dict:
-  env = dict(os.environ)
-  env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4")
-  env["JAX_PLATFORMS"] = "cpu"
-  env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-  out = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, env=env,
-                       timeout=300)
-  assert out.returncode == 0, out.stderr[-3000:]
-  return json.loads(out.stdout.strip().splitlines()[-1])
+  """Runs :data:`CHILD` once with 4 host devices; its JSON report."""
+  return multi_device.child_report(CHILD)
 
 
 def test_stacked_agents_train_each_on_its_own_device():
