@@ -8,10 +8,12 @@ RBF kernel); the grid is c in [1e-4, 1] (log) times the mixing fraction in
 [0, 1] (0 = disjoint clusters, 1 = iid). Side by side in one run, float64, on
 the CPU (JAX_PLATFORMS=cpu is the default here):
 
-* grid: ``fedkrr.rate_grid(..., batch_size=B)``, the whole grid in one jitted call
-  (``method="auto"``, here the symmetric Lanczos route), vmapping B instances at a
-  time under ``jax.lax.map`` so that its buffers stay small; the time and the
-  call's temporary buffers are printed;
+* grid: ``fedkrr.rate_grid(..., batch_size=B)``, the whole grid in one jitted call:
+  per mixing fraction one eigen-decomposition of each agent's Gram matrix, reused
+  for every c, and along c a block Krylov method restarted from the previous c's
+  Ritz vectors (``docs/theory.md``, "How rates are computed"), B mixing fractions
+  vmapped at a time under ``jax.lax.map``; the time and the call's temporary
+  buffers are printed;
 * loop: today's route, a Python loop of the jitted single instance
   ``fedkrr.degradation_rate(clusters.problem(p, c), method="dense")`` (the dense
   cycle operator and ``jnp.linalg.eigvals``), timed on ``--sample`` instances
@@ -51,6 +53,7 @@ import numpy as np  # noqa: E402
 import fedkrr  # noqa: E402
 
 TOLERANCE = 1e-10
+BATCH = 8
 
 
 def main() -> None:
@@ -58,11 +61,13 @@ def main() -> None:
   parser.add_argument("--grid", type=int, default=64, help="points per axis (default 64)")
   parser.add_argument("--points", type=int, default=250,
                       help="points per agent (default 250, N = 500)")
-  parser.add_argument("--batch", type=int, default=32,
-                      help="instances vmapped at a time inside the one call (default 32)")
+  parser.add_argument("--batch", type=int, default=BATCH,
+                      help=f"mixing fractions vmapped at a time inside the one call "
+                           f"(default {BATCH})")
   parser.add_argument("--sample", type=int, default=16,
                       help="grid instances the dense loop runs on (default 16)")
-  parser.add_argument("--steps", type=int, default=200, help="Krylov steps (default 200)")
+  parser.add_argument("--steps", type=int, default=200,
+                      help="Krylov products per instance at most (default 200)")
   parser.add_argument("--seed", type=int, default=0)
   args = parser.parse_args()
   jax.config.update("jax_enable_x64", True)
@@ -76,8 +81,8 @@ def main() -> None:
         f"{os.cpu_count()} cores, OPENBLAS_NUM_THREADS={os.environ['OPENBLAS_NUM_THREADS']}",
         flush=True)
 
-  rate = lambda problem: fedkrr.degradation_rate(problem, steps=args.steps)  # noqa: E731
-  grid_fn = jax.jit(lambda cs, ps: fedkrr.rate_grid(clusters, cs, ps, rate, args.batch))
+  grid_fn = jax.jit(lambda cs, ps: fedkrr.rate_grid(clusters, cs, ps, batch_size=args.batch,
+                                                    steps=args.steps))
   single = jax.jit(lambda p, c: fedkrr.degradation_rate(clusters.problem(p, c), method="dense"))
 
   t0 = time.perf_counter()
@@ -96,7 +101,8 @@ def main() -> None:
   t0 = time.perf_counter()
   grid = np.array(jax.block_until_ready(grid_exe(ridges, mixings)))   # writable copy
   t_grid = time.perf_counter() - t0
-  print(f"one call, {count} instances, {args.batch} vmapped at a time: {t_grid:.2f} s "
+  print(f"one call, {count} instances, {args.batch} mixing fractions vmapped at a time: "
+        f"{t_grid:.2f} s "
         f"({1e3 * t_grid / count:.2f} ms per instance)", flush=True)
 
   rng = np.random.default_rng(args.seed)

@@ -282,3 +282,87 @@ def arnoldi_radius(matvec: Callable[[Array], Array], v0: Array, steps: int = 200
 
   _, (radii, residuals, scales) = lax.scan(cycle, v0, None, length=-(-steps // m))
   return _result(radii[-1], residuals[-1], scales[-1], rtol)
+
+
+def block_top_eigen(matvec: Callable[[Array], Array], start: Array, steps: int = 200,
+                    rtol: float | None = None, restart: int = 24
+                    ) -> tuple[KrylovResult, Array]:
+  """The largest eigenvalue of a symmetric positive semi-definite ``A`` by a Krylov
+  method restarted from a block of Ritz vectors, stopping as soon as it has converged.
+
+  Made for sweeps over close matrices: started from the previous matrix's Ritz
+  block it usually converges within one cycle. A cycle extends the ``p`` start
+  vectors (rows of ``start``; the last should be the best guess of the top
+  eigenvector) to an orthonormal basis ``Q`` of ``m = min(restart, n)`` vectors by
+  products with ``A`` from the top Ritz vector (full re-orthogonalisation), then
+  takes the Rayleigh-Ritz pairs of ``Q A Q^T`` (an m x m symmetric eigen-problem); the
+  top ``p`` Ritz vectors start the next cycle (a thick restart, which keeps a
+  cluster of top eigenvalues converging). It stops when the top pair's residual
+  ``||A x - theta x||`` (exact, from the stored products) is at most ``rtol * theta``,
+  or after ``ceil(steps / (m - p))`` cycles. Under ``vmap`` the cycles run until every
+  instance of the batch has stopped (``lax.while_loop``).
+
+  Args:
+    matvec: ``v -> A v`` for v of shape (n,); A symmetric positive semi-definite.
+    start: (p, n) start block with p < min(restart, n) (or p = n: then the result is
+      exact); its rows must be independent and should not all be orthogonal to the
+      top eigenvector.
+    steps: about this many products at most (static).
+    rtol: tolerance of the convergence flag; default :func:`default_rtol` (symmetric).
+    restart: basis vectors per cycle (static).
+
+  Returns:
+    ``(result, block)``: a :class:`KrylovResult` (residual relative to ``theta``) and
+    the (p, n) Ritz block (top vector last) to start the next, nearby, matrix from.
+  """
+  if start.ndim != 2:
+    raise ValueError(f"start: expected a (p, n) block, got shape {start.shape}")
+  _check(steps, start[0])
+  p, n = start.shape
+  m = min(restart, n)
+  if not isinstance(restart, int) or isinstance(restart, bool) or not (p < m or p == n):
+    raise ValueError(f"restart: expected an integer above the block size {p} (or a block "
+                     f"of all n = {n} dimensions), got {restart!r}")
+  dtype = start.dtype
+  rtol = default_rtol(dtype, symmetric=True) if rtol is None else rtol
+  cycles = 1 if p == m else -(-steps // (m - p))   # p = m = n: one exact Rayleigh-Ritz
+  tiny = jnp.finfo(dtype).tiny
+  small = jnp.sqrt(tiny)
+  apply = jax.vmap(matvec)
+
+  def cycle(block, block_products):
+    basis = jnp.zeros((m, n), dtype).at[:p].set(block)
+    products = jnp.zeros((m, n), dtype).at[:p].set(block_products)
+
+    def extend(j, carry):                 # basis row j from the product of row j - 1
+      basis, products = carry
+      w = products[j - 1]
+      w = w - basis.T @ (basis @ w)
+      w = w - basis.T @ (basis @ w)       # twice is enough (Kahan)
+      norm = jnp.linalg.norm(w)
+      q = jnp.where(norm <= small, 0.0, w / jnp.where(norm <= small, 1.0, norm))
+      return basis.at[j].set(q), products.at[j].set(matvec(q))
+
+    basis, products = lax.fori_loop(p, m, extend, (basis, products))
+    projected = basis @ products.T
+    values, vectors = jnp.linalg.eigh(0.5 * (projected + projected.T))
+    top = vectors[:, -p:].T               # ascending: the top vector last
+    ritz, ritz_products = top @ basis, top @ products
+    theta = values[-1]
+    residual = jnp.linalg.norm(ritz_products[-1] - theta * ritz[-1])
+    return ritz, ritz_products, theta, residual
+
+  def more(state):
+    i, _, _, theta, residual = state
+    return (i < cycles) & ((i == 0) | (residual > rtol * jnp.abs(theta)))
+
+  def body(state):
+    i, block, block_products, _, _ = state
+    return (i + 1,) + cycle(block, block_products)
+
+  block = jnp.linalg.qr(start.T)[0].T     # orthonormal rows, spanning the start rows
+  zero = jnp.zeros((), dtype)
+  _, block, _, theta, residual = lax.while_loop(
+      more, body, (jnp.zeros((), jnp.int32), block, apply(block), zero, zero))
+  relative = residual / jnp.maximum(jnp.abs(theta), tiny)
+  return KrylovResult(jnp.abs(theta), relative, relative <= rtol), block

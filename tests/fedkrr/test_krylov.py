@@ -103,3 +103,51 @@ def test_bad_arguments_are_named():
     krylov.arnoldi_radius(lambda v: v, v0, 10, restart=0)
   with pytest.raises(ValueError, match="v0"):
     krylov.arnoldi_radius(lambda v: v, jnp.ones((2, 2)), 10)
+
+
+def _clustered_psd(rng, n=60):
+  """Q diag(w) Q^T with a cluster of three top eigenvalues 1, 0.999, 0.998 over [0, 0.9]."""
+  w = np.concatenate([[1.0, 0.999, 0.998], rng.uniform(0.0, 0.9, n - 3)])
+  q = np.linalg.qr(rng.normal(size=(n, n)))[0]
+  return (q * w) @ q.T, q[:, 0]
+
+
+@functools.partial(jax.jit, static_argnames=("steps", "restart"))
+def _block_top(a, start, steps=200, restart=24):
+  return krylov.block_top_eigen(lambda v: a @ v, start, steps, restart=restart)
+
+
+def test_block_method_finds_the_top_of_a_cluster_and_restarts_from_its_block(x64):
+  rng = np.random.default_rng(7)
+  a, top_vector = _clustered_psd(rng)
+  start = jnp.asarray(rng.normal(size=(4, 60)))
+  result, block = _block_top(jnp.asarray(a), start)
+  assert bool(result.converged) and float(result.residual) <= krylov.default_rtol(
+      jnp.float64, symmetric=True)
+  assert abs(float(result.radius) - np.max(np.linalg.eigvalsh(a))) < 1e-12
+  assert block.shape == (4, 60) and abs(abs(float(block[-1] @ top_vector)) - 1.0) < 1e-6
+  np.testing.assert_allclose(block @ block.T, np.eye(4), atol=1e-12)
+  # a nearby matrix from that block: one cycle of 20 new vectors is enough
+  e = rng.normal(size=(60, 60))
+  nearby = a + 1e-7 * (e + e.T)
+  again, _ = _block_top(jnp.asarray(nearby), block, steps=20)
+  assert bool(again.converged)
+  assert abs(float(again.radius) - np.max(np.linalg.eigvalsh(nearby))) < 1e-12
+
+
+def test_block_method_flags_too_few_steps_and_handles_zero_and_full_blocks(x64):
+  diag = jnp.diag(jnp.linspace(0.0, 1.0, 30))
+  result, _ = _block_top(diag, jnp.ones((2, 30)), steps=3, restart=5)
+  assert not bool(result.converged) and float(result.residual) > 1e-3
+  zero, _ = _block_top(jnp.zeros((30, 30)), jnp.ones((2, 30)) + jnp.eye(2, 30))
+  assert float(zero.radius) == 0.0 and bool(zero.converged)
+  small = jnp.asarray([[2.0, 1.0], [1.0, 2.0]])   # p = n: Rayleigh-Ritz on the whole space
+  exact, _ = _block_top(small, jnp.eye(2), restart=2)
+  assert abs(float(exact.radius) - 3.0) < 1e-14 and bool(exact.converged)
+
+
+def test_block_method_names_bad_arguments():
+  with pytest.raises(ValueError, match="start"):
+    krylov.block_top_eigen(lambda v: v, jnp.ones(3), 10)
+  with pytest.raises(ValueError, match="restart"):
+    krylov.block_top_eigen(lambda v: v, jnp.ones((4, 30)), 10, restart=4)

@@ -2,6 +2,7 @@
 
 import dataclasses
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -173,3 +174,20 @@ def test_rate_method_errors_name_the_argument():
     fedkrr.rate_estimate(two, method="symmetric")
   with pytest.raises(ValueError, match="batch_size"):
     fedkrr.sweep(lambda c: dataclasses.replace(two, ridge=c), jnp.asarray([0.1]), batch_size=0)
+
+
+def test_rate_grid_reuses_each_mixings_decomposition_and_matches_the_dense_route(x64):
+  clusters = fedkrr.TwoClusters.draw(1, 12)
+  ridges = jnp.asarray([0.1, 0.0, 1e-3, 1.0])      # unsorted, and c = 0 (pseudo-inverse roots)
+  mixings = jnp.asarray([0.0, 0.5, 1.0])
+  grid = np.asarray(fedkrr.rate_grid(clusters, ridges, mixings))
+  dense = np.asarray([[float(fedkrr.degradation_rate(clusters.problem(p, c), method="dense"))
+                       for p in mixings] for c in ridges])
+  assert grid.shape == (4, 3) and np.all(np.isfinite(grid))
+  np.testing.assert_allclose(grid, dense, rtol=0, atol=1e-10)
+  jitted = jax.jit(lambda cs, ps: fedkrr.rate_grid(clusters, cs, ps, batch_size=2))
+  np.testing.assert_allclose(jitted(ridges, mixings), grid, rtol=1e-12)
+  with pytest.raises(ValueError, match="batch_size"):
+    fedkrr.rate_grid(clusters, ridges, mixings, batch_size=0)
+  with pytest.raises(ValueError, match="steps"):
+    fedkrr.rate_grid(clusters, ridges, mixings, steps=0)
