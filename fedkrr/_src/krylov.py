@@ -1,8 +1,9 @@
 """Spectral radius of a linear map from its matrix-vector products (Krylov methods).
 
-Both functions take a closure ``matvec(v) -> A v`` on vectors of shape (n,) and
-run a fixed number of steps, so that they jit and vmap (a vmapped call is a
-batch of small matrix products, no per-instance control flow):
+The functions take a closure ``matvec(v) -> A v`` on vectors of shape (n,). The
+first two run a fixed number of steps, so that they jit and vmap (a vmapped call
+is a batch of small matrix products, no per-instance control flow); the third
+stops once converged:
 
 * :func:`lanczos_radius` for symmetric ``A``: ``k = min(steps, n)`` steps of the
   three-term Lanczos recurrence (without re-orthogonalisation; the k vectors are kept
@@ -20,6 +21,9 @@ batch of small matrix products, no per-instance control flow):
   dimension 1 (a real eigenvalue) or 2 (a complex pair, or a real pair ``+-lambda``),
   and a Rayleigh-Ritz step on that subspace gives the eigenvalue's modulus. The
   next cycle starts from that subspace.
+* :func:`block_top_eigen` for symmetric positive semi-definite ``A`` in a sweep of
+  close matrices: a block of Ritz vectors (from the previous matrix) extended by
+  products, Rayleigh-Ritz, thick restart; it returns the block for the next matrix.
 
 Each returns a :class:`KrylovResult` whose ``converged`` flag compares the
 residual with ``rtol`` times a norm estimate of ``A``; callers turn an
