@@ -51,9 +51,10 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import fedkrr  # noqa: E402
+from fedkrr._src import rates as fedkrr_rates  # noqa: E402
 
 TOLERANCE = 1e-10
-BATCH = 8
+BATCH = fedkrr_rates.GRID_BATCH
 
 
 def main() -> None:

@@ -376,10 +376,12 @@ def rate_grid(clusters: TwoClusters, ridges: ArrayLike, mixings: ArrayLike,
   kernel, so ``rho = ||B||^2`` with ``B = (w_0 + c)^(-1/2) U_0^T K_01 U_1 (w_1 + c)^(-1/2)``
   for the eigen-decompositions ``K_aa = U_a diag(w_a) U_a^T`` (the pseudo-inverse's
   cut-off at ``c = 0``, as :func:`fedkrr.ridge_root`). Each mixing fraction's
-  decompositions are computed once and serve every ``c``; along ``c`` (in increasing
-  order) :func:`fedkrr._src.krylov.restarted_lanczos` starts from the previous ``c``'s
-  Ritz vector and stops once converged. ``batch_size`` mixing fractions are vmapped
-  at a time (default all); ``steps`` bounds the Lanczos products per instance.
+  decompositions are computed once and serve every ``c``; along ``c`` (in decreasing
+  order) :func:`fedkrr._src.krylov.block_top_eigen` starts from the previous ``c``'s
+  block of Ritz vectors and stops once converged (``docs/theory.md``, "How rates are
+  computed"). ``batch_size`` mixing fractions are vmapped at a time (default
+  ``GRID_BATCH`` = 8: on a CPU more lanes push the blocks out of cache); ``steps``
+  bounds the Krylov products per instance.
   Another ``rate_fn`` is vmapped over the flattened grid as in :func:`sweep`
   (``batch_size`` instances at a time). Outside ``jit``, unconverged entries are
   recomputed on the dense route, as in :func:`sweep`.
@@ -405,6 +407,9 @@ def rate_grid(clusters: TwoClusters, ridges: ArrayLike, mixings: ArrayLike,
 # the next (their thick restart keeps a cluster of top eigenvalues converging).
 RESTART = 24
 BLOCK = 4
+# Mixing fractions vmapped at a time by default (benchmarks/rates.py: 1, 4, 8, 16 gave
+# 15x, 37x, 28x, 33x the dense loop on 2 CPU cores).
+GRID_BATCH = 8
 
 
 def _shared_kernel_grid(clusters: TwoClusters, ridges: Array, mixings: Array,
@@ -440,8 +445,6 @@ def _shared_kernel_grid(clusters: TwoClusters, ridges: Array, mixings: Array,
     start = jax.random.normal(jax.random.key(0), (min(BLOCK, n), n), dtype)
     return lax.scan(one, start, sorted_c)[1]
 
-  if batch_size is None:
-    columns = jax.vmap(column)(mixings)                         # (n_p, n_c), c sorted
-  else:
-    columns = lax.map(column, mixings, batch_size=batch_size)
+  size = min(GRID_BATCH if batch_size is None else batch_size, mixings.shape[0])
+  columns = lax.map(column, mixings, batch_size=size)     # (n_p, n_c), c sorted
   return columns.T[jnp.argsort(order)]
