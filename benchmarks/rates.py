@@ -51,10 +51,8 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import fedkrr  # noqa: E402
-from fedkrr._src import rates as fedkrr_rates  # noqa: E402
 
 TOLERANCE = 1e-10
-BATCH = fedkrr_rates.GRID_BATCH
 
 
 def main() -> None:
@@ -62,9 +60,9 @@ def main() -> None:
   parser.add_argument("--grid", type=int, default=64, help="points per axis (default 64)")
   parser.add_argument("--points", type=int, default=250,
                       help="points per agent (default 250, N = 500)")
-  parser.add_argument("--batch", type=int, default=BATCH,
-                      help=f"mixing fractions vmapped at a time inside the one call "
-                           f"(default {BATCH})")
+  parser.add_argument("--batch", type=int, default=None,
+                      help="mixing fractions vmapped at a time inside the one call "
+                           "(default: rate_grid's, 8)")
   parser.add_argument("--sample", type=int, default=16,
                       help="grid instances the dense loop runs on (default 16)")
   parser.add_argument("--steps", type=int, default=200,
@@ -102,7 +100,8 @@ def main() -> None:
   t0 = time.perf_counter()
   grid = np.array(jax.block_until_ready(grid_exe(ridges, mixings)))   # writable copy
   t_grid = time.perf_counter() - t0
-  print(f"one call, {count} instances, {args.batch} mixing fractions vmapped at a time: "
+  batch = "rate_grid's default number of" if args.batch is None else args.batch
+  print(f"one call, {count} instances, {batch} mixing fractions vmapped at a time: "
         f"{t_grid:.2f} s "
         f"({1e3 * t_grid / count:.2f} ms per instance)", flush=True)
 

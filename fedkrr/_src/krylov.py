@@ -323,8 +323,8 @@ def block_top_eigen(matvec: Callable[[Array], Array], start: Array, steps: int =
     raise ValueError(f"start: expected a (p, n) block, got shape {start.shape}")
   _check(steps, start[0])
   p, n = start.shape
-  m = min(restart, n)
-  if not isinstance(restart, int) or isinstance(restart, bool) or not (p < m or p == n):
+  m = min(restart, n) if isinstance(restart, int) and not isinstance(restart, bool) else 0
+  if not (p < m or p == m == n):
     raise ValueError(f"restart: expected an integer above the block size {p} (or a block "
                      f"of all n = {n} dimensions), got {restart!r}")
   dtype = start.dtype
