@@ -123,6 +123,12 @@ def resolve_rate_method(problem: FederatedProblem, method: str) -> str:
   return method
 
 
+def _check_batch_size(batch_size: int | None) -> None:
+  if batch_size is not None and (not isinstance(batch_size, int)
+                                 or isinstance(batch_size, bool) or batch_size < 1):
+    raise ValueError(f"batch_size: expected an integer >= 1, got {batch_size!r}")
+
+
 def _check_steps(steps: int) -> None:
   if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
     raise ValueError(f"steps: expected an integer >= 1, got {steps!r}")
@@ -264,8 +270,7 @@ def sweep(make_problem_fn: Callable[[Array], FederatedProblem], values: Array,
   if batch_size is None:
     rates = jax.jit(jax.vmap(one))(values)
   else:
-    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
-      raise ValueError(f"batch_size: expected an integer >= 1, got {batch_size!r}")
+    _check_batch_size(batch_size)
     rates = jax.jit(lambda vs: lax.map(one, vs, batch_size=batch_size))(values)
   if fallback and not isinstance(rates, jax.core.Tracer):
     rates = dense_where_nan(make_problem_fn, values, rates)
@@ -393,9 +398,7 @@ def rate_grid(clusters: TwoClusters, ridges: ArrayLike, mixings: ArrayLike,
   if rate_fn is not None:
     return sweep(make, flat, rate_fn, batch_size).reshape(grid_c.shape)
   _check_steps(steps)
-  if batch_size is not None and (not isinstance(batch_size, int)
-                                 or isinstance(batch_size, bool) or batch_size < 1):
-    raise ValueError(f"batch_size: expected an integer >= 1, got {batch_size!r}")
+  _check_batch_size(batch_size)
   grid = jax.jit(lambda cs, ps: _shared_kernel_grid(clusters, cs, ps, batch_size, steps))(
       ridges, mixings)
   if not isinstance(grid, jax.core.Tracer):
