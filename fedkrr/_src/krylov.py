@@ -20,7 +20,8 @@ stops once converged:
   ``H`` (``H^(2^40)``, normalised) leaves its dominant invariant subspace, of
   dimension 1 (a real eigenvalue) or 2 (a complex pair, or a real pair ``+-lambda``),
   and a Rayleigh-Ritz step on that subspace gives the eigenvalue's modulus. The
-  next cycle starts from that subspace.
+  next cycle starts from that subspace; the cycle with the smallest residual is
+  the result (a restart from an almost invariant subspace can make the next one worse).
 * :func:`block_top_eigen` for symmetric positive semi-definite ``A`` in a sweep of
   close matrices: a block of Ritz vectors (from the previous matrix) extended by
   products, Rayleigh-Ritz, thick restart; it returns the block for the next matrix.
@@ -258,8 +259,9 @@ def arnoldi_radius(matvec: Callable[[Array], Array], v0: Array, steps: int = 200
     restart: Krylov vectors per cycle (static).
 
   Returns:
-    A :class:`KrylovResult`. A dominant eigenvalue that is neither simple and real
-    nor one complex pair (or ``+-lambda``) leaves the residual large: not converged.
+    A :class:`KrylovResult` of the cycle with the smallest relative residual. A
+    dominant eigenvalue that is neither simple and real nor one complex pair (or
+    ``+-lambda``) leaves the residual large: not converged.
   """
   _check(steps, v0)
   if not isinstance(restart, int) or restart < 1:
@@ -285,7 +287,12 @@ def arnoldi_radius(matvec: Callable[[Array], Array], v0: Array, steps: int = 200
     return basis[:m].T @ y, (radius, residual, jnp.linalg.norm(hess))
 
   _, (radii, residuals, scales) = lax.scan(cycle, v0, None, length=-(-steps // m))
-  return _result(radii[-1], residuals[-1], scales[-1], rtol)
+  # Every cycle certifies its own estimate; a restart from an almost invariant subspace
+  # can lose accuracy (the next Krylov space is filled with fresh random directions),
+  # so the cycle with the smallest relative residual is returned, not the last.
+  relative = residuals / jnp.maximum(scales, jnp.finfo(dtype).tiny)
+  best = jnp.argmin(jnp.where(scales > 0, relative, 0.0))
+  return _result(radii[best], residuals[best], scales[best], rtol)
 
 
 def block_top_eigen(matvec: Callable[[Array], Array], start: Array, steps: int = 200,

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import fedkrr
 from fedkrr._src import krylov
 
 
@@ -151,3 +152,54 @@ def test_block_method_names_bad_arguments():
     krylov.block_top_eigen(lambda v: v, jnp.ones(3), 10)
   with pytest.raises(ValueError, match="restart"):
     krylov.block_top_eigen(lambda v: v, jnp.ones((4, 30)), 10, restart=4)
+
+
+def test_arnoldi_returns_its_best_cycle(x64):
+  # An AKD-like round map [[0, P], [I, 0]] (eigenvalues +-sqrt(eig P), a real pair on top).
+  # Once a cycle has found the pair, a restart from the almost invariant subspace refills the
+  # Krylov space with fresh directions, and a later cycle can be worse (here the last of ten
+  # had a relative residual of 5e-6 after 5e-12 at 200 steps): more steps must not lose it.
+  rng = np.random.default_rng(4)
+  h = 30
+  p = _with_spectrum(rng, np.diag(np.sort(rng.uniform(0.0, 0.98, h))[::-1]))
+  a = np.zeros((2 * h, 2 * h))
+  a[:h, h:], a[h:, :h] = p, np.eye(h)
+  expected = np.max(np.abs(np.linalg.eigvals(a)))
+  few, many = _radius(jnp.asarray(a), "arnoldi", 200), _radius(jnp.asarray(a), "arnoldi", 400)
+  assert bool(few.converged) and bool(many.converged)
+  assert float(many.residual) <= float(few.residual)
+  assert abs(float(many.radius) - expected) < 1e-12 * expected
+
+
+@pytest.mark.parametrize("kind", ["real", "pair"])
+def test_spectral_radius_routes_agree_with_numpy(x64, kind):
+  # 300 rows: above AUTO_DENSE_MAX, so "auto" runs Arnoldi (and its dense fallback only if
+  # Arnoldi did not converge, which the "krylov" route shows it did).
+  rng = np.random.default_rng(11)
+  d = np.diag(np.concatenate([[0.95, 0.0], rng.uniform(-0.8, 0.8, 298)]))
+  if kind == "pair":
+    d[:2, :2] = [[0.6, 0.7], [-0.7, 0.6]]
+  a = _with_spectrum(rng, d)
+  expected = np.max(np.abs(np.linalg.eigvals(a)))
+  for method in fedkrr.RADIUS_METHODS:
+    got = float(fedkrr.spectral_radius(jnp.asarray(a), method))
+    assert abs(got - expected) < 1e-10 * expected, method
+
+
+def test_spectral_radius_auto_falls_back_to_dense_and_krylov_says_nan(x64):
+  # Eigenvalues spread evenly over [0, 1]: three products cannot resolve the top one.
+  a = jnp.diag(jnp.linspace(0.0, 1.0, 300))
+  assert np.isnan(float(fedkrr.spectral_radius(a, "krylov", steps=3)))
+  assert float(fedkrr.spectral_radius(a, "auto", steps=3)) == pytest.approx(1.0, rel=1e-14)
+  jitted = jax.jit(lambda m: fedkrr.spectral_radius(m, "auto", steps=3))
+  assert float(jitted(a)) == pytest.approx(1.0, rel=1e-14)
+
+
+def test_spectral_radius_names_bad_arguments():
+  with pytest.raises(ValueError, match="method: expected one of auto, krylov, dense"):
+    fedkrr.spectral_radius(jnp.eye(3), "eig")
+  with pytest.raises(ValueError, match="steps: expected an integer >= 1"):
+    fedkrr.spectral_radius(jnp.eye(3), "krylov", steps=0)
+  with pytest.raises(ValueError, match=r"matrix: expected a square \(n, n\) matrix, got shape "
+                                       r"\(3, 2\)"):
+    fedkrr.spectral_radius(jnp.ones((3, 2)))
