@@ -9,6 +9,7 @@ JAX's global configuration: enable float64 in your entry point with
 ``fedkrr`` runs none).
 """
 
+from fedkrr._src.closed_form import RADIUS_METHODS
 from fedkrr._src.closed_form import Limit
 from fedkrr._src.closed_form import Recurrence
 from fedkrr._src.closed_form import central

@@ -17,7 +17,7 @@ def test_fedkrr_public_names_import():
                "matfree_learners", "matfree_trajectory", "choose_path", "auto_trajectory",
                "exact_bytes", "memory_limit", "TILE_ELEMENTS",
                "ridge_root", "RidgeRoot", "degradation_rate", "rate_estimate", "RateEstimate",
-               "RATE_METHODS"]:
+               "RATE_METHODS", "RADIUS_METHODS", "spectral_radius"]:
     assert name in names, name
   assert set(fedkrr.PROTOCOLS) == {"akd", "avgkd", "pkd", "pkd-mean", "ekd", "backfit-gs",
                                    "backfit-jacobi"}

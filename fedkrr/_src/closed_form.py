@@ -49,6 +49,7 @@ import jax
 from jax import lax
 import jax.numpy as jnp
 
+from fedkrr._src import krylov
 from fedkrr._src import linalg
 from fedkrr._src import protocols
 from fedkrr._src.problem import FederatedProblem
@@ -321,14 +322,57 @@ class Limit(NamedTuple):
     return bool(self.spectral_radius < 1.0)
 
 
-def spectral_radius(matrix: Array) -> Array:
-  """``max |eig(matrix)|``, the asymptotic contraction factor per round."""
-  return jnp.max(jnp.abs(jnp.linalg.eigvals(matrix)))
+RADIUS_METHODS = ("auto", "krylov", "dense")
+
+AUTO_DENSE_MAX = 256
+"""Up to this many rows, ``method="auto"`` takes the dense route: one general eigen-solve
+there costs less than compiling and running the Krylov steps, and is exact."""
 
 
-@functools.partial(jax.jit, static_argnames=("protocol", "start", "rtol"))
+def spectral_radius(matrix: ArrayLike, method: str = "dense", steps: int = 400) -> Array:
+  """``max |eig(matrix)|``, the asymptotic contraction factor per round.
+
+  Args:
+    matrix: a square (n, n) real matrix.
+    method: ``"dense"``: a general eigen-solver (``jnp.linalg.eigvals``, ``O(n^3)``;
+      the reference, on the CPU and GPU backends). ``"krylov"``: restarted Arnoldi
+      on products with ``matrix`` (:func:`fedkrr._src.krylov.arnoldi_radius`,
+      ``O(steps n^2)``, no general eigen-solver: it runs on any backend), NaN if
+      its residual has not converged within ``steps`` products. ``"auto"``:
+      ``dense`` up to ``AUTO_DENSE_MAX`` (256) rows; above, Krylov, and the dense
+      route only where Krylov did not converge (a ``lax.cond``; under ``vmap`` it
+      becomes a select and both routes run).
+    steps: matrix-vector products of the Krylov route (static; 5 cycles of 80).
+
+  Raises:
+    ValueError: an unknown ``method``, ``steps`` < 1, or a matrix that is not square.
+  """
+  if method not in RADIUS_METHODS:
+    raise ValueError(f"method: expected one of {', '.join(RADIUS_METHODS)}, got {method!r}")
+  if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+    raise ValueError(f"steps: expected an integer >= 1, got {steps!r}")
+  matrix = jnp.asarray(matrix)
+  if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1]:
+    raise ValueError(f"matrix: expected a square (n, n) matrix, got shape {matrix.shape}")
+  if not jnp.issubdtype(matrix.dtype, jnp.floating):
+    matrix = matrix.astype(jnp.asarray(0.0).dtype)
+  n = matrix.shape[0]
+
+  def dense():
+    return jnp.max(jnp.abs(jnp.linalg.eigvals(matrix))).astype(matrix.dtype)
+
+  if method == "dense" or (method == "auto" and n <= AUTO_DENSE_MAX):
+    return dense()
+  est = krylov.arnoldi_radius(lambda v: matrix @ v, krylov.start_vector(n, matrix.dtype),
+                              steps, restart=min(80, steps))
+  if method == "krylov":
+    return jnp.where(est.converged, est.radius, jnp.nan)
+  return lax.cond(est.converged, lambda: est.radius, dense)
+
+
+@functools.partial(jax.jit, static_argnames=("protocol", "start", "rtol", "method", "steps"))
 def limit(problem: FederatedProblem, protocol: str, x_eval: ArrayLike, start: int = 0,
-          rtol: float | None = None) -> Limit:
+          rtol: float | None = None, method: str = "auto", steps: int = 400) -> Limit:
   """The t -> infinity limit of a protocol, by one linear solve.
 
   * AKD and PKD: 0 (Prop. II; App. E), reached iff the spectral radius < 1.
@@ -348,14 +392,18 @@ def limit(problem: FederatedProblem, protocol: str, x_eval: ArrayLike, start: in
   * Backfitting (both orders): the block system ``(c I + K) alpha = y``; with a
     shared kernel it is the centralised model at every x.
 
-  The spectral radius uses a general eigen-solver, available on CPU.
+  The spectral radius is :func:`spectral_radius`'s with ``method`` and ``steps``: by
+  default (``auto``) restarted Arnoldi on products with the recurrence matrix above
+  256 points, with a general eigen-solver only where Arnoldi did not converge and on
+  small problems; ``dense`` is the general eigen-solver alone, ``krylov`` never calls
+  it (NaN where it did not converge).
   """
   _check_arguments(problem, protocol, start)
   x_eval = jnp.asarray(x_eval, problem.ridge.dtype)
   rec = recurrence(problem, protocol, start, factors(problem, rtol))
   evals = readout(problem, x_eval)
   matrix = recurrence_matrix(problem, rec)
-  rho = spectral_radius(matrix)
+  rho = spectral_radius(matrix, method, steps)
   if protocol == "akd":
     return Limit(jnp.zeros(x_eval.shape[:1] + rec.initial.shape[1:], matrix.dtype), rho)
   if protocol in ("pkd", "pkd-mean"):

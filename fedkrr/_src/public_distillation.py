@@ -431,7 +431,7 @@ def _fixed_point(rec: PublicDistillation, out: _Readout) -> closed_form.Limit:
   a = rec.matrix()
   b = rec.offset.reshape((m * n_z,) + rec.offset.shape[2:])
   fixed = jnp.linalg.solve(jnp.eye(m * n_z, dtype=a.dtype) - a, b).reshape(rec.offset.shape)
-  return closed_form.Limit(_read(rec, out, fixed), closed_form.spectral_radius(a))
+  return closed_form.Limit(_read(rec, out, fixed), closed_form.spectral_radius(a, "auto"))
 
 
 def public_distillation_limit(problem: FederatedProblem, reference: Array, x_eval: ArrayLike,
@@ -447,7 +447,9 @@ def public_distillation_limit(problem: FederatedProblem, reference: Array, x_eva
 
   Returns:
     A :class:`fedkrr.Limit`: ``predictions`` (M, n_eval[, C]), agent a's fixed-point
-    model, and ``spectral_radius`` of A (a general eigen-solver: CPU).
+    model, and ``spectral_radius`` of A (:func:`fedkrr.spectral_radius` with
+    ``method="auto"``: Arnoldi above 256 rows, a general eigen-solver below or where
+    Arnoldi did not converge).
 
   Raises:
     ProblemError: as :func:`public_distillation`.

@@ -94,7 +94,7 @@ def kernels_shared(problem: FederatedProblem) -> bool | None:
 
 
 # Up to this many points in all, method="auto" takes the dense route (see resolve_rate_method).
-AUTO_DENSE_MAX = 256
+AUTO_DENSE_MAX = closed_form.AUTO_DENSE_MAX
 
 
 def resolve_rate_method(problem: FederatedProblem, method: str) -> str:

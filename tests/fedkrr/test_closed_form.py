@@ -283,3 +283,22 @@ def test_bad_every_is_named(every):
                                 fedkrr.RBF(1.0), 0.1)
   with pytest.raises(ValueError, match="every"):
     fedkrr.trajectory(problem, "akd", 5, rng.normal(size=(2, 1)), every=every)
+
+
+@pytest.mark.parametrize("same", [True, False], ids=["same-kernel", "different-kernels"])
+def test_limit_radius_by_arnoldi_equals_the_dense_one(same, x64):
+  # 300 points (above AUTO_DENSE_MAX): "auto" and "krylov" run Arnoldi on the recurrence
+  # matrix; "dense" is the general eigen-solver. The fixed points do not depend on the route.
+  rng = np.random.default_rng(5)
+  xs = [rng.normal(size=(150, 3)), rng.normal(size=(150, 3)) + 0.5]
+  ys = [np.sin(x[:, 0]) for x in xs]
+  kernels = fedkrr.RBF(0.5) if same else [fedkrr.RBF(0.5), fedkrr.RBF(0.2)]
+  problem = fedkrr.make_problem(xs, ys, kernels, 1e-2)
+  x_eval = rng.normal(size=(4, 3))
+  for protocol in fedkrr.PROTOCOLS:
+    dense = fedkrr.limit(problem, protocol, x_eval, method="dense")
+    for method in ("auto", "krylov"):
+      lim = fedkrr.limit(problem, protocol, x_eval, method=method)
+      rho, expected = float(lim.spectral_radius), float(dense.spectral_radius)
+      assert abs(rho - expected) < 1e-10 * expected, (protocol, method)
+      np.testing.assert_array_equal(np.asarray(lim.predictions), np.asarray(dense.predictions))
