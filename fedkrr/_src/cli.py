@@ -16,7 +16,7 @@ import numpy as np
 from fedkrr._src.files import atomic_savez
 from fedkrr._src.version import installed_version
 
-METHODS = ("closed-form", "simulate")
+METHODS = ("closed-form", "simulate", "matfree", "auto")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -42,7 +42,10 @@ def _parser() -> argparse.ArgumentParser:
   run.add_argument("--start", type=int, default=0, metavar="S",
                    help="starting agent of AKD (default 0)")
   run.add_argument("--method", choices=METHODS, default="closed-form",
-                   help="closed form (default) or literal round-by-round simulation")
+                   help="closed form (default), literal round-by-round simulation, the "
+                        "matrix-free path (rounds by conjugate gradients, no N x N matrix; "
+                        "ridge > 0), or auto: closed form if it fits in half the memory, "
+                        "else matrix-free (fedkrr.choose_path)")
   run.add_argument("--limit", action="store_true",
                    help="also write the t -> infinity limit where it exists")
   run.add_argument("--every", type=int, default=1, metavar="K",
@@ -52,7 +55,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="the output file (written as named, atomically)")
   run.add_argument("--float32", action="store_true", help="compute in float32 (default float64)")
   run.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
-                   help="a progress bar over the rounds of --method simulate (default on)")
+                   help="a progress bar over the rounds of --method simulate and matfree "
+                        "(default on)")
 
   demo = sub.add_parser(
       "demo", help="the main job: theory and experiment side by side in DIR/report.md",
@@ -242,6 +246,7 @@ def _run(args: argparse.Namespace) -> int:
   import jax.numpy as jnp
 
   from fedkrr._src import closed_form
+  from fedkrr._src import matfree
   from fedkrr._src import protocols
   from fedkrr._src.learner import krr_learners
   from fedkrr._src.memory import check_memory
@@ -257,7 +262,18 @@ def _run(args: argparse.Namespace) -> int:
   if not 0 <= args.start < problem.num_agents:
     raise ValueError(f"--start: expected an agent index in 0..{problem.num_agents - 1}, "
                      f"got {args.start}")
-  if not baseline:
+  method = args.method
+  if method == "auto":
+    method = "closed-form" if baseline or matfree.choose_path(
+        problem, args.protocol, args.rounds, x_eval.shape[0], args.every) == "exact" else "matfree"
+    print(f"fedkrr: --method auto: {method}", file=sys.stderr)
+  if method == "matfree":
+    matfree.check_matfree_problem(problem)
+    if args.limit:
+      raise ValueError("--limit: the limit is one solve with the N x N recurrence matrix, which "
+                       "the matrix-free path never forms; drop --limit, or use --method "
+                       "closed-form")
+  if not baseline and method != "matfree":
     try:
       closed_form.check_every(args.every, args.protocol, problem.num_agents)
     except ValueError as e:
@@ -267,26 +283,33 @@ def _run(args: argparse.Namespace) -> int:
     need = trajectory_bytes(args.protocol, problem.num_points, problem.num_agents, outputs,
                             x_eval.shape[0], kept, jnp.dtype(dtype).itemsize)
     hint = (f"use fewer --rounds, --limit for t -> infinity, --every K to keep every K-th "
-            f"round{'' if args.float32 else ', or --float32'}")
+            f"round{'' if args.float32 else ', --float32'}, or --method matfree (no N x N "
+            f"matrix; ridge > 0)")
     check_memory(need, f"{args.protocol} with {args.rounds} rounds ({kept} kept) on "
                        f"{problem.num_points} points and {x_eval.shape[0]} evaluation points",
                  hint)
   out: dict[str, np.ndarray] = {}
   if baseline:
-    if args.method == "closed-form":
+    if method == "closed-form":
       fn = closed_form.central if args.protocol == "central" else closed_form.local
       preds = fn(problem, x_eval)
     else:
       fit = protocols.central_models if args.protocol == "central" else protocols.local_models
-      models = fit(krr_learners(problem), problem.xs, problem.ys)
+      learners = matfree.matfree_learners(problem) if method == "matfree" else krr_learners(
+          problem)
+      models = fit(learners, problem.xs, problem.ys)
       preds = jnp.stack([m.predict(x_eval) for m in models])
     if args.limit:
       print(f"fedkrr: note: {args.protocol} has no rounds, so no limit was written",
             file=sys.stderr)
   else:
-    if args.method == "closed-form":
+    if method == "closed-form":
       preds = closed_form.trajectory(problem, args.protocol, args.rounds, x_eval,
                                      start=args.start, every=args.every)
+    elif method == "matfree":
+      preds = matfree.matfree_trajectory(problem, args.protocol, args.rounds, x_eval,
+                                         start=args.start, every=args.every,
+                                         progress=args.progress)
     else:
       preds = protocols.simulate(args.protocol, krr_learners(problem), problem.xs, problem.ys,
                                  args.rounds, x_eval, start=args.start, progress=args.progress,
@@ -316,6 +339,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   args = parser.parse_args(argv)
   _enable_x64(getattr(args, "float32", False))
   from fedkrr._src.kernels import KernelError
+  from fedkrr._src.matfree import ConvergenceError
   from fedkrr._src.problem import ProblemError
   try:
     if args.command == "run":
@@ -327,7 +351,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "search":
       return _search(args)
     return _demo(args)
-  except (ProblemError, KernelError, ValueError, OSError) as e:
+  except (ProblemError, KernelError, ValueError, OSError, ConvergenceError) as e:
     print(f"fedkrr: error: {' '.join(str(e).split())}", file=sys.stderr)
     return 2
   except KeyboardInterrupt:
@@ -337,7 +361,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "RESOURCE_EXHAUSTED" not in str(e) and "out of memory" not in str(e).lower():
       raise
     print(f"fedkrr: error: out of memory ({' '.join(str(e).split())[:200]}); use fewer rounds, "
-          f"--every K, or --float32", file=sys.stderr)
+          f"--every K, --float32, or --method matfree", file=sys.stderr)
     return 2
 
 

@@ -55,6 +55,36 @@ def test_run_both_methods_agree(protocol, shape, problem_file, tmp_path, assert_
     assert_close(outs["closed-form"], fedkrr.trajectory(problem, "akd", 5, x_eval, start=1))
 
 
+@pytest.mark.parametrize("protocol", ["akd", "avgkd", "ekd", "central"])
+def test_run_matfree_agrees_with_the_closed_form(protocol, problem_file, tmp_path, capsys):
+  outs = {}
+  for method in ("closed-form", "matfree", "auto"):
+    out = tmp_path / f"{method}.npz"
+    assert _run("--problem", problem_file, "--protocol", protocol, "--rounds", 4,
+                "--method", method, "--no-progress", "--out", out) == 0
+    outs[method] = np.load(out)["predictions"]
+  # CG stops at a relative residual of 1e-10 per fit; 4 rounds of fits compound it a little.
+  gap = np.max(np.abs(outs["matfree"] - outs["closed-form"])) / np.max(np.abs(outs["closed-form"]))
+  assert outs["matfree"].shape == outs["closed-form"].shape and gap < 1e-7
+  # A 14-point problem fits in memory: auto is the closed form, and says so.
+  np.testing.assert_array_equal(outs["auto"], outs["closed-form"])
+  assert "--method auto: closed-form" in capsys.readouterr().err
+
+
+def test_run_matfree_refuses_a_limit_and_a_zero_ridge(problem_file, tmp_path, capsys, x64):
+  out = tmp_path / "o.npz"
+  assert _run("--problem", problem_file, "--protocol", "avgkd", "--rounds", 2, "--limit",
+              "--method", "matfree", "--out", out) == 2
+  assert "--limit: the limit is one solve with the N x N recurrence matrix" in (
+      capsys.readouterr().err)
+  path = tmp_path / "c0.npz"
+  save_problem(path, fedkrr.make_problem(XS, YS, KERNELS, 0.0), X_EVAL)
+  assert _run("--problem", path, "--protocol", "avgkd", "--rounds", 2, "--method", "matfree",
+              "--out", out) == 2
+  assert "ridge: the matrix-free path needs c > 0" in capsys.readouterr().err
+  assert not out.exists()
+
+
 def test_run_writes_the_limit(problem_file, tmp_path, assert_close):
   out = tmp_path / "o.npz"
   assert _run("--problem", problem_file, "--protocol", "avgkd", "--rounds", 3, "--limit",
