@@ -242,6 +242,24 @@ def _check_finite(problem, preds: np.ndarray, what: str) -> None:
   raise ValueError(f"{what} are not finite (NaN or inf) from round {first} on: {causes[0]}")
 
 
+def _auto_method(problem, protocol: str, rounds: int | None, n_eval: int, every: int) -> str:
+  """``closed-form`` or ``matfree`` for ``--method auto``: :func:`fedkrr.choose_path`'s rule;
+  for ``central`` and ``local``, the closed form's Gram blocks (``N^2`` or ``max N_a^2``
+  entries, twice: matrix and factor) against half of the memory."""
+  from fedkrr._src import matfree
+  from fedkrr._src import protocols
+  from fedkrr._src.memory import memory_limit
+
+  if protocol in protocols.BASELINES:
+    if not float(problem.ridge) > 0:
+      return "closed-form"
+    n = problem.num_points if protocol == "central" else max(problem.sizes)
+    need = 2 * n * n * problem.ridge.dtype.itemsize
+    return "closed-form" if need <= memory_limit() // 2 else "matfree"
+  path = matfree.choose_path(problem, protocol, int(rounds or 1), n_eval, every)
+  return "closed-form" if path == "exact" else "matfree"
+
+
 def _run(args: argparse.Namespace) -> int:
   import jax.numpy as jnp
 
@@ -262,22 +280,22 @@ def _run(args: argparse.Namespace) -> int:
   if not 0 <= args.start < problem.num_agents:
     raise ValueError(f"--start: expected an agent index in 0..{problem.num_agents - 1}, "
                      f"got {args.start}")
-  method = args.method
-  if method == "auto":
-    method = "closed-form" if baseline or matfree.choose_path(
-        problem, args.protocol, args.rounds, x_eval.shape[0], args.every) == "exact" else "matfree"
-    print(f"fedkrr: --method auto: {method}", file=sys.stderr)
-  if method == "matfree":
-    matfree.check_matfree_problem(problem)
-    if args.limit:
-      raise ValueError("--limit: the limit is one solve with the N x N recurrence matrix, which "
-                       "the matrix-free path never forms; drop --limit, or use --method "
-                       "closed-form")
-  if not baseline and method != "matfree":
+  if not baseline:
     try:
       closed_form.check_every(args.every, args.protocol, problem.num_agents)
     except ValueError as e:
       raise ValueError(f"--{e}") from None
+  method = args.method
+  if method == "auto":
+    method = _auto_method(problem, args.protocol, args.rounds, x_eval.shape[0], args.every)
+    print(f"fedkrr: --method auto: {method}", file=sys.stderr)
+  if method == "matfree":
+    matfree.check_matfree_problem(problem)
+    if args.limit and not baseline:
+      raise ValueError("--limit: the limit is one solve with the N x N recurrence matrix, which "
+                       "the matrix-free path never forms; drop --limit, or use --method "
+                       "closed-form")
+  if not baseline and method != "matfree":
     kept = -(-args.rounds // args.every)
     outputs = int(np.prod(problem.ys[0].shape[1:], dtype=np.int64))
     need = trajectory_bytes(args.protocol, problem.num_points, problem.num_agents, outputs,

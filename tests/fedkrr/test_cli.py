@@ -82,6 +82,9 @@ def test_run_matfree_refuses_a_limit_and_a_zero_ridge(problem_file, tmp_path, ca
   assert _run("--problem", path, "--protocol", "avgkd", "--rounds", 2, "--method", "matfree",
               "--out", out) == 2
   assert "ridge: the matrix-free path needs c > 0" in capsys.readouterr().err
+  assert _run("--problem", problem_file, "--protocol", "akd", "--rounds", 4, "--every", 3,
+              "--method", "matfree", "--out", out) == 2
+  assert "--every: " in capsys.readouterr().err
   assert not out.exists()
 
 
