@@ -131,7 +131,8 @@ _ALIASES = {"learning_rate": ("--lr",)}
 _METAVARS = {"data_dir": "DIR", "train_subset": "N", "test_subset": "N", "agents": "M",
              "rounds": "R", "epochs": "E", "batch_size": "B", "seed": "S",
              "models": "M1,M2,...", "proportions": "P1,P2,...",
-             "step_loop": "auto|scan|python", "agent_batching": "auto|vmap|sequential"}
+             "step_loop": "auto|scan|python", "agent_batching": "auto|vmap|sequential",
+             "devices": "one|all"}
 
 
 def _field_groups() -> list[tuple[str, type, tuple[str, ...]]]:

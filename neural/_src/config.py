@@ -47,6 +47,7 @@ KD_PROTOCOLS = ("akd", "avgkd", "pkd", "pkd-mean", "ekd", "backfit-gs", "backfit
 RUN_PROTOCOLS = KD_PROTOCOLS + ("fedavg", "central", "local")
 LOSSES = ("mse", "ce")
 FEDAVG_INITS = ("one", "mean")
+DEVICE_CHOICES = ("one", "all")
 FOREST = "forest"
 SEED_LIMIT = 2**32   # seeds reach NumPy, JAX and scikit-learn, which takes 32-bit seeds
 SEED_FIELDS = ("data_seed", "init_seed")
@@ -362,6 +363,12 @@ class ExperimentConfig(RunConfig):
       McMahan et al.) or "equal" (1/M, the authors' code).
     forest_trees: trees of the random forest (models "forest").
     forest_max_depth: depth limit of its trees (``None``: none).
+    devices: "one" (everything on the default device) or "all": the agents of one
+      architecture, trained together as one vmapped program, are spread over
+      ``fedkrr.agent_mesh(k)`` for the k agents of that architecture (the largest
+      number of ``jax.devices()`` that divides k), each device training its own
+      agents (``neural.FlaxLearner``'s ``mesh``); the same numbers up to float32
+      rounding. With one device, or k = 1, the same as "one".
   """
 
   models: tuple[str, ...] = ("cnn",)
@@ -382,6 +389,7 @@ class ExperimentConfig(RunConfig):
   fedavg_weights: str = "size"
   forest_trees: int = 100
   forest_max_depth: int | None = None
+  devices: str = "one"
 
   @classmethod
   def config_name(cls, values: Mapping[str, Any] | None = None) -> str:
@@ -414,6 +422,7 @@ class ExperimentConfig(RunConfig):
     need(self.forest_trees >= 1, "forest_trees", "an integer >= 1")
     need(self.forest_max_depth is None or self.forest_max_depth >= 1, "forest_max_depth",
          "None or an integer >= 1")
+    need(self.devices in DEVICE_CHOICES, "devices", "'one' or 'all'")
     names = MODELS + (FOREST,)
     need(len(self.models) in (1, self.agents), "models",
          f"one model name, or one per agent ({self.agents})")

@@ -32,6 +32,7 @@ plot); the model passed on is still the last epoch's.
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Callable
 from collections.abc import Sequence
 import dataclasses
@@ -42,6 +43,7 @@ from typing import NamedTuple
 from typing import cast
 
 import jax
+from jax.sharding import Mesh
 import numpy as np
 from tqdm.auto import tqdm
 
@@ -93,6 +95,7 @@ def build_learners(config: ExperimentConfig, input_shape: tuple[int, ...],
                              step_loop=config.step_loop, agent_batching=config.agent_batching,
                              augment=augment)
   key = jax.random.PRNGKey(config.init_seed)
+  meshes = _architecture_meshes(config.agent_models) if config.devices == "all" else {}
   learners = []
   for name in config.agent_models:
     if name == FOREST:
@@ -102,8 +105,24 @@ def build_learners(config: ExperimentConfig, input_shape: tuple[int, ...],
       model = get_model(name, num_classes, width=config.width, tiny=config.tiny,
                         norm=config.norm)
       learners.append(FlaxLearner(model=model, input_shape=tuple(input_shape),
-                                  config=train_config, key=key, eval_data=eval_data))
+                                  config=train_config, key=key, eval_data=eval_data,
+                                  mesh=meshes.get(name)))
   return learners
+
+
+def _architecture_meshes(models: Sequence[str]) -> dict[str, Mesh]:
+  """``config.devices == "all"``: per network architecture, the agent mesh of its agents.
+
+  The protocols fit each agent at most once per ``fedkrr.fit_all`` call, so the agents
+  of one architecture form one batch of that size, and ``fedkrr.agent_mesh`` of it
+  divides it. A mesh of one device is left out (the unsharded program is the same).
+  """
+  meshes = {}
+  for name, count in collections.Counter(m for m in models if m != FOREST).items():
+    mesh = fedkrr.agent_mesh(count)
+    if mesh.size > 1:
+      meshes[name] = mesh
+  return meshes
 
 
 def round_key(seed: int, t: int, a: int) -> jax.Array:

@@ -71,7 +71,7 @@ CHILD = textwrap.dedent("""
                                          for a in jax.tree.leaves(m.variables)
                                          for d in a.devices()})
     report["predict_shape"] = list(runs["four"][0].model.predict(xs[0]).shape)
-    report["seen"] = seen
+    report["seen"] = {k: list(v) for k, v in seen.items()}
     try:
       three = neural.flax_learners([model] * 3, (2, 2, 1), config, key,
                                    mesh=fedkrr.agent_mesh(4))
@@ -79,6 +79,22 @@ CHILD = textwrap.dedent("""
       report["uneven"] = None
     except fedkrr.DeviceError as e:
       report["uneven"] = str(e)
+    # config.devices = "all": each architecture's agents on the mesh of their number
+    from neural._src.experiment import build_learners
+    mixed = neural.ExperimentConfig(models=("mlp", "cnn", "mlp", "mlp", "cnn", "forest"),
+                                    agents=6, tiny=True, devices="all")
+    report["meshes"] = [None if getattr(l, "mesh", None) is None else l.mesh.size
+                        for l in build_learners(mixed, (8, 8, 1), 10)]
+    import tempfile
+    report["rows"] = {}
+    for devices in ("one", "all"):
+      run = neural.ExperimentConfig(dataset="digits", models=("mlp",), agents=4, rounds=2,
+                                    epochs=1, tiny=True, train_subset=400, test_subset=200,
+                                    protocol="avgkd", devices=devices)
+      seen.clear()
+      with tempfile.TemporaryDirectory() as workdir:
+        report["rows"][devices] = neural.train_and_evaluate(run, workdir)
+      report.setdefault("run_inputs", {})[devices] = seen.get("inputs", [])
     print(json.dumps(report))
 """)
 
@@ -128,3 +144,23 @@ def test_a_learner_mesh_must_be_a_mesh():
   learner = neural.FlaxLearner(model, (2, 2, 1), neural.TrainConfig(), jax.random.PRNGKey(0),
                                mesh=mesh)
   assert learner.batch_key[-1] is mesh   # learners on other meshes train apart
+
+
+def test_a_run_with_devices_all_spreads_each_architecture_and_keeps_the_numbers():
+  report = _child_report()
+  # 3 MLP agents on 3 of the 4 devices, 2 CNN agents on 2; the forest is no network
+  assert report["meshes"] == [3, 2, 3, 3, 2, None]
+  # every round's 4 agents trained as one program: on device 0, or agent a on device a
+  assert all(shards == [[0, 0]] for call in report["run_inputs"]["one"] for shards in call)
+  assert len(report["run_inputs"]["all"]) == 2   # rounds
+  assert all(shards == [[a, a] for a in range(4)]
+             for call in report["run_inputs"]["all"] for shards in call)
+  one, four = report["rows"]["one"], report["rows"]["all"]
+  assert len(one) == len(four) > 0
+  for a, b in zip(one, four):
+    assert a.keys() == b.keys()
+    for key, value in a.items():
+      if isinstance(value, float) and key != "seconds":
+        assert abs(value - b[key]) <= 1e-4 * max(1.0, abs(value)), key
+      elif not isinstance(value, float):
+        assert value == b[key], key
