@@ -329,7 +329,8 @@ AUTO_DENSE_MAX = 256
 there costs less than compiling and running the Krylov steps, and is exact."""
 
 
-def spectral_radius(matrix: ArrayLike, method: str = "dense", steps: int = 400) -> Array:
+def spectral_radius(matrix: ArrayLike, method: str = "dense", steps: int = 400,
+                    cycle: int = 1) -> Array:
   """``max |eig(matrix)|``, the asymptotic contraction factor per round.
 
   Args:
@@ -342,15 +343,24 @@ def spectral_radius(matrix: ArrayLike, method: str = "dense", steps: int = 400) 
       ``dense`` up to ``AUTO_DENSE_MAX`` (256) rows; above, Krylov, and the dense
       route only where Krylov did not converge (a ``lax.cond``; under ``vmap`` it
       becomes a select and both routes run).
-    steps: matrix-vector products of the Krylov route (static; 5 cycles of 80).
+    steps: matrix-vector products of the Krylov route (static; 5 cycles of 80), each
+      with ``matrix ** cycle``.
+    cycle: the Krylov route works on ``matrix ** cycle`` and returns the ``cycle``-th
+      root of its radius. For a map that moves a state around a cycle of k blocks (AKD's
+      round with M = k >= 3 agents), the dominant eigenvalues are ``rho`` times the k-th
+      roots of unity: k of one modulus, which Arnoldi cannot resolve (it resolves a
+      real eigenvalue or one pair); their k-th powers are one, ``rho^k``.
 
   Raises:
-    ValueError: an unknown ``method``, ``steps`` < 1, or a matrix that is not square.
+    ValueError: an unknown ``method``, ``steps`` or ``cycle`` < 1, or a matrix that is
+      not square.
   """
   if method not in RADIUS_METHODS:
     raise ValueError(f"method: expected one of {', '.join(RADIUS_METHODS)}, got {method!r}")
   if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
     raise ValueError(f"steps: expected an integer >= 1, got {steps!r}")
+  if not isinstance(cycle, int) or isinstance(cycle, bool) or cycle < 1:
+    raise ValueError(f"cycle: expected an integer >= 1, got {cycle!r}")
   matrix = jnp.asarray(matrix)
   if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1]:
     raise ValueError(f"matrix: expected a square (n, n) matrix, got shape {matrix.shape}")
@@ -363,11 +373,17 @@ def spectral_radius(matrix: ArrayLike, method: str = "dense", steps: int = 400) 
 
   if method == "dense" or (method == "auto" and n <= AUTO_DENSE_MAX):
     return dense()
-  est = krylov.arnoldi_radius(lambda v: matrix @ v, krylov.start_vector(n, matrix.dtype),
-                              steps, restart=min(80, steps))
+  def power(v):
+    for _ in range(cycle):
+      v = matrix @ v
+    return v
+
+  est = krylov.arnoldi_radius(power, krylov.start_vector(n, matrix.dtype), steps,
+                              restart=min(80, steps))
+  radius = est.radius if cycle == 1 else est.radius ** (1.0 / cycle)
   if method == "krylov":
-    return jnp.where(est.converged, est.radius, jnp.nan)
-  return lax.cond(est.converged, lambda: est.radius, dense)
+    return jnp.where(est.converged, radius, jnp.nan)
+  return lax.cond(est.converged, lambda: radius, dense)
 
 
 @functools.partial(jax.jit, static_argnames=("protocol", "start", "rtol", "method", "steps"))
@@ -403,7 +419,10 @@ def limit(problem: FederatedProblem, protocol: str, x_eval: ArrayLike, start: in
   rec = recurrence(problem, protocol, start, factors(problem, rtol))
   evals = readout(problem, x_eval)
   matrix = recurrence_matrix(problem, rec)
-  rho = spectral_radius(matrix, method, steps)
+  # AKD's round (and EKD's W) moves one agent's model to the next: with M >= 3 agents its
+  # top eigenvalues are the radius times the M-th roots of unity (spectral_radius's cycle).
+  cycle = problem.num_agents if protocol in ("akd", "ekd") and problem.num_agents > 2 else 1
+  rho = spectral_radius(matrix, method, steps, cycle)
   if protocol == "akd":
     return Limit(jnp.zeros(x_eval.shape[:1] + rec.initial.shape[1:], matrix.dtype), rho)
   if protocol in ("pkd", "pkd-mean"):

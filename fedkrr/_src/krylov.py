@@ -238,7 +238,10 @@ def _dominant(h: Array, h_last: Array) -> tuple[Array, Array, Array]:
   c = y.T @ h @ y
   half_trace = 0.5 * (c[0, 0] + c[1, 1])
   det = c[0, 0] * c[1, 1] - c[0, 1] * c[1, 0]
-  disc = half_trace ** 2 - det
+  # half_trace^2 - det, written without their cancellation: with two (nearly) equal
+  # eigenvalues (a repeated one, as the power of a cyclic map has) the difference of the
+  # two squares lost half the digits (a radius off by about sqrt(eps)).
+  disc = (0.5 * (c[0, 0] - c[1, 1])) ** 2 + c[0, 1] * c[1, 0]
   radius2 = jnp.where(disc < 0, jnp.sqrt(jnp.abs(det)),
                       jnp.abs(half_trace) + jnp.sqrt(jnp.maximum(disc, 0.0)))
   res2 = jnp.hypot(jnp.linalg.norm(h @ y - y @ c), h_last * jnp.linalg.norm(y[-1]))

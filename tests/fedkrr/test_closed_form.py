@@ -285,14 +285,17 @@ def test_bad_every_is_named(every):
     fedkrr.trajectory(problem, "akd", 5, rng.normal(size=(2, 1)), every=every)
 
 
-@pytest.mark.parametrize("same", [True, False], ids=["same-kernel", "different-kernels"])
-def test_limit_radius_by_arnoldi_equals_the_dense_one(same, x64):
+@pytest.mark.parametrize("m, same", [(2, True), (2, False), (3, False)],
+                         ids=["two-same-kernel", "two-different-kernels", "three-agents"])
+def test_limit_radius_by_arnoldi_equals_the_dense_one(m, same, x64):
   # 300 points (above AUTO_DENSE_MAX): "auto" and "krylov" run Arnoldi on the recurrence
   # matrix; "dense" is the general eigen-solver. The fixed points do not depend on the route.
+  # With three agents AKD's and EKD's top eigenvalues are three of one modulus: Arnoldi
+  # runs on the cube of the map (spectral_radius's cycle), else "krylov" would be NaN.
   rng = np.random.default_rng(5)
-  xs = [rng.normal(size=(150, 3)), rng.normal(size=(150, 3)) + 0.5]
+  xs = [rng.normal(size=(300 // m, 3)) + 0.5 * a for a in range(m)]
   ys = [np.sin(x[:, 0]) for x in xs]
-  kernels = fedkrr.RBF(0.5) if same else [fedkrr.RBF(0.5), fedkrr.RBF(0.2)]
+  kernels = fedkrr.RBF(0.5) if same else [fedkrr.RBF(0.5), fedkrr.RBF(0.2), fedkrr.RBF(0.8)][:m]
   problem = fedkrr.make_problem(xs, ys, kernels, 1e-2)
   x_eval = rng.normal(size=(4, 3))
   for protocol in fedkrr.PROTOCOLS:

@@ -195,11 +195,28 @@ def test_spectral_radius_auto_falls_back_to_dense_and_krylov_says_nan(x64):
   assert float(jitted(a)) == pytest.approx(1.0, rel=1e-14)
 
 
+def test_spectral_radius_of_a_cyclic_map_needs_its_cycle(x64):
+  # A state moved around three blocks, [[0, 0, C], [A, 0, 0], [0, B, 0]]: its eigenvalues
+  # are the cube roots of eig(C B A), three of each modulus. Arnoldi resolves one real
+  # eigenvalue or one pair, so it needs the cube of the map (cycle=3).
+  rng = np.random.default_rng(2)
+  h = 40
+  blocks = [_with_spectrum(rng, np.diag(rng.uniform(0.1, 0.9, h))) for _ in range(3)]
+  a = np.zeros((3 * h, 3 * h))
+  a[h:2 * h, :h], a[2 * h:, h:2 * h], a[:h, 2 * h:] = blocks
+  expected = np.max(np.abs(np.linalg.eigvals(a)))
+  assert np.isnan(float(fedkrr.spectral_radius(jnp.asarray(a), "krylov")))
+  got = float(fedkrr.spectral_radius(jnp.asarray(a), "krylov", cycle=3))
+  assert abs(got - expected) < 1e-10 * expected
+
+
 def test_spectral_radius_names_bad_arguments():
   with pytest.raises(ValueError, match="method: expected one of auto, krylov, dense"):
     fedkrr.spectral_radius(jnp.eye(3), "eig")
   with pytest.raises(ValueError, match="steps: expected an integer >= 1"):
     fedkrr.spectral_radius(jnp.eye(3), "krylov", steps=0)
+  with pytest.raises(ValueError, match="cycle: expected an integer >= 1"):
+    fedkrr.spectral_radius(jnp.eye(3), "krylov", cycle=0)
   with pytest.raises(ValueError, match=r"matrix: expected a square \(n, n\) matrix, got shape "
                                        r"\(3, 2\)"):
     fedkrr.spectral_radius(jnp.ones((3, 2)))
