@@ -2,8 +2,10 @@
 
     python benchmarks/limit.py                  # N = 2000, every protocol
     python benchmarks/limit.py --n 4000 --protocols avgkd   # the NTK twin's size
+    python benchmarks/limit.py --agents 3 --protocols akd,ekd  # Arnoldi on the cube
 
-Two agents with RBF kernels of different bandwidths (0.1 and 0.2), ridge 1e-3,
+M agents (``--agents``, default 2) with RBF kernels of different bandwidths (0.1, 0.2,
+0.3, ...), ridge 1e-3,
 float64, on the CPU. For each protocol it times the whole ``fedkrr.limit`` call
 (factorisations, recurrence matrix, spectral radius and the fixed point's solve),
 warm, with ``method="dense"`` (``jnp.linalg.eigvals`` of the N x N recurrence
@@ -33,6 +35,7 @@ import fedkrr  # noqa: E402
 def main() -> None:
   parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
   parser.add_argument("--n", type=int, default=2000, help="total number of points N")
+  parser.add_argument("--agents", type=int, default=2, help="number of agents M")
   parser.add_argument("--n-eval", type=int, default=200, help="evaluation points")
   parser.add_argument("--repeats", type=int, default=2, help="warm repeats (best is kept)")
   parser.add_argument("--protocols", default=",".join(fedkrr.PROTOCOLS))
@@ -40,10 +43,13 @@ def main() -> None:
   fedkrr.avoid_cpu_eigh_deadlock()
   jax.config.update("jax_enable_x64", True)
 
-  half = args.n // 2
-  data = fedkrr.synthetic_regression(0, sizes=(half, args.n - half), dim=5,
-                                     heterogeneity=1.0, n_test=args.n_eval)
-  problem = fedkrr.make_problem(data.xs, data.ys, [fedkrr.RBF(0.1), fedkrr.RBF(0.2)], 1e-3)
+  if args.agents < 2 or args.n < 2 * args.agents:
+    parser.error(f"--agents: expected 2 <= M <= N / 2, got {args.agents} for N = {args.n}")
+  sizes = tuple(len(part) for part in np.array_split(np.arange(args.n), args.agents))
+  data = fedkrr.synthetic_regression(0, sizes=sizes, dim=5, heterogeneity=1.0,
+                                     n_test=args.n_eval)
+  kernels = [fedkrr.RBF(0.1 * (a + 1)) for a in range(args.agents)]
+  problem = fedkrr.make_problem(data.xs, data.ys, kernels, 1e-3)
   x_eval = jnp.asarray(data.x_test)
   print(f"N = {problem.num_points} ({problem.sizes}), {args.n_eval} evaluation points, "
         f"float64, {jax.devices()[0].platform}, {os.cpu_count()} cores, best of "
