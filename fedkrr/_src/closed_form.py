@@ -357,8 +357,7 @@ def spectral_radius(matrix: ArrayLike, method: str = "dense", steps: int = 400,
   """
   if method not in RADIUS_METHODS:
     raise ValueError(f"method: expected one of {', '.join(RADIUS_METHODS)}, got {method!r}")
-  if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
-    raise ValueError(f"steps: expected an integer >= 1, got {steps!r}")
+  krylov.check_steps(steps)
   if not isinstance(cycle, int) or isinstance(cycle, bool) or cycle < 1:
     raise ValueError(f"cycle: expected an integer >= 1, got {cycle!r}")
   matrix = jnp.asarray(matrix)

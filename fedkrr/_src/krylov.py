@@ -81,9 +81,15 @@ def start_vector(n: int, dtype, seed: int = 0) -> Array:
   return jax.random.normal(jax.random.key(seed), (n,), dtype)
 
 
-def _check(steps: int, v0: Array) -> None:
+def check_steps(steps: int) -> None:
+  """Raises ``ValueError`` naming ``steps`` unless it is an integer >= 1 (a static count of
+  matrix-vector products; shared by the callers that take one)."""
   if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
     raise ValueError(f"steps: expected an integer >= 1, got {steps!r}")
+
+
+def _check(steps: int, v0: Array) -> None:
+  check_steps(steps)
   if v0.ndim != 1 or v0.shape[0] < 1:
     raise ValueError(f"v0: expected a non-empty vector of shape (n,), got {v0.shape}")
 

@@ -129,11 +129,6 @@ def _check_batch_size(batch_size: int | None) -> None:
     raise ValueError(f"batch_size: expected an integer >= 1, got {batch_size!r}")
 
 
-def _check_steps(steps: int) -> None:
-  if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
-    raise ValueError(f"steps: expected an integer >= 1, got {steps!r}")
-
-
 def _symmetrised_block(problem: FederatedProblem, roots, i: int, j: int) -> Array:
   """``B_ij = R_i^T K^j_ij R_j`` (N_i x N_j): the transfer ``T_ij = R_i B_ij R_j^T`` seen
   in the coordinates ``R^T`` of each agent's ``S_a = R_a R_a^T``."""
@@ -205,7 +200,7 @@ def rate_estimate(problem: FederatedProblem, start: int = 0, method: str = "auto
       not apply.
   """
   protocols.check_start(start, problem.num_agents)
-  _check_steps(steps)
+  krylov.check_steps(steps)
   return _estimate(problem, start, resolve_rate_method(problem, method), steps)
 
 
@@ -397,7 +392,7 @@ def rate_grid(clusters: TwoClusters, ridges: ArrayLike, mixings: ArrayLike,
   make = lambda v: clusters.problem(v[1], v[0])  # noqa: E731
   if rate_fn is not None:
     return sweep(make, flat, rate_fn, batch_size).reshape(grid_c.shape)
-  _check_steps(steps)
+  krylov.check_steps(steps)
   _check_batch_size(batch_size)
   grid = jax.jit(lambda cs, ps: _shared_kernel_grid(clusters, cs, ps, batch_size, steps))(
       ridges, mixings)
