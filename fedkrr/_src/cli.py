@@ -289,12 +289,10 @@ def _run(args: argparse.Namespace) -> int:
   if method == "auto":
     method = _auto_method(problem, args.protocol, args.rounds, x_eval.shape[0], args.every)
     print(f"fedkrr: --method auto: {method}", file=sys.stderr)
-  if method == "matfree":
-    matfree.check_matfree_problem(problem)
-    if args.limit and not baseline:
-      raise ValueError("--limit: the limit is one solve with the N x N recurrence matrix, which "
-                       "the matrix-free path never forms; drop --limit, or use --method "
-                       "closed-form")
+  if method == "matfree" and args.limit and not baseline:
+    raise ValueError("--limit: the limit is one solve with the N x N recurrence matrix, which "
+                     "the matrix-free path never forms; drop --limit, or use --method "
+                     "closed-form")
   if not baseline and method != "matfree":
     kept = -(-args.rounds // args.every)
     outputs = int(np.prod(problem.ys[0].shape[1:], dtype=np.int64))
