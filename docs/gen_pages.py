@@ -1,5 +1,8 @@
 """Generates the site's derived pages at build time (run by mkdocs-gen-files).
 
+First it parses every docstring as the API pages will (``check_docstrings.py``) and
+stops the build on the first warning, before the main job and the notebooks run.
+
 - ``index.md``: the README, its ``docs/`` links made relative to the site;
 - ``api/*.md``: one page per public namespace, grouped as its ``__init__`` lists
   the names (one section per implementation module, in import order);
@@ -27,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))   # docs/, for api_name
 from api_names import NAMESPACES  # noqa: E402
 from api_names import ROOT  # noqa: E402
 from api_names import public_names  # noqa: E402
+from check_docstrings import docstring_warnings  # noqa: E402
 
 # What the report links to; checkpoints, metrics and arrays stay out of the site.
 REPORT_SUFFIXES = (".md", ".png", ".json")
@@ -93,6 +97,10 @@ def main_job_dir() -> Path:
 
 
 def main() -> None:
+  # Before anything slow: a docstring the API pages cannot parse fails the build now.
+  warnings = docstring_warnings()
+  if warnings:
+    raise SystemExit("docstrings griffe cannot parse:\n" + "\n".join(warnings))
   with mkdocs_gen_files.open("index.md", "w") as f:
     f.write(readme_as_index())
 

@@ -478,7 +478,11 @@ def matfree_trajectory(problem: FederatedProblem, protocol: str, rounds: int, x_
     x_eval: (n_eval, d) evaluation points.
     start: the starting agent of AKD.
     every: keep rounds 0, k, 2k, ... (all rounds still run).
-    landmarks, tol, maxiter, key, tile_elements: see :func:`matfree_learners`.
+    landmarks: m per agent (see :func:`matfree_learners`).
+    tol: CG tolerance (see :func:`matfree_learners`).
+    maxiter: the most CG iterations per fit.
+    key: PRNG key for the landmarks (see :func:`matfree_learners`).
+    tile_elements: kernel entries per tile.
     progress: a progress bar over the rounds.
 
   Returns:
@@ -537,7 +541,12 @@ def auto_trajectory(problem: FederatedProblem, protocol: str, rounds: int, x_eva
   """Every round's predictions by the exact or the matrix-free path.
 
   Args:
-    problem, protocol, rounds, x_eval, start, every: as :func:`fedkrr.trajectory`.
+    problem: the federated problem.
+    protocol: one of ``fedkrr.PROTOCOLS``.
+    rounds: T >= 1.
+    x_eval: (n_eval, d) evaluation points.
+    start: the starting agent of AKD.
+    every: keep rounds 0, k, 2k, ... (as :func:`fedkrr.trajectory`).
     path: ``"exact"`` (:func:`fedkrr.trajectory`), ``"matfree"``
       (:func:`matfree_trajectory`) or ``"auto"`` (:func:`choose_path`).
     **matfree_options: ``landmarks``, ``tol``, ``maxiter``, ``key``, ``tile_elements``,
