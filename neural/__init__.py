@@ -13,13 +13,14 @@ from fedkrr import __version__  # one distribution, one version
 from neural import methods
 from neural._src.augment import AUGMENTS
 from neural._src.augment import Augment
+from neural._src.authors import authors_curves
+from neural._src.authors import control_checks
 from neural._src.checkpoint import CheckpointError
 from neural._src.checkpoint import load_checkpoint
 from neural._src.checkpoint import save_checkpoint
 from neural._src.claims import CLAIMS
 from neural._src.claims import Check
 from neural._src.claims import Claim
-from neural._src.claims import Curve
 from neural._src.compare import CompareError
 from neural._src.compare import Comparison
 from neural._src.compare import TheoryCurves
@@ -37,6 +38,7 @@ from neural._src.config import ConfigError
 from neural._src.config import ExperimentConfig
 from neural._src.config import RunConfig
 from neural._src.config import field_help
+from neural._src.curves import Curve
 from neural._src.data import DATASETS
 from neural._src.data import DataError
 from neural._src.data import Dataset
@@ -123,6 +125,7 @@ from neural._src.report import parse_parts
 from neural._src.report import run_main_job
 from neural._src.reproduce import ConfigReproduction
 from neural._src.reproduce import Reproduction
+from neural._src.reproduce import check_claims
 from neural._src.reproduce import check_statements
 from neural._src.reproduce import figure_configs
 from neural._src.reproduce import paper_curves

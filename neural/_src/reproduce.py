@@ -3,20 +3,25 @@
 :func:`reproduce` finds the shipped config(s) of a figure of Afonin & Karimireddy
 (Sec. 6, App. H) at a scale ("small": the ``*_small`` config, embedded data, a
 CPU; "paper": the full-size config and, for Figs. 9-10, its ``*_text`` variant),
-runs (or resumes) every run with :func:`neural.run_configs`, and writes into the
-work directory:
+runs (or resumes) every run once per seed with :func:`neural.run_configs`, and
+writes into the work directory:
 
 - ``reproduce.png``: the figure as the paper draws it: one panel per setting,
   the paper's rounds and curves (:func:`neural.paper_rounds`: AKD rounds of M
   steps, the mean of the agents, EKD's even partial sums; the best local epoch
-  where the run logs it); per agent for the figures the paper draws per agent;
+  where the run logs it), the mean over the seeds with a band of one standard
+  deviation; per agent for the figures the paper draws per agent;
 - ``reproduce.md`` and its twin ``reproduce.json``: per run, round 1, the best
-  round and the last round; then each statement the paper makes about the figure
-  (``neural._src.claims``), checked against these numbers by its rule:
-  "reproduced", "not reproduced" or "not testable here", with the numbers used.
+  round and the last round (mean ± spread over the seeds); then each statement the
+  paper makes about the figure (``neural._src.claims``), decided by its noise-aware
+  rule (``neural._src.rules``): "reproduced", "not reproduced", "inconclusive" or
+  "not testable here", with the numbers used, and beside it the verdict of the same
+  rule on the authors' own logged curves where they exist (Figs. 6, 8, 9, 10: the
+  control, ``neural._src.authors``).
 
-With one config the runs go to ``workdir/<run>/`` as with ``neural run``; with two
-(Figs. 9-10 at paper scale) to ``workdir/<config>/<run>/``.
+Seed k runs every run with ``seed`` = the config's seed + k (data subsets, the
+split and every initialisation), into ``workdir/seed=k/<run>/`` (two configs:
+``workdir/seed=k/<config>/<run>/``).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import json
 import os
 from pathlib import Path
 import re
+import time
 from typing import Any
 
 from matplotlib.figure import Figure
@@ -35,19 +41,26 @@ import numpy as np
 
 from fedkrr import atomic_savefig
 from fedkrr import atomic_write
-from neural._src.claims import VERDICTS
+from neural._src.authors import control_checks
 from neural._src.claims import Check
-from neural._src.claims import Curve
 from neural._src.claims import evaluate
 from neural._src.claims import figure_claims
 from neural._src.config import ConfigError
 from neural._src.config import ExperimentConfig
 from neural._src.config import RunConfig
+from neural._src.curves import Curve
+from neural._src.curves import curves_from_mapping
+from neural._src.data import load_dataset
 from neural._src.experiment import total_rounds
 from neural._src.paper_units import BEST
 from neural._src.paper_units import default_accuracy
 from neural._src.paper_units import paper_round_count
 from neural._src.paper_units import paper_rounds
+from neural._src.rules import INCONCLUSIVE
+from neural._src.rules import NOT_REPRODUCED
+from neural._src.rules import NOT_TESTABLE
+from neural._src.rules import REPRODUCED
+from neural._src.rules import VERDICTS
 from neural._src.specs import load_spec
 from neural._src.specs import run_configs
 from neural._src.specs import shipped_configs
@@ -59,6 +72,10 @@ FIGURE_PNG = "reproduce.png"
 # The figures the paper draws per agent (agent 1 blue, agent 2 red); the others show
 # one curve per protocol (the agents' mean).
 PER_AGENT = frozenset({"Fig. 5", "Fig. 12", "Fig. 13", "Fig. 14", "Fig. 15"})
+SEEDS = {"small": 3, "paper": 1}   # seeds per run by default, by scale
+# Test-set sizes of the datasets read from files (the embedded ones are split here).
+_TEST_SIZES = {"mnist": 10_000, "cifar10": 10_000, "cinic10": 90_000}
+UNSUPPORTED = "the paper's own runs do not support this at these tolerances"
 
 
 # ---------------------------------------------------------------------------
@@ -117,8 +134,16 @@ def figure_configs(figure: int | str, scale: str = "small") -> list[str]:
 # Curves in the paper's units
 
 
+def test_points(config: RunConfig) -> int:
+  """How many test points a run of ``config`` evaluates on (the binomial error's n)."""
+  size = _TEST_SIZES.get(config.dataset)
+  if size is None:
+    size = len(load_dataset(config.dataset, config.data_dir, seed=config.data_seed).y_test)
+  return size if config.test_subset is None else min(size, config.test_subset)
+
+
 def _curve(name: str, rows: Sequence[Mapping[str, Any]], accuracy: str,
-           steps: int | None) -> Curve:
+           steps: int | None, points: int, dataset: str) -> Curve:
   protocol = str(rows[0]["protocol"])
   paper = paper_rounds(rows, accuracy)
   agent_rows = [r for r in rows if isinstance(r["agent"], int)]
@@ -126,51 +151,56 @@ def _curve(name: str, rows: Sequence[Mapping[str, Any]], accuracy: str,
   models = {int(r["agent"]): str(r.get("model", "?")) for r in agent_rows}
   per_agent = tuple(tuple(float(v) for v in vs)
                     for vs in zip(*[r["agent_accuracies"] for r in paper]))
-  return Curve(name, protocol, tuple(float(r["test_accuracy"]) for r in paper), per_agent,
-               tuple(v[0] for v in per_agent),
+  return Curve(name, protocol, (tuple(float(r["test_accuracy"]) for r in paper),),
+               (per_agent,), (tuple(v[0] for v in per_agent),),
                len(paper) if steps is None else paper_round_count(protocol, steps, agents),
-               accuracy, tuple(models[a] for a in sorted(models)))
+               accuracy, tuple(models[a] for a in sorted(models)), points, dataset)
 
 
 def _run_curves(name: str, rows: Sequence[Mapping[str, Any]],
                 config: RunConfig | None) -> list[Curve]:
   steps = total_rounds(config) if isinstance(config, ExperimentConfig) else None
+  points = test_points(config) if config is not None else 0
+  dataset = config.dataset if config is not None else ""
   if not rows:
     protocol = getattr(config, "protocol", "?")
     agents = config.agents if config is not None else 1
-    return [Curve(name, protocol, (), rounds=paper_round_count(protocol, steps or 1, agents))]
+    return [Curve(name, protocol, ((),), rounds=paper_round_count(protocol, steps or 1, agents),
+                  test_points=points, dataset=dataset)]
   accuracy = default_accuracy(rows)
   if rows[0].get("protocol") != "ekd":
-    return [_curve(name, rows, accuracy, steps)]
+    return [_curve(name, rows, accuracy, steps, points, dataset)]
   key = BEST if accuracy == "best" else "test_accuracy"
   local_rows = sorted((r for r in rows if r["round"] == 0 and isinstance(r["agent"], int)),
                       key=lambda r: r["agent"])
   paper = paper_rounds(rows, accuracy)
-  curves = [Curve(name, "ekd", tuple(float(r["test_accuracy"]) for r in paper), (),
-                  tuple(float(r.get(key, r["test_accuracy"])) for r in local_rows),
+  curves = [Curve(name, "ekd", (tuple(float(r["test_accuracy"]) for r in paper),), (),
+                  (tuple(float(r.get(key, r["test_accuracy"])) for r in local_rows),),
                   len(paper) if steps is None else paper_round_count("ekd", steps, 1), accuracy,
-                  tuple(str(r.get("model", "?")) for r in local_rows))]
+                  tuple(str(r.get("model", "?")) for r in local_rows), points, dataset)]
   for start in sorted({int(r["start"]) for r in rows if "start" in r}):
     akd = [{**r, "protocol": "akd"} for r in rows if r.get("start") == start]
-    curves.append(_curve(f"{name}:akd-from-agent{start + 1}", akd, accuracy, steps))
+    curves.append(_curve(f"{name}:akd-from-agent{start + 1}", akd, accuracy, steps, points,
+                         dataset))
   return curves
 
 
 def paper_curves(results: Mapping[str, Sequence[Mapping[str, Any]]],
                  configs: Mapping[str, RunConfig] | None = None) -> dict[str, Curve]:
-  """The runs' test accuracy in the paper's units, by run name.
+  """The runs' test accuracy in the paper's units, by run name (one seed each).
 
   Args:
     results: metric rows by run name (as :func:`neural.run_configs` returns them;
       names ``setting__variant``).
-    configs: each run's config, to tell an unfinished run from a finished one
-      (without it, every run counts as finished).
+    configs: each run's config, to tell an unfinished run from a finished one and
+      to know the test set's size (without it, every run counts as finished and
+      the test set's size is unknown).
 
   Returns:
-    A :class:`neural.Curve` per run: the agents' mean per paper round (EKD: its
-    even partial sums) and each agent's values, from the best local epoch where
-    the run logs it, else the end of local training. An EKD run adds the AKD run
-    from each agent that it holds (``<name>:akd-from-agent<s>``).
+    A :class:`neural.Curve` per run with one seed: the agents' mean per paper round
+    (EKD: its even partial sums) and each agent's values, from the best local epoch
+    where the run logs it, else the end of local training. An EKD run adds the AKD
+    run from each agent that it holds (``<name>:akd-from-agent<s>``).
   """
   curves: dict[str, Curve] = {}
   for name, rows in results.items():
@@ -179,9 +209,83 @@ def paper_curves(results: Mapping[str, Sequence[Mapping[str, Any]]],
   return curves
 
 
+def merge_seeds(per_seed: Sequence[Mapping[str, Curve]]) -> dict[str, Curve]:
+  """One curve per run name with the seeds of every mapping stacked (in order)."""
+  merged: dict[str, Curve] = {}
+  for curves in per_seed:
+    for name, c in curves.items():
+      if name not in merged:
+        merged[name] = c
+        continue
+      m = merged[name]
+      merged[name] = m._replace(values=m.values + c.values, agents=m.agents + c.agents,
+                                local=m.local + c.local)
+  return merged
+
+
+def curves_to_mapping(curves: Mapping[str, Curve]) -> dict[str, dict[str, Any]]:
+  """The plain format of :func:`neural.check_claims` (``{setting: {variant: {...}}}``)."""
+  out: dict[str, dict[str, Any]] = {}
+  for c in curves.values():
+    entry: dict[str, Any] = {"mean": [list(v) for v in c.values], "rounds": c.rounds,
+                             "test_points": c.test_points}
+    if c.agents:
+      entry["agents"] = [[list(a) for a in seed] for seed in c.agents]
+    if c.local:
+      entry["local"] = [list(x) for x in c.local]
+    out.setdefault(c.setting, {})[c.variant] = entry
+  return out
+
+
+def check_claims(figure: int | str, curves: Mapping[str, Mapping[str, Any]], *,
+                 test_points: int = 0, dataset: str = "",
+                 other: Mapping[str, Mapping[str, Mapping[str, Any]]] | None = None
+                 ) -> list[Check]:
+  """Checks the paper's statements about ``figure`` on curves given as plain numbers.
+
+  The rules of ``neural reproduce``, for anyone's logs: each statement is decided
+  against the noise (the seeds' spread and the test set's binomial standard error)
+  as "reproduced", "not reproduced", "inconclusive" or "not testable here".
+
+  Args:
+    figure: the figure (6, "6" or "Fig. 6").
+    curves: ``{setting: {variant: data}}``, named as the figure's configs name their
+      runs (settings ``alpha=0.0``, ``same``, ...; variants ``avgkd``, ``pkd``,
+      ``pkd-mean``, ``fedavg``, ``central``, ``ekd``, ``ekd:akd-from-agent1``,
+      ``from-agent2``, ``akd``; "" for a one-axis sweep). ``data`` is a list of
+      per-seed lists of per-round accuracies in the paper's units (round 1 first; the
+      agents' mean), or a dict with ``"mean"`` (that list) and optionally ``"agents"``
+      (per seed, per agent, per round), ``"local"`` (per seed, per agent: EKD's local
+      models), ``"rounds"`` and ``"test_points"``.
+    test_points: the test set's size (0: unknown; no binomial error).
+    dataset: the data the runs used (statements about other data are not tested).
+    other: other figures' curves (``{"Fig. 6": {...}}``) for statements comparing
+      with them.
+
+  Returns:
+    One :class:`neural.Check` per statement and setting.
+
+  Raises:
+    ConfigError: not a figure number. ValueError: malformed curves.
+
+  Example:
+    >>> curves = {"alpha=0.0": {"pkd": [[0.50, 0.90, 0.80, 0.70, 0.60]]}}
+    >>> checks = neural.check_claims(6, curves, test_points=10000)
+    >>> check = next(c for c in checks if c.statement == "PKD degrades with rounds")
+    >>> check.verdict
+    'reproduced'
+  """
+  label = figure_label(figure)
+  mapping = curves_from_mapping(curves, test_points=test_points, dataset=dataset)
+  for name, data in (other or {}).items():
+    mapping.update(curves_from_mapping(data, test_points=test_points, dataset=dataset,
+                                       prefix=f"{figure_label(name)}/"))
+  return evaluate(figure_claims(label), mapping)
+
+
 def check_statements(figure: int | str, results: Mapping[str, Sequence[Mapping[str, Any]]],
                      configs: Mapping[str, RunConfig] | None = None) -> list[Check]:
-  """Checks the paper's statements about ``figure`` against runs' metric rows.
+  """Checks the paper's statements about ``figure`` against runs' metric rows (one seed).
 
   Args:
     figure: the figure (4, "4" or "Fig. 4").
@@ -194,11 +298,11 @@ def check_statements(figure: int | str, results: Mapping[str, Sequence[Mapping[s
 
   Example:
     >>> rows = [{"round": t, "agent": t % 2, "protocol": "akd", "model": "cnn",
-    ...          "test_accuracy": 0.9 - 0.05 * t, "test_loss": 0.0} for t in range(4)]
+    ...          "test_accuracy": 0.9 - 0.05 * t, "test_loss": 0.0} for t in range(6)]
     >>> checks = neural.check_statements(4, {"same__from-agent1": rows})
     >>> check = next(c for c in checks if c.setting == "same")
-    >>> check.statement, check.verdict, check.numbers
-    ('AKD degrades with rounds', 'reproduced', 'same__from-agent1 0.875 -> 0.775 (-0.100)')
+    >>> check.statement, check.verdict
+    ('AKD degrades with rounds', 'reproduced')
   """
   return evaluate(figure_claims(figure_label(figure)), paper_curves(results, configs))
 
@@ -214,9 +318,11 @@ class ConfigReproduction:
   Attributes:
     config: the shipped config's name.
     description: its description.
-    workdir: where its runs are.
-    curves: the runs' curves in the paper's units, by run name.
+    workdir: where its runs are (``workdir/seed=k/...`` per seed).
+    curves: the runs' curves in the paper's units, by run name, one row per seed.
     checks: the paper's statements, checked.
+    control: the same statements checked on the authors' curves, by (statement,
+      setting); empty where their logs do not cover the figure.
     figure: the path of the drawn figure (PNG).
   """
 
@@ -225,6 +331,7 @@ class ConfigReproduction:
   workdir: str
   curves: dict[str, Curve]
   checks: tuple[Check, ...]
+  control: dict[tuple[str, str], Check]
   figure: str
 
 
@@ -236,15 +343,19 @@ class Reproduction:
     figure: "Fig. N".
     scale: "small" or "paper".
     overrides: the config fields set for every run.
+    seeds: the seeds each run ran with.
     configs: one entry per shipped config of the figure at this scale.
     paths: ``{"md": ..., "json": ...}``: the report files.
+    seconds: the wall time of the call (resumed runs: only this call's part).
   """
 
   figure: str
   scale: str
   overrides: dict[str, Any]
+  seeds: tuple[int, ...]
   configs: tuple[ConfigReproduction, ...]
   paths: dict[str, str]
+  seconds: float = 0.0
 
   @property
   def checks(self) -> list[Check]:
@@ -259,48 +370,86 @@ class Reproduction:
     """The content of ``reproduce.json``."""
     return {
         "figure": self.figure, "scale": self.scale, "overrides": self.overrides,
-        "counts": self.counts(),
+        "seeds": list(self.seeds), "seconds": round(self.seconds, 1), "counts": self.counts(),
         "configs": [{
             "config": c.config, "description": c.description, "workdir": c.workdir,
             "figure_png": c.figure,
             "runs": [_run_summary(curve) for curve in c.curves.values()],
-            "statements": [c_._asdict() | {"runs": list(c_.runs)} for c_ in c.checks],
+            "curves": curves_to_mapping(c.curves),
+            "statements": [check._asdict() | {"runs": list(check.runs)} | _control_fields(
+                c.control.get((check.statement, check.setting))) for check in c.checks],
         } for c in self.configs]}
 
 
+def _control_fields(control: Check | None) -> dict[str, Any]:
+  if control is None:
+    return {"control": None, "control_numbers": None}
+  return {"control": control.verdict, "control_numbers": control.numbers}
+
+
+def _stats(values: np.ndarray) -> dict[str, Any]:
+  """Mean and spread over the seeds of a (seeds,) array, rounded for the report."""
+  return {"mean": float(values.mean()),
+          "spread": float(values.std(ddof=1)) if len(values) > 1 else 0.0}
+
+
 def _run_summary(curve: Curve) -> dict[str, Any]:
-  v = curve.values
-  best = int(np.argmax(v)) if v else None
+  v = curve.array()
+  if not v.size:
+    return {"run": curve.name, "setting": curve.setting, "variant": curve.variant,
+            "protocol": curve.protocol, "seeds": curve.seeds, "rounds_done": 0,
+            "rounds": curve.rounds, "finished": False}
+  mean = v.mean(axis=0)
+  best = int(np.argmax(mean))
   return {"run": curve.name, "setting": curve.setting, "variant": curve.variant,
           "protocol": curve.protocol, "accuracy": curve.accuracy, "models": list(curve.models),
-          "rounds_done": len(v), "rounds": curve.rounds, "finished": curve.finished,
-          "round_1": v[0] if v else None,
-          "best_round": None if best is None else best + 1,
-          "best": None if best is None else v[best],
-          "last_round": len(v) or None, "last": v[-1] if v else None,
-          "curve": list(v), "agents": [list(a) for a in curve.agents],
-          "local": list(curve.local)}
+          "seeds": curve.seeds, "test_points": curve.test_points,
+          "rounds_done": curve.done, "rounds": curve.rounds, "finished": curve.finished,
+          "round_1": _stats(v[:, 0]), "best_round": best + 1, "best": _stats(v[:, best]),
+          "last_round": curve.done, "last": _stats(v[:, -1]),
+          "agents": [{"round_1": _stats(a[:, 0]), "last": _stats(a[:, -1])}
+                     for a in np.moveaxis(curve.agent_array(), 1, 0)]}
 
 
 # ---------------------------------------------------------------------------
 # Running
 
 
+def _read_other(path: str | os.PathLike) -> tuple[str, dict[str, Curve]]:
+  """(figure, its curves named ``"Fig. N/<run>"``) from another reproduction's JSON."""
+  file = Path(path)
+  file = file / REPORT_JSON if file.is_dir() else file
+  try:
+    data = json.loads(file.read_text())
+    label = figure_label(data["figure"])
+    curves: dict[str, Curve] = {}
+    for config in data["configs"]:
+      curves.update(curves_from_mapping(config["curves"], prefix=f"{label}/"))
+  except (OSError, ValueError, KeyError, TypeError) as e:
+    raise ConfigError(f"with: {file} is not a readable reproduce.json ({e})") from None
+  return label, curves
+
+
 def reproduce(figure: int | str, workdir: str | os.PathLike, scale: str = "small",
-              overrides: Mapping[str, Any] | None = None, *, progress: bool = False,
+              overrides: Mapping[str, Any] | None = None, *, seeds: int | None = None,
+              others: Sequence[str | os.PathLike] = (), progress: bool = False,
               max_rounds: int | None = None) -> Reproduction:
   """Runs (or resumes) a figure's shipped config(s), draws it and checks its statements.
 
   Args:
     figure: the figure (4, "4" or "Fig. 4"); ``neural configs`` lists the configs
       and their figures.
-    workdir: the directory; the runs go to ``workdir/<run>/`` (two configs:
-      ``workdir/<config>/<run>/``). Called again, finished runs are read and
-      unfinished ones resume, as with ``neural run``.
+    workdir: the directory; seed k's runs go to ``workdir/seed=k/<run>/`` (two
+      configs: ``workdir/seed=k/<config>/<run>/``). Called again, finished runs are
+      read and unfinished ones resume, as with ``neural run``.
     scale: "small" (the ``*_small`` config: embedded data, a CPU) or "paper" (the
       full-size config(s): MNIST / CIFAR-10 files in ``data_dir``, a GPU).
     overrides: config fields set in every run (e.g. ``{"data_dir": "~/data"}``,
       or ``{"rounds": 2, "epochs": 1}`` for a quick look).
+    seeds: how many seeds (``None``: 3 at small scale, 1 at paper scale); seed k
+      sets ``seed`` to the config's seed + k.
+    others: other reproductions (their directories or ``reproduce.json``) whose
+      curves the statements comparing figures use (Fig. 8 with Fig. 6's).
     progress: progress bars and the name of each run.
     max_rounds: do at most this many rounds of each run in this call (a later
       call resumes); the report then marks the unfinished runs.
@@ -311,33 +460,52 @@ def reproduce(figure: int | str, workdir: str | os.PathLike, scale: str = "small
     config's directory).
 
   Raises:
-    ConfigError: an unknown figure or scale, or a bad override. ``DataError``: the
-      paper-scale data is missing. ``ExperimentError``: a workdir holding other runs.
+    ConfigError: an unknown figure or scale, a bad override or seed count, or an
+      unreadable ``others``. ``DataError``: the paper-scale data is missing.
+      ``ExperimentError``: a workdir holding other runs.
   """
+  started = time.perf_counter()
   label = figure_label(figure)
   names = figure_configs(label, scale)
   overrides = dict(overrides or {})
   if max_rounds is not None and max_rounds < 1:
     raise ConfigError(f"max_rounds: expected an integer >= 1, got {max_rounds}")
+  count = SEEDS[scale] if seeds is None else seeds
+  if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+    raise ConfigError(f"seeds: expected an integer >= 1, got {seeds!r}")
+  other_curves: dict[str, Curve] = {}
+  for path in others:
+    other_curves.update(_read_other(path)[1])
   workdir = Path(workdir)
   specs = [(name, load_spec(name)) for name in names]
-  planned = [(name, spec, spec.expand(overrides)) for name, spec in specs]   # validate all
+  base = int(overrides.get("seed", 0))
+  planned = [(name, spec, [spec.expand({**overrides, "seed": base + k}) for k in range(count)])
+             for name, spec in specs]   # validates every run before any starts
+  seed_values = tuple(base + k for k in range(count))
+  control = {(c.statement, c.setting): c for c in control_checks(label)}
   results = []
-  for name, spec, runs in planned:
+  for name, spec, per_seed in planned:
     where = workdir if len(planned) == 1 else workdir / name
-    if progress:
-      print(f"{label}: {name} ({len(runs)} runs) in {where}", flush=True)
-    rows = run_configs(runs, where, progress=progress, description=spec.description,
-                       max_rounds=max_rounds)
-    curves = paper_curves(rows, dict(runs))
-    checks = tuple(evaluate(figure_claims(label), curves))
+    seed_curves = []
+    for k, runs in enumerate(per_seed):
+      seed_dir = workdir / f"seed={k}" / ("" if len(planned) == 1 else name)
+      if progress:
+        print(f"{label}: {name}, seed {k + 1} of {count} ({len(runs)} runs) in {seed_dir}",
+              flush=True)
+      rows = run_configs(runs, seed_dir, progress=progress, description=spec.description,
+                         max_rounds=max_rounds)
+      seed_curves.append(paper_curves(rows, dict(runs)))
+    curves = merge_seeds(seed_curves)
+    checks = tuple(evaluate(figure_claims(label), {**curves, **other_curves}))
+    where.mkdir(parents=True, exist_ok=True)
     png = where / FIGURE_PNG
-    plot_reproduction(label, curves, png, title=f"{label}: {name}",
-                      per_agent=label in PER_AGENT)
+    plot_reproduction(label, curves, png, title=f"{label}: {name} ({count} seed"
+                      f"{'s' if count > 1 else ''})", per_agent=label in PER_AGENT)
     results.append(ConfigReproduction(name, spec.description, str(where), curves, checks,
-                                      str(png)))
-  result = Reproduction(label, scale, overrides, tuple(results),
-                        {"md": str(workdir / REPORT_MD), "json": str(workdir / REPORT_JSON)})
+                                      control, str(png)))
+  result = Reproduction(label, scale, overrides, seed_values, tuple(results),
+                        {"md": str(workdir / REPORT_MD), "json": str(workdir / REPORT_JSON)},
+                        time.perf_counter() - started)
   atomic_write(workdir / REPORT_JSON, json.dumps(result.to_dict(), indent=2) + "\n")
   atomic_write(workdir / REPORT_MD, markdown(result, workdir))
   return result
@@ -355,54 +523,108 @@ def _command(result: Reproduction) -> str:
   number = result.figure.split()[-1]
   sets = "".join(f" --set {k}={v if isinstance(v, str) else json.dumps(v)}"
                  for k, v in result.overrides.items())
-  return f"neural reproduce --figure {number} --scale {result.scale} --workdir DIR{sets}"
+  return (f"neural reproduce --figure {number} --scale {result.scale} --seeds "
+          f"{len(result.seeds)} --workdir DIR{sets}")
+
+
+def _pm(stats: Mapping[str, float] | None) -> str:
+  if not stats:
+    return ""
+  return f"{stats['mean']:.3f}" + (f" ± {stats['spread']:.3f}" if stats["spread"] else "")
+
+
+def _duration(seconds: float) -> str:
+  return f"{seconds / 60:.1f} min" if seconds >= 90 else f"{seconds:.0f} s"
+
+
+def _stand_in(result: Reproduction) -> list[str]:
+  """A warning where the runs use other data than the figure's statements are about."""
+  data = {c.dataset for config in result.configs for c in config.curves.values() if c.dataset}
+  if result.figure in ("Fig. 9", "Fig. 10") and data and "cifar10" not in data:
+    return [f"**An MNIST stand-in.** The paper's {result.figure} is on CIFAR-10 with VGG; "
+            f"these runs are on {', '.join(sorted(data))}. They test whether the trends the "
+            "paper reports for CIFAR-10 also appear here; the statement that holds for "
+            "CIFAR-10 alone (EKD does not improve) is not testable here.", ""]
+  return []
 
 
 def markdown(result: Reproduction, workdir: str | os.PathLike) -> str:
   """``reproduce.md``: the runs' round 1 / best / last, and the statements checked."""
   counts = result.counts()
+  seeds = len(result.seeds)
+  controlled = [c for c in result.configs if c.control]
   lines = [
       f"# {result.figure} at {result.scale} scale", "",
       f"`{_command(result)}` ran the shipped config"
       f"{'s' if len(result.configs) > 1 else ''} "
-      + ", ".join(f"`{c.config}`" for c in result.configs) + ".", "",
+      + ", ".join(f"`{c.config}`" for c in result.configs)
+      + f" with {seeds} seed{'s' if seeds > 1 else ''} ({', '.join(map(str, result.seeds))}); "
+      f"this call took {_duration(result.seconds)}.", "", *_stand_in(result),
       "Values are test accuracy in the paper's units (`neural.paper_rounds`): rounds "
       "numbered from 1, an AKD round is M steps, the mean over the agents, EKD's even "
       "partial sums; from the best local epoch where the run logs it (`epoch_eval`), "
-      "else the end of local training (the `accuracy` column). A run "
-      "`<ekd run>:akd-from-agent<s>` is the AKD run from agent s inside an EKD run (its "
-      "per-model rows).", "",
-      f"**{len(result.checks)} statements checked: {counts['reproduced']} reproduced, "
-      f"{counts['not reproduced']} not reproduced, {counts['not testable here']} not "
-      f"testable here.** A verdict is about these runs at this scale, not the paper's "
-      f"own runs.", ""]
+      "else the end of local training (the `accuracy` column); mean ± the seeds' "
+      "standard deviation. A run `<ekd run>:akd-from-agent<s>` is the AKD run from agent "
+      "s inside an EKD run.", "",
+      "**How a statement is decided.** Its rule computes a difference of accuracies on each "
+      "seed (a drop from the peak, a gain over round 1, a margin between two runs) and "
+      "compares the mean over the seeds with a threshold (0 for a direction, 0.03 for \"no "
+      "material change\"), allowing for the noise: the larger of the seeds' standard "
+      "deviation and the test set's binomial standard error (numbers shown as effect ± "
+      "noise). Clear either way: reproduced / not reproduced; within the noise: "
+      "inconclusive. See `neural._src.rules`.", "",
+      f"**{len(result.checks)} checks: {counts[REPRODUCED]} reproduced, "
+      f"{counts[NOT_REPRODUCED]} not reproduced, {counts[INCONCLUSIVE]} inconclusive, "
+      f"{counts[NOT_TESTABLE]} not testable here.** A verdict is about these runs at this "
+      f"scale.", ""]
+  if controlled:
+    control = [c for config in controlled for c in config.control.values()]
+    held = sum(c.verdict == REPRODUCED for c in control)
+    lines += [f"**The control.** The column *authors' runs* is the same rule on the curves "
+              f"the authors logged for {result.figure} (their public logs: one seed, 10,000 "
+              f"test images, `scripts/authors_curves.py`): {held} of {len(control)} checks "
+              f"hold there. A statement their own runs do not support is marked so below.",
+              ""]
+  else:
+    lines += [f"The authors' logs do not cover {result.figure} (they cover Figs. 6, 8, 9 and "
+              "10), so there is no control column.", ""]
   root = Path(workdir)
   for config in result.configs:
     png = os.path.relpath(config.figure, root)
     lines += [f"## {config.config}", "", config.description, "",
               f"![{result.figure}]({png})", "", "### Runs", "",
-              "| setting | run | protocol | accuracy | rounds | round 1 | best round | "
+              "| setting | run | protocol | accuracy | seeds | rounds | round 1 | best round | "
               "last round | agents: round 1 -> last |",
-              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for curve in config.curves.values():
       s = _run_summary(curve)
-      if not curve.values:
+      if not s["rounds_done"]:
         lines.append(f"| {curve.setting} | {_cell(curve.variant)} | {curve.protocol} | | "
-                     f"0/{curve.rounds} | | | | |")
+                     f"{curve.seeds} | 0/{curve.rounds} | | | | |")
         continue
-      agents = "; ".join(f"{a[0]:.3f} -> {a[-1]:.3f}" for a in curve.agents)
+      agents = "; ".join(f"{_pm(a['round_1'])} -> {_pm(a['last'])}" for a in s["agents"])
       lines.append(
           f"| {curve.setting} | {_cell(curve.variant or curve.name)} | {curve.protocol} | "
-          f"{curve.accuracy} | {s['rounds_done']}/{curve.rounds} | {s['round_1']:.3f} | "
-          f"{s['best_round']}: {s['best']:.3f} | {s['last_round']}: {s['last']:.3f} | "
-          f"{agents} |")
+          f"{curve.accuracy} | {curve.seeds} | {s['rounds_done']}/{curve.rounds} | "
+          f"{_pm(s['round_1'])} | {s['best_round']}: {_pm(s['best'])} | {s['last_round']}: "
+          f"{_pm(s['last'])} | {agents} |")
     lines += ["", "### The paper's statements", "",
-              "| # | statement (our words) | paper | setting | runs | rule | numbers | "
-              "verdict |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+              "| # | statement (our words) | paper | setting | rule | numbers | verdict | "
+              "authors' runs |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    unsupported = []
     for i, c in enumerate(config.checks, 1):
-      runs = ", ".join(f"`{r}`" for r in c.runs)
+      ctrl = config.control.get((c.statement, c.setting))
+      mark = "" if ctrl is None else ctrl.verdict
+      if ctrl is not None and ctrl.verdict != REPRODUCED:
+        mark += " (see below)"
+        unsupported.append((i, c, ctrl))
       lines.append(f"| {i} | {_cell(c.statement)} | {_cell(c.source)} | {_cell(c.setting)} "
-                   f"| {_cell(runs)} | {_cell(c.rule)} | {_cell(c.numbers)} | {c.verdict} |")
+                   f"| {_cell(c.rule)} | {_cell(c.numbers)} | {c.verdict} | {mark} |")
+    if unsupported:
+      lines += ["", "### Where the authors' own runs do not support the statement", "",
+                f"Their logged curves, through the same rules: {UNSUPPORTED}.", ""]
+      lines += [f"- #{i} {c.statement}" + (f" [{c.setting}]" if c.setting else "")
+                + f": {ctrl.verdict}: {ctrl.numbers}" for i, c, ctrl in unsupported]
     lines.append("")
   return "\n".join(lines)
 
@@ -412,10 +634,14 @@ def markdown(result: Reproduction, workdir: str | os.PathLike) -> str:
 
 _AGENT_COLORS = ("tab:blue", "tab:red", "tab:orange", "tab:purple", "tab:brown", "tab:pink",
                  "tab:olive", "tab:cyan", "tab:gray", "gold")
-_PROTOCOL_COLORS = {"avgkd": "tab:blue", "pkd": "tab:orange", "ekd": "black",
-                    "fedavg": "tab:purple", "akd": "tab:red"}
-_NAMES = {"akd": "AKD", "avgkd": "AvgKD", "pkd": "PKD", "ekd": "EKD", "fedavg": "FedAvg"}
-_MARKERS = ("o", "s", "^", "v", "D", "P", "X")
+# (colour, line style, marker) per run variant; AKD from agent 1 and from agent 2 apart.
+_STYLES = {"avgkd": ("tab:blue", "-", "o"), "pkd": ("tab:orange", "-", "s"),
+           "pkd-mean": ("tab:olive", "--", "D"), "ekd": ("black", "-", "P"),
+           "fedavg": ("tab:purple", "-", "X"), "akd": ("tab:red", "-", "v"),
+           "akd-from-agent1": ("tab:red", ":", "v"), "akd-from-agent2": ("tab:brown", "-.", "^"),
+           "from-agent1": ("tab:blue", "-", "o"), "from-agent2": ("tab:red", "-", "s")}
+_NAMES = {"akd": "AKD", "avgkd": "AvgKD", "pkd": "PKD", "pkd-mean": "PKD (authors' code)",
+          "ekd": "EKD", "fedavg": "FedAvg"}
 
 
 def _baseline(curve: Curve) -> bool:
@@ -440,72 +666,95 @@ def _panels(curves: Mapping[str, Curve], per_agent: bool) -> list[tuple[str, lis
 
 def _agent_labels(curve: Curve) -> list[str]:
   return [f"agent {a + 1}" + (f" ({curve.models[a]})" if a < len(curve.models) else "")
-          for a in range(len(curve.agents))]
+          for a in range(len(curve.agents[0]) if curve.agents else 0)]
+
+
+def _line(curve: Curve) -> tuple[str, str, str, str]:
+  """(label, colour, line style, marker) of a run's mean curve."""
+  inner = curve.variant.partition(":")[2]
+  if inner:   # an AKD run inside an EKD run
+    color, style, marker = _STYLES.get(inner, ("tab:red", ":", "v"))
+    return f"AKD from agent {inner[-1]} (in EKD)", color, style, marker
+  if curve.variant.startswith("from-agent"):
+    color, style, marker = _STYLES.get(curve.variant, ("tab:gray", "-", "o"))
+    return f"AKD from agent {curve.variant[-1]}", color, style, marker
+  color, style, marker = _STYLES.get(curve.variant, _STYLES.get(curve.protocol,
+                                                                ("tab:gray", "-", "o")))
+  name = _NAMES.get(curve.variant, _NAMES.get(curve.protocol, curve.protocol))
+  return name, color, style, marker
+
+
+def _band(ax: Any, rounds: np.ndarray, values: np.ndarray, color: str, **kwargs: Any) -> None:
+  """The mean over the seeds, with a band of one standard deviation when there are several."""
+  mean = values.mean(axis=0)
+  ax.plot(rounds, mean, color=color, markersize=3, **kwargs)
+  if len(values) > 1:
+    sd = values.std(axis=0, ddof=1)
+    ax.fill_between(rounds, mean - sd, mean + sd, color=color, alpha=0.15, linewidth=0)
 
 
 def _draw_panel(ax: Any, curves: Sequence[Curve], per_agent: bool) -> None:
   from matplotlib.ticker import MaxNLocator
   ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-  lines = [c for c in curves if not _baseline(c) and c.values]
-  last = max((len(c.values) for c in lines), default=1)
-  akd_only = all(c.protocol == "akd" for c in lines)
+  lines = [c for c in curves if not _baseline(c) and c.done]
+  last = max((c.done for c in lines), default=1)
   for i, curve in enumerate(lines):
-    rounds = np.arange(1, len(curve.values) + 1)
-    start = re.search(r"agent(\d+)$", curve.variant)
+    rounds = np.arange(1, curve.done + 1)
     if per_agent and curve.agents:
-      for a, (values, label) in enumerate(zip(curve.agents, _agent_labels(curve))):
-        ax.plot(rounds, values, marker=_MARKERS[i % len(_MARKERS)], markersize=3,
-                color=_AGENT_COLORS[a % len(_AGENT_COLORS)], linewidth=1.2, label=label)
+      markers = ("o", "s", "^", "v", "D")
+      for a, label in enumerate(_agent_labels(curve)):
+        _band(ax, rounds, curve.agent_array()[:, a, :], _AGENT_COLORS[a % len(_AGENT_COLORS)],
+              marker=markers[i % len(markers)], linewidth=1.2, label=label)
       continue
-    if akd_only and start:
-      color = _AGENT_COLORS[(int(start.group(1)) - 1) % len(_AGENT_COLORS)]
-      label = f"AKD from agent {start.group(1)}"
-    elif start and ":" in curve.variant:   # an AKD run inside an EKD run
-      color, label = _PROTOCOL_COLORS["akd"], f"AKD from agent {start.group(1)} (EKD's)"
-    else:
-      color = _PROTOCOL_COLORS.get(curve.protocol, "tab:gray")
-      name = _NAMES.get(curve.protocol, curve.protocol)
-      label = name if curve.variant in ("", curve.protocol) else f"{name} ({curve.variant})"
-    style = ":" if ":" in curve.variant else "-"
-    ax.plot(rounds, curve.values, marker=_MARKERS[i % len(_MARKERS)], markersize=3,
-            color=color, linestyle=style, linewidth=1.6, label=label)
+    label, color, style, marker = _line(curve)
+    _band(ax, rounds, curve.array(), color, linestyle=style, marker=marker, linewidth=1.6,
+          label=label)
   for curve in curves:
-    if _baseline(curve) and curve.values:
-      ax.hlines(curve.values[0], 1, max(last, 2), linestyles="dashed", color="tab:green",
-                linewidth=1.2, label=f"{'centralised' if curve.protocol == 'central' else 'local'}")
+    if _baseline(curve) and curve.done:
+      ax.hlines(curve.array()[:, 0].mean(), 1, max(last, 2), linestyles="dashed",
+                color="tab:green", linewidth=1.2,
+                label="centralised" if curve.protocol == "central" else "local")
+  ax.set_xlim(0.8, max(last, 2) + 0.2)
 
 
 def plot_reproduction(figure: str, curves: Mapping[str, Curve], path: str | os.PathLike,
                       title: str = "", per_agent: bool = False) -> None:
   """Draws a figure's runs like the paper, one panel per setting, into ``path`` (PNG).
 
+  Each line is the mean over the seeds, with a band of one standard deviation when
+  there are several; one legend for the figure, below the panels.
+
   Args:
     figure: "Fig. N" (the y-axis names the accuracy the curves use).
-    curves: the runs' curves (:func:`paper_curves`), by run name.
+    curves: the runs' curves (:func:`paper_curves`, :func:`merge_seeds`), by run name.
     path: the PNG file (written atomically).
     title: the figure's title.
     per_agent: one line per agent (colour: agent 1 blue, agent 2 red) and a panel
       per setting and protocol run, as the paper's Figs. 5, 12-15; else one line per
-      run (the agents' mean; AKD from agent 1 blue, from agent 2 red).
+      run (the agents' mean; AKD from agent 1 and from agent 2 in their own styles).
   """
   panels = _panels(curves, per_agent)
   settings = len({c.setting for c in curves.values()})
   cols = max(1, min(settings, 4, len(panels)))
   rows = -(-len(panels) // cols)
-  fig = Figure(figsize=(4.2 * cols, 3.3 * rows))
+  fig = Figure(figsize=(4.2 * cols, 3.3 * rows + 1.2), layout="constrained")
   axes = np.atleast_1d(fig.subplots(rows, cols, squeeze=False, sharey=True)).ravel()
-  accuracy = {c.accuracy for c in curves.values() if c.values}
+  accuracy = {c.accuracy for c in curves.values() if c.done}
+  legend: dict[str, Any] = {}
   for ax, (name, group) in zip(axes, panels):
     _draw_panel(ax, group, per_agent)
     ax.set_title(name, fontsize=9)
-    ax.set_xlabel("round (the paper's)")
+    ax.set_xlabel("round (the paper's, from 1)")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=6)
+    for handle, label in zip(*ax.get_legend_handles_labels()):
+      legend.setdefault(label, handle)
   axes[0].set_ylabel("test accuracy (" + ("best local epoch" if accuracy == {"best"} else
                                           "end of local training" if accuracy == {"last"}
                                           else "best local epoch where logged") + ")")
   for ax in axes[len(panels):]:
     ax.set_visible(False)
+  if legend:
+    fig.legend(list(legend.values()), list(legend), loc="outside lower center",
+               ncols=min(len(legend), 5), fontsize=8)
   fig.suptitle(title or figure, fontsize=10)
-  fig.tight_layout()
   atomic_savefig(fig, path, dpi=110)
