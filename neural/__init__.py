@@ -19,11 +19,15 @@ from fedkrr import __version__  # one distribution, one version
 
 if TYPE_CHECKING:
   from neural import methods
-  from neural._src.augment import AUGMENTS
   from neural._src.augment import Augment
   from neural._src.checkpoint import CheckpointError
   from neural._src.checkpoint import load_checkpoint
   from neural._src.checkpoint import save_checkpoint
+  from neural._src.choices import AGENT_BATCHING
+  from neural._src.choices import AUGMENTS
+  from neural._src.choices import MODELS
+  from neural._src.choices import SPLIT_RESNETS
+  from neural._src.choices import STEP_LOOPS
   from neural._src.claims import CLAIMS
   from neural._src.claims import Check
   from neural._src.claims import Claim
@@ -90,8 +94,6 @@ if TYPE_CHECKING:
   from neural._src.linearized import LinearizedModel
   from neural._src.models import CNN
   from neural._src.models import MLP
-  from neural._src.models import MODELS
-  from neural._src.models import SPLIT_RESNETS
   from neural._src.models import VGG
   from neural._src.models import ConvStem
   from neural._src.models import LeNet5
@@ -147,8 +149,6 @@ if TYPE_CHECKING:
   from neural._src.specs import load_spec
   from neural._src.specs import run_configs
   from neural._src.specs import shipped_configs
-  from neural._src.train_loop import AGENT_BATCHING
-  from neural._src.train_loop import STEP_LOOPS
   from neural._src.train_loop import Batch
   from neural._src.train_loop import Exchange
   from neural._src.train_loop import TrainError
