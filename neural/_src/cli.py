@@ -56,11 +56,13 @@ COMMANDS = {
     "configs": "list the shipped paper configs, or the fields of a config",
     "data": "download MNIST, CIFAR-10 or CINIC-10 for the paper-scale configs",
 }
-# What `neural reproduce` costs, measured with `time neural reproduce --figure N` on a 2-core
-# CPU (docs/neural_experiments.md has the table): printed in its --help.
-REPRODUCE_TIME = ("Time: at --scale small, 1 to 10 minutes per figure on a 2-core CPU (Fig. 4 "
-                  "about 2 minutes; the sweeps of Figs. 6, 8 and 15 the longest); --scale paper "
-                  "takes hours and wants a GPU. --rounds 2 --epochs 1 gives a quick look.")
+# What `neural reproduce` costs (measured with `time neural reproduce --figure 4` on a 2-core
+# machine): printed in its --help.
+REPRODUCE_TIME = ("Time: Fig. 4 at --scale small (12 runs: 2,000 points, 5 rounds of 2 epochs) "
+                  "took 226 s of CPU time on a 2-core machine (19 minutes of wall time there, "
+                  "beside other work at load average 13-17); the other figures have 6 to 24 "
+                  "such runs. --scale paper takes hours and wants a GPU; --rounds 2 --epochs 1 "
+                  "gives a quick look.")
 
 
 def _plain(text: str) -> str:
@@ -390,8 +392,8 @@ def command_parsers() -> Iterator[tuple[str, argparse.ArgumentParser]]:
 
 def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
   """The config fields set on the command line (field flags, ``--method``, then ``--set``)."""
-  fields = set(getattr(args, "fields", ()))
-  out = {name: value for name, value in vars(args).items() if name in fields}
+  fields: set[str] = set(getattr(args, "fields", ()))
+  out: dict[str, Any] = {name: value for name, value in vars(args).items() if name in fields}
   if getattr(args, "method", None) is not None:
     out["method"] = args.method
   for item in getattr(args, "sets", None) or []:

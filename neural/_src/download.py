@@ -201,8 +201,11 @@ def _unpack(archive: Path, directory: Path, folder: str,
   temp = Path(tempfile.mkdtemp(prefix=f".{folder}.", dir=directory))
   try:
     with tarfile.open(archive, "r:*") as tar:
-      safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}   # Python >= 3.11.4
-      tar.extractall(temp, members=_safe_members(tar), **safe)
+      members = _safe_members(tar)
+      if hasattr(tarfile, "data_filter"):   # Python >= 3.11.4: refuse links, devices, ...
+        tar.extractall(temp, members=members, filter="data")
+      else:
+        tar.extractall(temp, members=members)
     found = temp / folder
     if not found.is_dir():   # an archive of the folder's contents (CINIC-10's)
       found = temp
