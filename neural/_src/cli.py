@@ -325,7 +325,7 @@ def configs_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
   return parser
 
 
-_FETCH = ("Downloads the files of a data set from its authors' site (or a mirror) into DIR, "
+_FETCH = ("Downloads the files of a data set from its source (or a mirror) into DIR, "
           "checks each against its published size and checksum, resumes a cut download "
           "(HTTP Range) and gives each file its name only once it is whole and checked (an "
           "archive: once unpacked and its files counted). Files already in DIR are checked, "
@@ -339,9 +339,10 @@ def _fetch_args(parser: argparse.ArgumentParser) -> None:
   parser.add_argument("--dir", required=True, metavar="DIR",
                       help="the directory to put the files in (created)")
   parser.add_argument("--base-url", metavar="URL",
-                      help="fetch from this URL instead of the authors' site (a mirror: the "
+                      help="fetch from this URL instead of the default source (a mirror: the "
                            "same file names under it)")
-  _progress_arg(parser)
+  parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
+                      help="a progress bar per file (default on)")
 
 
 def data_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
