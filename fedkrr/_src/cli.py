@@ -63,8 +63,8 @@ def _parser() -> argparse.ArgumentParser:
 
   demo = sub.add_parser(
       "demo", help="the main job: theory and experiment side by side in DIR/report.md",
-      description="The main job, on embedded data and the CPU (about 230 s of CPU time on a "
-                  "2-core machine; it prints what it cost at its end): checks the "
+      description="The main job, on embedded data and the CPU (about 4 minutes of CPU time "
+                  "on a 2-core machine; it prints what it cost at its end): checks the "
                   "paper's propositions (smallest instances), reproduces the toy experiment "
                   "of Fig. 3, runs every protocol by closed form and by literal simulation on "
                   "a synthetic problem, and replays AKD / AvgKD / EKD with neural networks on "
