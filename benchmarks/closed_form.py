@@ -1,6 +1,6 @@
 """Closed forms vs the literal per-round runner vs one eigh, measured side by side.
 
-    python benchmarks/closed_form.py                 # the issue's setting: N = 2000, T = 500
+    python benchmarks/closed_form.py                 # the reference setting: N = 2000, T = 500
     python benchmarks/closed_form.py --n 400 --rounds 50   # a quick look
 
 Two agents with RBF kernels of different bandwidths, float64, on the CPU

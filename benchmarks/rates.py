@@ -1,6 +1,6 @@
 """Degradation rate rho on a (c, heterogeneity) grid: one jitted call vs a loop of dense instances.
 
-    python benchmarks/rates.py                       # the issue's setting: 64 x 64, N = 500
+    python benchmarks/rates.py                       # the reference setting: 64 x 64, N = 500
     python benchmarks/rates.py --grid 8 --points 100 # a quick look
 
 The data are :class:`fedkrr.TwoClusters` (two agents, ``--points`` each, shared

@@ -12,7 +12,7 @@ run's: the child's peak resident set (``ru_maxrss``, which includes JAX's runtim
 about 0.3 GiB) on the CPU, and also the device's ``peak_bytes_in_use`` on a GPU. The
 synthetic problems are ``fedkrr.synthetic_regression`` with two agents of N / 2
 points each in ``--dim`` dimensions (RBF kernels of bandwidths 0.1 and 0.2, ridge
-1e-3, as in the issue); MNIST is split at random into two agents of 30,000 images
+1e-3); MNIST is split at random into two agents of 30,000 images
 (flattened to 784 values in [0, 1], one-hot labels, RBF with gamma = 1 / (d var x)).
 Each run computes ``--rounds`` rounds of ``--protocol`` at ``--n-eval`` test points,
 compilation included, and the parent prints, per N: the time and peak memory of each

@@ -29,7 +29,12 @@ def public_names(init_file: str) -> list[tuple[str, list[str]]]:
   (``neural.methods``) have pages of their own and the version is no API entry.
   """
   groups: dict[str, list[str]] = {}
+  body = []
   for node in ast.parse((ROOT / init_file).read_text()).body:
+    # Lazy packages list their names under `if TYPE_CHECKING:` (fedkrr.lazy_exports).
+    lazy = isinstance(node, ast.If) and getattr(node.test, "id", "") == "TYPE_CHECKING"
+    body.extend(node.body if lazy else [node])
+  for node in body:
     if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(
         ("fedkrr._src.", "neural._src.")):
       for alias in node.names:

@@ -55,21 +55,24 @@ def api_page(namespace: str, init_file: str) -> str:
   return "\n".join(lines)
 
 
-def subcommands(parser: argparse.ArgumentParser):
-  yield [], parser
+def subcommands(program: str, parser: argparse.ArgumentParser):
+  yield program, parser
   for action in parser._actions:   # argparse exposes no public walk of its subparsers
     if isinstance(action, argparse._SubParsersAction):
       for name, sub in action.choices.items():
-        yield [name], sub
+        yield f"{program} {name}", sub
 
 
-def cli_page(program: str, parser: argparse.ArgumentParser) -> str:
+def cli_page(program: str, parsers) -> str:
   lines = [f"# `{program}` command line", "",
            f"Every command's `--help`, as the installed `{program}` prints it. "
            "The guide to the commands is [the command line](../cli.md).", ""]
-  for names, sub in subcommands(parser):
-    lines += [f"## `{' '.join([program, *names])}`", "", "```text", sub.format_help().rstrip(),
-              "```", ""]
+  if program == "neural":
+    lines += ["`neural run` offers the fields of the config it runs as flags: the KD "
+              "protocols' by default, a method's with `--method NAME` (or a config naming "
+              "it); each is shown below.", ""]
+  for line, sub in parsers:
+    lines += [f"## `{line}`", "", "```text", sub.format_help().rstrip(), "```", ""]
   return "\n".join(lines)
 
 
@@ -110,10 +113,11 @@ def main() -> None:
 
   os.environ["COLUMNS"] = "100"   # argparse wraps help at the terminal's width
   from fedkrr._src.cli import _parser as fedkrr_parser
-  from neural._src.cli import _parser as neural_parser
-  for program, parser in (("fedkrr", fedkrr_parser()), ("neural", neural_parser())):
+  from neural._src.cli import command_parsers
+  for program, parsers in (("fedkrr", subcommands("fedkrr", fedkrr_parser())),
+                           ("neural", command_parsers())):
     with mkdocs_gen_files.open(f"cli/{program}.md", "w") as f:
-      f.write(cli_page(program, parser))
+      f.write(cli_page(program, parsers))
 
   for notebook in sorted((ROOT / "notebooks").glob("*.ipynb")):
     with mkdocs_gen_files.open(f"notebooks/{notebook.name}", "wb") as f:

@@ -7,167 +7,180 @@ JAX's global configuration: enable float64 in your entry point with
 ``jax.config.update("jax_enable_x64", True)``, and on small CPUs call
 :func:`avoid_cpu_eigh_deadlock` there before the first computation (importing
 ``fedkrr`` runs none).
+
+Importing ``fedkrr`` imports none of its modules (nor JAX): each public name's
+module is imported when the name is first used (:func:`lazy_exports`); the names
+are the imports listed below.
 """
 
-from fedkrr._src.closed_form import RADIUS_METHODS
-from fedkrr._src.closed_form import Limit
-from fedkrr._src.closed_form import Recurrence
-from fedkrr._src.closed_form import central
-from fedkrr._src.closed_form import factors
-from fedkrr._src.closed_form import limit
-from fedkrr._src.closed_form import local
-from fedkrr._src.closed_form import recurrence
-from fedkrr._src.closed_form import recurrence_matrix
-from fedkrr._src.closed_form import spectral_radius
-from fedkrr._src.closed_form import trajectory
-from fedkrr._src.closed_form import transfer
-from fedkrr._src.demo import closed_form_demo
-from fedkrr._src.devices import AGENT_AXIS
-from fedkrr._src.devices import DeviceError
-from fedkrr._src.devices import agent_devices
-from fedkrr._src.devices import agent_mesh
-from fedkrr._src.devices import agent_sharding
-from fedkrr._src.devices import check_mesh
-from fedkrr._src.devices import shard_agents
-from fedkrr._src.files import NpzError
-from fedkrr._src.files import atomic_savefig
-from fedkrr._src.files import atomic_savez
-from fedkrr._src.files import atomic_write
-from fedkrr._src.files import read_npz
-from fedkrr._src.files import savez_bytes
-from fedkrr._src.geometry import Geometry
-from fedkrr._src.geometry import akd_by_projections
-from fedkrr._src.geometry import geometry
-from fedkrr._src.geometry import principal_cosines
-from fedkrr._src.geometry import stacked_gram
-from fedkrr._src.kernels import RBF
-from fedkrr._src.kernels import CustomKernel
-from fedkrr._src.kernels import KernelError
-from fedkrr._src.kernels import Laplace
-from fedkrr._src.kernels import Linear
-from fedkrr._src.kernels import Polynomial
-from fedkrr._src.kernels import kernel_from_dict
-from fedkrr._src.kernels import kernel_from_json
-from fedkrr._src.learner import KRRLearner
-from fedkrr._src.learner import KRRModel
-from fedkrr._src.learner import Learner
-from fedkrr._src.learner import Model
-from fedkrr._src.learner import fit_all
-from fedkrr._src.learner import krr_learners
-from fedkrr._src.linalg import RidgeFactor
-from fedkrr._src.linalg import RidgeRoot
-from fedkrr._src.linalg import ridge_factor
-from fedkrr._src.linalg import ridge_root
-from fedkrr._src.matfree import TILE_ELEMENTS
-from fedkrr._src.matfree import ConvergenceError
-from fedkrr._src.matfree import MatfreeKRRLearner
-from fedkrr._src.matfree import MatfreeKRRModel
-from fedkrr._src.matfree import NystromPreconditioner
-from fedkrr._src.matfree import RidgeSolution
-from fedkrr._src.matfree import auto_trajectory
-from fedkrr._src.matfree import choose_path
-from fedkrr._src.matfree import kernel_matvec
-from fedkrr._src.matfree import matfree_learners
-from fedkrr._src.matfree import matfree_trajectory
-from fedkrr._src.matfree import nystrom_preconditioner
-from fedkrr._src.matfree import ridge_solve
-from fedkrr._src.memory import exact_bytes
-from fedkrr._src.memory import memory_limit
-from fedkrr._src.nn_kernels import ReluNNGP
-from fedkrr._src.nn_kernels import ReluNTK
-from fedkrr._src.problem import FederatedProblem
-from fedkrr._src.problem import ProblemError
-from fedkrr._src.problem import make_problem
-from fedkrr._src.problem_io import load_problem
-from fedkrr._src.problem_io import save_problem
-from fedkrr._src.protocols import BASELINES
-from fedkrr._src.protocols import PROTOCOLS
-from fedkrr._src.protocols import Protocol
-from fedkrr._src.protocols import RoundOutput
-from fedkrr._src.protocols import akd
-from fedkrr._src.protocols import avgkd
-from fedkrr._src.protocols import backfit
-from fedkrr._src.protocols import central_models
-from fedkrr._src.protocols import ekd
-from fedkrr._src.protocols import get_protocol
-from fedkrr._src.protocols import iterate
-from fedkrr._src.protocols import local_models
-from fedkrr._src.protocols import pkd
-from fedkrr._src.protocols import pkd_mean
-from fedkrr._src.protocols import simulate
-from fedkrr._src.public_distillation import CoverageSweep
-from fedkrr._src.public_distillation import PublicDistillation
-from fedkrr._src.public_distillation import WeightedKRRLearner
-from fedkrr._src.public_distillation import coverage_sweep
-from fedkrr._src.public_distillation import plot_coverage
-from fedkrr._src.public_distillation import public_distillation
-from fedkrr._src.public_distillation import public_distillation_limit
-from fedkrr._src.public_distillation import public_distillation_round
-from fedkrr._src.public_distillation import public_distillation_simulate
-from fedkrr._src.public_distillation import public_distillation_trajectory
-from fedkrr._src.public_distillation import weighted_krr_learners
-from fedkrr._src.pytree import pytree_dataclass
-from fedkrr._src.rate_plots import DegradationReport
-from fedkrr._src.rate_plots import RateCurves
-from fedkrr._src.rate_plots import akd_decay
-from fedkrr._src.rate_plots import degradation_report
-from fedkrr._src.rate_plots import plot_akd_decay
-from fedkrr._src.rate_plots import plot_rate_curves
-from fedkrr._src.rate_plots import plot_rate_heatmap
-from fedkrr._src.rate_plots import rate_curves
-from fedkrr._src.rate_plots import sweep_kernel_mismatch
-from fedkrr._src.rates import RATE_METHODS
-from fedkrr._src.rates import RateEstimate
-from fedkrr._src.rates import TwoClusters
-from fedkrr._src.rates import cycle_operator
-from fedkrr._src.rates import degradation_rate
-from fedkrr._src.rates import rate_estimate
-from fedkrr._src.rates import rate_grid
-from fedkrr._src.rates import shared_kernel_rate
-from fedkrr._src.rates import sweep
-from fedkrr._src.rates import sweep_bandwidth_ratio
-from fedkrr._src.rates import sweep_heterogeneity
-from fedkrr._src.rates import sweep_ridge
-from fedkrr._src.rates import sweep_separation
-from fedkrr._src.search import SearchResult
-from fedkrr._src.search import findings_dir
-from fedkrr._src.search import findings_table
-from fedkrr._src.search import known_findings
-from fedkrr._src.search import recheck_finding
-from fedkrr._src.search import search_all
-from fedkrr._src.search import search_claim
-from fedkrr._src.search import search_ids
-from fedkrr._src.sharded import SHARDED_PROTOCOLS
-from fedkrr._src.sharded import AgentBlocks
-from fedkrr._src.sharded import shard_blocks
-from fedkrr._src.sharded import sharded_trajectory
-from fedkrr._src.special_cases import avgkd_by_projections
-from fedkrr._src.special_cases import avgkd_limit_by_projections
-from fedkrr._src.special_cases import avgkd_limit_by_system
-from fedkrr._src.special_cases import avgkd_partial_sums_as_printed
-from fedkrr._src.special_cases import block_system_predictions
-from fedkrr._src.special_cases import intersection_limit_linear
-from fedkrr._src.special_cases import pkd_by_projections
-from fedkrr._src.synthetic import synthetic_regression
-from fedkrr._src.toy import ToyConfig
-from fedkrr._src.toy import ToyData
-from fedkrr._src.toy import ToyPanel
-from fedkrr._src.toy import ToyResult
-from fedkrr._src.toy import plot_toy
-from fedkrr._src.toy import toy_curves
-from fedkrr._src.toy import toy_data
-from fedkrr._src.toy import toy_experiment
-from fedkrr._src.toy import toy_problem
-from fedkrr._src.toy import toy_rows
-from fedkrr._src.toy import toy_summary
-from fedkrr._src.toy import write_toy
-from fedkrr._src.verify import CheckRow
-from fedkrr._src.verify import checks_table
-from fedkrr._src.verify import failed_checks
-from fedkrr._src.verify import run_checks
-from fedkrr._src.verify import write_checks
+from typing import TYPE_CHECKING
+
 from fedkrr._src.version import installed_version as _installed_version
-from fedkrr._src.xla_env import XLA_CPU_FLAGS
-from fedkrr._src.xla_env import avoid_cpu_eigh_deadlock
 
 __version__ = _installed_version()
+
+if TYPE_CHECKING:
+  from fedkrr._src.closed_form import RADIUS_METHODS
+  from fedkrr._src.closed_form import Limit
+  from fedkrr._src.closed_form import Recurrence
+  from fedkrr._src.closed_form import central
+  from fedkrr._src.closed_form import factors
+  from fedkrr._src.closed_form import limit
+  from fedkrr._src.closed_form import local
+  from fedkrr._src.closed_form import recurrence
+  from fedkrr._src.closed_form import recurrence_matrix
+  from fedkrr._src.closed_form import spectral_radius
+  from fedkrr._src.closed_form import trajectory
+  from fedkrr._src.closed_form import transfer
+  from fedkrr._src.demo import closed_form_demo
+  from fedkrr._src.devices import AGENT_AXIS
+  from fedkrr._src.devices import DeviceError
+  from fedkrr._src.devices import agent_devices
+  from fedkrr._src.devices import agent_mesh
+  from fedkrr._src.devices import agent_sharding
+  from fedkrr._src.devices import check_mesh
+  from fedkrr._src.devices import shard_agents
+  from fedkrr._src.files import NpzError
+  from fedkrr._src.files import atomic_savefig
+  from fedkrr._src.files import atomic_savez
+  from fedkrr._src.files import atomic_write
+  from fedkrr._src.files import read_npz
+  from fedkrr._src.files import savez_bytes
+  from fedkrr._src.geometry import Geometry
+  from fedkrr._src.geometry import akd_by_projections
+  from fedkrr._src.geometry import geometry
+  from fedkrr._src.geometry import principal_cosines
+  from fedkrr._src.geometry import stacked_gram
+  from fedkrr._src.kernels import RBF
+  from fedkrr._src.kernels import CustomKernel
+  from fedkrr._src.kernels import KernelError
+  from fedkrr._src.kernels import Laplace
+  from fedkrr._src.kernels import Linear
+  from fedkrr._src.kernels import Polynomial
+  from fedkrr._src.kernels import kernel_from_dict
+  from fedkrr._src.kernels import kernel_from_json
+  from fedkrr._src.lazy import lazy_exports
+  from fedkrr._src.learner import KRRLearner
+  from fedkrr._src.learner import KRRModel
+  from fedkrr._src.learner import Learner
+  from fedkrr._src.learner import Model
+  from fedkrr._src.learner import fit_all
+  from fedkrr._src.learner import krr_learners
+  from fedkrr._src.linalg import RidgeFactor
+  from fedkrr._src.linalg import RidgeRoot
+  from fedkrr._src.linalg import ridge_factor
+  from fedkrr._src.linalg import ridge_root
+  from fedkrr._src.matfree import TILE_ELEMENTS
+  from fedkrr._src.matfree import ConvergenceError
+  from fedkrr._src.matfree import MatfreeKRRLearner
+  from fedkrr._src.matfree import MatfreeKRRModel
+  from fedkrr._src.matfree import NystromPreconditioner
+  from fedkrr._src.matfree import RidgeSolution
+  from fedkrr._src.matfree import auto_trajectory
+  from fedkrr._src.matfree import choose_path
+  from fedkrr._src.matfree import kernel_matvec
+  from fedkrr._src.matfree import matfree_learners
+  from fedkrr._src.matfree import matfree_trajectory
+  from fedkrr._src.matfree import nystrom_preconditioner
+  from fedkrr._src.matfree import ridge_solve
+  from fedkrr._src.memory import exact_bytes
+  from fedkrr._src.memory import memory_limit
+  from fedkrr._src.nn_kernels import ReluNNGP
+  from fedkrr._src.nn_kernels import ReluNTK
+  from fedkrr._src.problem import FederatedProblem
+  from fedkrr._src.problem import ProblemError
+  from fedkrr._src.problem import make_problem
+  from fedkrr._src.problem_io import load_problem
+  from fedkrr._src.problem_io import save_problem
+  from fedkrr._src.protocols import BASELINES
+  from fedkrr._src.protocols import PROTOCOLS
+  from fedkrr._src.protocols import Protocol
+  from fedkrr._src.protocols import RoundOutput
+  from fedkrr._src.protocols import akd
+  from fedkrr._src.protocols import avgkd
+  from fedkrr._src.protocols import backfit
+  from fedkrr._src.protocols import central_models
+  from fedkrr._src.protocols import ekd
+  from fedkrr._src.protocols import get_protocol
+  from fedkrr._src.protocols import iterate
+  from fedkrr._src.protocols import local_models
+  from fedkrr._src.protocols import pkd
+  from fedkrr._src.protocols import pkd_mean
+  from fedkrr._src.protocols import simulate
+  from fedkrr._src.public_distillation import CoverageSweep
+  from fedkrr._src.public_distillation import PublicDistillation
+  from fedkrr._src.public_distillation import WeightedKRRLearner
+  from fedkrr._src.public_distillation import coverage_sweep
+  from fedkrr._src.public_distillation import plot_coverage
+  from fedkrr._src.public_distillation import public_distillation
+  from fedkrr._src.public_distillation import public_distillation_limit
+  from fedkrr._src.public_distillation import public_distillation_round
+  from fedkrr._src.public_distillation import public_distillation_simulate
+  from fedkrr._src.public_distillation import public_distillation_trajectory
+  from fedkrr._src.public_distillation import weighted_krr_learners
+  from fedkrr._src.pytree import pytree_dataclass
+  from fedkrr._src.rate_plots import DegradationReport
+  from fedkrr._src.rate_plots import RateCurves
+  from fedkrr._src.rate_plots import akd_decay
+  from fedkrr._src.rate_plots import degradation_report
+  from fedkrr._src.rate_plots import plot_akd_decay
+  from fedkrr._src.rate_plots import plot_rate_curves
+  from fedkrr._src.rate_plots import plot_rate_heatmap
+  from fedkrr._src.rate_plots import rate_curves
+  from fedkrr._src.rate_plots import sweep_kernel_mismatch
+  from fedkrr._src.rates import RATE_METHODS
+  from fedkrr._src.rates import RateEstimate
+  from fedkrr._src.rates import TwoClusters
+  from fedkrr._src.rates import cycle_operator
+  from fedkrr._src.rates import degradation_rate
+  from fedkrr._src.rates import degradation_rate_per_cycle
+  from fedkrr._src.rates import rate_estimate
+  from fedkrr._src.rates import rate_grid
+  from fedkrr._src.rates import shared_kernel_rate
+  from fedkrr._src.rates import sweep
+  from fedkrr._src.rates import sweep_bandwidth_ratio
+  from fedkrr._src.rates import sweep_heterogeneity
+  from fedkrr._src.rates import sweep_ridge
+  from fedkrr._src.rates import sweep_separation
+  from fedkrr._src.search import SearchResult
+  from fedkrr._src.search import findings_dir
+  from fedkrr._src.search import findings_table
+  from fedkrr._src.search import known_findings
+  from fedkrr._src.search import recheck_finding
+  from fedkrr._src.search import search_all
+  from fedkrr._src.search import search_claim
+  from fedkrr._src.search import search_ids
+  from fedkrr._src.sharded import SHARDED_PROTOCOLS
+  from fedkrr._src.sharded import AgentBlocks
+  from fedkrr._src.sharded import shard_blocks
+  from fedkrr._src.sharded import sharded_trajectory
+  from fedkrr._src.special_cases import avgkd_by_projections
+  from fedkrr._src.special_cases import avgkd_limit_by_projections
+  from fedkrr._src.special_cases import avgkd_limit_by_system
+  from fedkrr._src.special_cases import avgkd_partial_sums_as_printed
+  from fedkrr._src.special_cases import block_system_predictions
+  from fedkrr._src.special_cases import intersection_limit_linear
+  from fedkrr._src.special_cases import pkd_by_projections
+  from fedkrr._src.synthetic import synthetic_regression
+  from fedkrr._src.toy import ToyConfig
+  from fedkrr._src.toy import ToyData
+  from fedkrr._src.toy import ToyPanel
+  from fedkrr._src.toy import ToyResult
+  from fedkrr._src.toy import plot_toy
+  from fedkrr._src.toy import toy_curves
+  from fedkrr._src.toy import toy_data
+  from fedkrr._src.toy import toy_experiment
+  from fedkrr._src.toy import toy_problem
+  from fedkrr._src.toy import toy_rows
+  from fedkrr._src.toy import toy_summary
+  from fedkrr._src.toy import write_toy
+  from fedkrr._src.verify import CheckRow
+  from fedkrr._src.verify import checks_table
+  from fedkrr._src.verify import failed_checks
+  from fedkrr._src.verify import run_checks
+  from fedkrr._src.verify import write_checks
+  from fedkrr._src.xla_env import XLA_CPU_FLAGS
+  from fedkrr._src.xla_env import avoid_cpu_eigh_deadlock
+else:
+  from fedkrr._src.lazy import lazy_exports as _lazy_exports
+  __getattr__, __dir__ = _lazy_exports(__name__, __file__)

@@ -29,7 +29,7 @@ FRAMEWORK_HOOKS = {"setup"}
 def public_objects():
   """(qualified name, object) of every public function and class the packages list."""
   for module in PUBLIC_MODULES:
-    for name in sorted(vars(module)):
+    for name in sorted(dir(module)):   # dir: the lazy packages list names not yet imported
       obj = getattr(module, name)
       if name.startswith("_") or inspect.ismodule(obj):
         continue

@@ -307,7 +307,10 @@ class Limit(NamedTuple):
   Attributes:
     predictions: the fixed point's predictions at the evaluation points, in the
       per-round layout of :func:`trajectory` without the round axis.
-    spectral_radius: of the recurrence matrix (for EKD, of the AKD round W).
+    spectral_radius: of the recurrence matrix (for EKD, of the AKD round W): the
+      asymptotic contraction factor *per round* (also
+      :attr:`spectral_radius_per_round`; AKD's degradation rate per cycle of M
+      rounds, :func:`fedkrr.degradation_rate_per_cycle`, is its M-th power).
       Below 1, the rounds converge to this fixed point from any start. At 1
       (e.g. c = 0, App. C) they may still converge, to a point that depends on
       the start and is not computed here.
@@ -315,6 +318,11 @@ class Limit(NamedTuple):
 
   predictions: Array
   spectral_radius: Array
+
+  @property
+  def spectral_radius_per_round(self) -> Array:
+    """``spectral_radius``, named with its unit: the contraction factor per round."""
+    return self.spectral_radius
 
   @property
   def converges(self) -> bool:

@@ -104,7 +104,8 @@ def _fmt(v) -> str:
 
 
 def _table(summary: dict) -> str:
-  lines = ["| protocol | test MSE round 0 | test MSE last round | limit | spectral radius |",
+  lines = ["| protocol | test MSE round 0 | test MSE last round | limit | "
+           "spectral radius per round |",
            "| --- | --- | --- | --- | --- |"]
   for r in summary["protocols"]:
     lines.append(f"| {r['protocol']} | {_fmt(r['mse_round0'])} | {_fmt(r['mse_last'])} | "
@@ -114,28 +115,57 @@ def _table(summary: dict) -> str:
   return "\n".join(lines) + "\n"
 
 
-def _plot(path: str, curves: dict, central: list, local: list) -> None:
+# One colour per protocol, one line style per agent (solid: agent 0, dashed: agent 1, ...):
+# pkd and pkd-mean, the two agents of a protocol, and the baselines of the two agents each
+# keep their own line and legend entry.
+_COLORS = {"akd": "tab:red", "avgkd": "tab:blue", "pkd": "tab:orange", "pkd-mean": "tab:purple",
+           "ekd": "black", "backfit-gs": "tab:olive", "backfit-jacobi": "tab:cyan"}
+_AGENT_STYLES = ("-", "--", ":", "-.")
+_MARKERS = {"pkd": "o", "pkd-mean": "s"}
+
+
+def mse_figure(curves: dict, central: list, local: list):
+  """The ``matplotlib.figure.Figure`` of ``test_mse.png``: every protocol's test MSE per round.
+
+  Args:
+    curves: protocol name -> (T,) or (T, M) test MSE per round.
+    central: the centralised model's test MSE of each agent's kernel.
+    local: each agent's local model's test MSE.
+
+  Returns:
+    The figure (made without pyplot); one legend entry per line, outside the axes.
+  """
   from matplotlib.figure import Figure  # no pyplot: no backend switch, no global state
 
-  # EKD and Jacobi backfitting coincide for two agents: draw EKD wide and Jacobi dashed on top.
-  styles = {"ekd": dict(lw=4, alpha=0.45), "backfit-jacobi": dict(lw=1.2, ls="--")}
-  fig = Figure(figsize=(9, 4.5))
+  fig = Figure(figsize=(9.5, 4.8), layout="constrained")
   ax = fig.subplots()
   for name, mse in curves.items():
     mse = np.asarray(mse)
+    color = _COLORS.get(name, "gray")
+    marker = _MARKERS.get(name)
     if mse.ndim == 2:
       for a in range(mse.shape[1]):
-        ax.plot(mse[:, a], label=f"{name} agent {a}", lw=1.2)
+        ax.plot(mse[:, a], label=f"{name}, agent {a}", color=color, lw=1.3,
+                ls=_AGENT_STYLES[a % len(_AGENT_STYLES)], marker=marker, markersize=3.5,
+                markevery=(a + (3 if name == "pkd-mean" else 0), 6))
+    elif name == "ekd":   # EKD and Jacobi backfitting coincide for two agents: EKD wide below
+      ax.plot(mse, label=name, color=color, lw=4, alpha=0.35)
+    elif name == "backfit-jacobi":
+      ax.plot(mse, label=f"{name} (= ekd for 2 agents)", color=color, lw=1.2, ls="--")
     else:
-      ax.plot(mse, label=name, **styles.get(name, dict(lw=1.5)))
-  for a, v in enumerate(central):
-    ax.axhline(v, color="k", ls="--", lw=0.8, label="central" if a == 0 else None)
-  for a, v in enumerate(local):
-    ax.axhline(v, color="gray", ls=":", lw=0.8, label="local" if a == 0 else None)
+      ax.plot(mse, label=name, color=color, lw=1.5)
+  for kind, values, color in (("central", central, "tab:green"), ("local", local, "gray")):
+    for a, v in enumerate(values):
+      ax.axhline(v, color=color, lw=0.9, ls=_AGENT_STYLES[(a + 1) % len(_AGENT_STYLES)],
+                 label=f"{kind}, agent {a}'s kernel" if kind == "central" else
+                 f"{kind}, agent {a}")
   ax.set_yscale("log")
-  ax.set_xlabel("round")
+  ax.set_xlabel("round (0: local training on the labels)")
   ax.set_ylabel("test MSE")
   ax.set_title("Federated KRR by distillation (closed forms)")
-  ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
-  fig.tight_layout()
-  atomic_savefig(fig, path, dpi=120)
+  fig.legend(fontsize=8, loc="outside right center")
+  return fig
+
+
+def _plot(path: str, curves: dict, central: list, local: list) -> None:
+  atomic_savefig(mse_figure(curves, central, local), path, dpi=120)

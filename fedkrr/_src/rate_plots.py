@@ -13,7 +13,7 @@ Prop. IV (informal) says that AKD degrades faster (smaller spectral radius
 2. more different kernels,
 3. more different data sets (as measured by the kernel).
 
-For trend 2 two sweeps are drawn. The issue's sweep changes agent 2's RBF
+For trend 2 two sweeps are drawn. The one-sided sweep changes agent 2's RBF
 bandwidth only (``gamma_2 = gamma_1 * ratio``), which changes both the mismatch
 and agent 2's smoothness: a smoother (wider) kernel for agent 2 can degrade
 *slower* than the shared kernel, so that sweep is not always maximal at ratio
@@ -167,7 +167,8 @@ def _save(fig, path) -> None:
 def plot_rate_curves(curves: RateCurves, path: str | os.PathLike | None = None):
   """Draws ``rho`` against c, the bandwidth ratio, the mixing fraction and the separation.
 
-  Four panels, one per sweep of :class:`RateCurves` (Prop. IV): c and the
+  Four panels in a 2 x 2 grid (readable in a page's column), one per sweep of
+  :class:`RateCurves` (Prop. IV): c and the
   bandwidth ratio on log x axes; the bandwidth panel has two lines (agent 2's
   bandwidth only, and the symmetric mismatch of :func:`sweep_kernel_mismatch`).
   Every panel's y axis is ``rho``, the degradation rate per AKD cycle.
@@ -181,8 +182,8 @@ def plot_rate_curves(curves: RateCurves, path: str | os.PathLike | None = None):
   """
   from matplotlib.figure import Figure  # no pyplot: no backend switch, no global state
 
-  fig = Figure(figsize=(17.0, 3.8), layout="constrained")
-  ax_c, ax_r, ax_p, ax_s = fig.subplots(1, 4)
+  fig = Figure(figsize=(10.0, 7.2), layout="constrained")
+  ax_c, ax_r, ax_p, ax_s = fig.subplots(2, 2).ravel()
   ax_c.plot(curves.ridges, curves.rho_ridge, "o-", label="shared kernel")
   ax_c.set_xscale("log")
   ax_c.set_xlabel("regularisation c")

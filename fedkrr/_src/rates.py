@@ -233,6 +233,26 @@ def degradation_rate(problem: FederatedProblem, start: int = 0, method: str = "a
   return jnp.where(est.converged, est.radius, jnp.nan)
 
 
+def degradation_rate_per_cycle(problem: FederatedProblem, start: int = 0,
+                               method: str = "auto", steps: int = 200) -> Array:
+  """:func:`degradation_rate`, named with its unit: AKD's contraction per cycle of M rounds.
+
+  Per round, the factor is its M-th root: the ``spectral_radius`` (also
+  ``spectral_radius_per_round``) of :func:`fedkrr.limit` for "akd".
+
+  Example:
+    >>> x = jnp.linspace(-1.0, 1.0, 8)[:, None]
+    >>> y = jnp.sin(3.0 * x[:, 0])
+    >>> problem = fedkrr.make_problem([x[:4], x[4:]], [y[:4], y[4:]], fedkrr.RBF(gamma=2.0),
+    ...                               ridge=1e-2)
+    >>> per_cycle = fedkrr.degradation_rate_per_cycle(problem)
+    >>> per_round = fedkrr.limit(problem, "akd", x).spectral_radius_per_round
+    >>> bool(jnp.allclose(per_cycle, per_round ** 2, rtol=1e-4))   # M = 2 rounds per cycle
+    True
+  """
+  return degradation_rate(problem, start, method, steps)
+
+
 def shared_kernel_rate(problem: FederatedProblem) -> Array:
   """``cos^2(phi)`` of the smallest principal angle (kernel of agent 1); equals
   :func:`degradation_rate` when both agents share that kernel (App. B)."""

@@ -343,7 +343,9 @@ def plot_toy(result: ToyResult, path: str | os.PathLike | None = None):
 
   Colours follow the paper: AKD solid red, AvgKD solid blue, EKD black, centralised
   dashed green, local-only dashed blue (agent 0) and red (agent 1). The second
-  AKD run (from agent 1) and agent 1's AvgKD model are drawn lighter.
+  AKD run (from agent 1) and agent 1's AvgKD model are dash-dotted, in darker
+  shades, with markers (triangles, squares) placed between those of the other
+  lines, so that each stays visible where it runs on top of another.
 
   Args:
     result: a :class:`ToyResult`.
@@ -360,12 +362,13 @@ def plot_toy(result: ToyResult, path: str | os.PathLike | None = None):
   fig = Figure(figsize=(4.6 * num, 4.0))
   axes = fig.subplots(1, num, sharey=True, squeeze=False)
   for p, (ax, panel) in enumerate(zip(axes[0], cfg.panels)):
+    every = (max(cfg.rounds // 10, 1) // 2, max(cfg.rounds // 10, 1))
     ax.plot(rounds, result.akd[p, 0], color="tab:red", lw=1.8, label="AKD from agent 0")
-    ax.plot(rounds, result.akd[p, 1], color="tab:red", lw=1.0, alpha=0.45,
-            label="AKD from agent 1")
+    ax.plot(rounds, result.akd[p, 1], color="darkred", lw=1.3, ls="-.", marker="^",
+            markersize=4, markevery=every, label="AKD from agent 1")
     ax.plot(rounds, result.avgkd[p, 0], color="tab:blue", lw=1.8, label="AvgKD agent 0")
-    ax.plot(rounds, result.avgkd[p, 1], color="tab:blue", lw=1.0, alpha=0.45,
-            label="AvgKD agent 1")
+    ax.plot(rounds, result.avgkd[p, 1], color="navy", lw=1.3, ls="-.", marker="s",
+            markersize=3.5, markevery=(0, every[1]), label="AvgKD agent 1")
     ax.plot(rounds, result.ekd[p], color="black", lw=1.8, label="EKD")
     ax.axhline(float(result.central[p]), color="tab:green", ls="--", lw=1.4, label="centralised")
     ax.axhline(float(result.local[p, 0]), color="tab:blue", ls="--", lw=1.0, label="local agent 0")

@@ -400,19 +400,37 @@ def run_checks(seeds=SEEDS, only: str | None = None, progress: bool = False,
   return rows
 
 
+def _apart(residual: float, tolerance: float) -> tuple[str, str]:
+  """The residual with the fewest significant digits (at least 3) that tell it from the
+  tolerance, and the tolerance exactly (its shortest form): 0.99999214 against
+  0.999999999999 reads "0.99999 | 0.999999999999", not "1.00e+00 | 1.0e+00"."""
+  exact = next((f"{tolerance:.{d}g}" for d in range(1, 18)
+                if float(f"{tolerance:.{d}g}") == tolerance), repr(tolerance))
+  for digits in range(3, 18):
+    if f"{residual:.{digits}g}" != f"{tolerance:.{digits}g}" or residual == tolerance:
+      return f"{residual:.{digits}g}", exact
+  return repr(residual), exact
+
+
 def checks_table(rows: list[CheckRow]) -> str:
   """The rows as a Markdown table (a failing claim reads as a finding, an identity as a failure).
 
-  The last column says what ``fedkrr search`` found over every instance the
-  statement allows (:func:`fedkrr.known_findings`).
+  "holds here" is the verdict on the instances checked here; the last column says
+  what ``fedkrr search`` found over every instance the statement allows
+  (:func:`fedkrr.known_findings`): a claim may hold here and be broken elsewhere.
+  Residual and tolerance show as many digits as it takes to tell them apart.
   """
-  lines = ["| id | statement | source | kind | max residual | tolerance | holds | search |",
+  lines = ["| id | statement | source | kind | max residual | tolerance | holds here | "
+           "search over every allowed instance |",
            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
   for r in rows:
     verdict = "yes" if r.holds else ("NO (finding)" if r.kind == "claim" else "NO (FAILURE)")
+    if r.holds and r.search.startswith("counterexample"):
+      verdict = "yes here, broken elsewhere"
     statement = r.statement.replace("|", "\\|")   # norms ||x|| would split the row
-    lines.append(f"| {r.id} | {statement} | {r.source} | {r.kind} | {r.residual:.2e} | "
-                 f"{r.tolerance:.1e} | {verdict} | {r.search} |")
+    residual, tolerance = _apart(r.residual, r.tolerance)
+    lines.append(f"| {r.id} | {statement} | {r.source} | {r.kind} | {residual} | "
+                 f"{tolerance} | {verdict} | {r.search} |")
   return "\n".join(lines)
 
 

@@ -19,7 +19,6 @@ import jax.numpy as jnp
 
 Array = jax.Array
 
-AUGMENTS = ("none", "crop-flip")
 
 
 @dataclasses.dataclass(frozen=True)

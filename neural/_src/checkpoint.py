@@ -19,6 +19,10 @@ tagged nodes:
 Types are looked up by name in those packages only, and must be NamedTuples or
 Flax modules: a file that names anything else is refused. Every failure to read
 is a :class:`CheckpointError` naming the file.
+
+JAX, Flax and scikit-learn are imported only when a checkpoint holding their
+objects is written or read: :func:`load_checkpoint_entries` reads a finished
+run's round and metric rows without them.
 """
 
 from __future__ import annotations
@@ -28,19 +32,17 @@ import importlib
 import json
 import os
 from pathlib import Path
+import re
 import sys
 from typing import Any
+import zipfile
 
-import flax.linen as nn
-import jax
 import numpy as np
 
 from fedkrr import NpzError
 from fedkrr import atomic_write
 from fedkrr import read_npz
 from fedkrr import savez_bytes
-from neural._src.forest import ForestModel
-from neural._src.learners import FlaxModel
 
 FORMAT = "neural-checkpoint/1"
 SKELETON = "__skeleton__"
@@ -84,14 +86,24 @@ def _resolve(name: Any, kind: str) -> type:
     raise CheckpointError(f"it names the type {name!r}, which does not exist here") from None
   if not (isinstance(obj, type) and (
       (kind == "namedtuple" and issubclass(obj, tuple) and hasattr(obj, "_fields"))
-      or (kind == "module" and issubclass(obj, nn.Module)))):
+      or (kind == "module" and issubclass(obj, _model_types()[0])))):
     raise CheckpointError(f"it names {name!r} as a {kind}, which it is not")
   return obj
+
+
+def _model_types() -> tuple[type, type, type]:
+  """Flax's ``Module``, :class:`neural.FlaxModel` and :class:`neural.ForestModel`."""
+  import flax.linen as nn
+
+  from neural._src.forest import ForestModel  # deferred: JAX, Flax, scikit-learn
+  from neural._src.learners import FlaxModel  # deferred: JAX, Flax
+  return nn.Module, FlaxModel, ForestModel
 
 
 class _Encoder:
   def __init__(self):
     self.arrays: dict[str, np.ndarray] = {}
+    self.module_type, self.flax_model, self.forest_model = _model_types()
 
   def array(self, value) -> dict[str, Any]:
     value = np.asarray(value)
@@ -104,16 +116,16 @@ class _Encoder:
   def __call__(self, value) -> Any:
     if value is None or isinstance(value, (bool, int, float, str)):
       return value
-    if isinstance(value, (np.ndarray, np.generic, jax.Array)):
+    if isinstance(value, (np.ndarray, np.generic)) or _is_jax_array(value):
       return self.array(value)
-    if isinstance(value, FlaxModel):
+    if isinstance(value, self.flax_model):
       return {"t": "flax_model", "module": self.module(value.model),
               "variables": self(value.variables)}
-    if isinstance(value, ForestModel):
+    if isinstance(value, self.forest_model):
       import skops.io  # a slow import, needed only for forests
       blob = np.frombuffer(skops.io.dumps(value.forest), dtype=np.uint8)
       return {"t": "forest_model", "skops": self.array(blob), "num_outputs": value.num_outputs}
-    if isinstance(value, nn.Module):
+    if isinstance(value, self.module_type):
       return self.module(value)
     if isinstance(value, tuple) and hasattr(value, "_fields"):
       return {"t": "namedtuple", "type": _type_name(type(value)),
@@ -126,7 +138,7 @@ class _Encoder:
       return {"t": "dict", "items": [[k, self(v)] for k, v in value.items()]}
     raise CheckpointError(f"cannot store a {type(value).__name__}")
 
-  def module(self, module: nn.Module) -> dict[str, Any]:
+  def module(self, module: Any) -> dict[str, Any]:
     fields = {f.name: self(getattr(module, f.name)) for f in dataclasses.fields(module)
               if f.init and f.name not in ("parent", "name")}
     return {"t": "module", "type": _type_name(type(module)), "fields": fields}
@@ -154,15 +166,15 @@ def _decode(node: Any, arrays: dict[str, np.ndarray]) -> Any:
   if tag == "module":
     return _resolve(node["type"], "module")(**{k: dec(v) for k, v in node["fields"].items()})
   if tag == "flax_model":
-    return FlaxModel(dec(node["module"]), dec(node["variables"]))
+    return _model_types()[1](dec(node["module"]), dec(node["variables"]))
   if tag == "forest_model":
     import skops.io  # a slow import, needed only for forests
     blob = dec(node["skops"]).tobytes()
     untrusted = [t for t in skops.io.get_untrusted_types(data=blob) if t not in _FOREST_TYPES]
     if untrusted:
       raise CheckpointError(f"its forest holds types that are not trusted: {untrusted[:3]}")
-    return ForestModel(skops.io.loads(blob, trusted=list(_FOREST_TYPES)),
-                       int(node["num_outputs"]))
+    return _model_types()[2](skops.io.loads(blob, trusted=list(_FOREST_TYPES)),
+                             int(node["num_outputs"]))
   raise CheckpointError(f"an unknown node type {tag!r}")
 
 
@@ -198,3 +210,42 @@ def load_checkpoint(path: str | os.PathLike) -> Any:
   except (ValueError, KeyError, TypeError) as e:   # a skeleton that is not ours
     raise CheckpointError(f"checkpoint {path} is unreadable ({type(e).__name__}: "
                           f"{' '.join(str(e).split())[:120]})") from None
+
+
+def load_checkpoint_entries(path: str | os.PathLike, names: tuple[str, ...]) -> dict[str, Any]:
+  """Top-level entries ``names`` of a checkpoint that holds a dict, read alone.
+
+  Reads the skeleton and only the arrays these entries hold (a run's ``round`` and
+  metric ``rows`` hold none), so neither the models nor JAX are loaded.
+
+  Raises:
+    CheckpointError: the file is unreadable, not of this format, not a dict, or lacks
+      one of ``names``; the message names the file.
+  """
+  path = Path(path)
+  try:
+    with np.load(path, allow_pickle=False) as data:
+      skeleton = json.loads(str(data[SKELETON]))
+      if not isinstance(skeleton, dict) or skeleton.get("format") != FORMAT:
+        raise CheckpointError(f"it is not a {FORMAT} file")
+      tree = skeleton["tree"]
+      if not isinstance(tree, dict) or tree.get("t") != "dict":
+        raise CheckpointError("it does not hold a dict")
+      items = dict(tree["items"])
+      missing = [n for n in names if n not in items]
+      if missing:
+        raise CheckpointError(f"it has no entry {missing[0]!r}")
+      refs = set(re.findall(r'"ref": "(a[0-9]+)"', json.dumps([items[n] for n in names])))
+      arrays = {ref: data[ref] for ref in refs}
+    return {n: _decode(items[n], arrays) for n in names}
+  except CheckpointError as e:
+    raise CheckpointError(f"checkpoint {path} is unusable: {e}") from None
+  except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as e:
+    raise CheckpointError(f"checkpoint {path} is unreadable ({type(e).__name__}: "
+                          f"{' '.join(str(e).split())[:120]})") from None
+
+
+def _is_jax_array(value: Any) -> bool:
+  """Whether ``value`` is a JAX array (without importing JAX: a JAX array means it is)."""
+  jax = sys.modules.get("jax")
+  return jax is not None and isinstance(value, jax.Array)

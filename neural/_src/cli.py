@@ -1,17 +1,27 @@
 """The ``neural`` command line: ``neural run`` (one run or a sweep), ``neural compare``,
-``neural reproduce`` (a figure of the paper, its statements checked), ``neural configs``.
+``neural reproduce`` (a figure of the paper, its statements checked), ``neural configs``,
+``neural data fetch`` (the paper-scale data sets).
 
 Errors are one line on stderr (``neural: error: ...``) and exit code 2. The
 networks compute in float32; ``neural run`` does not enable JAX's float64 mode,
 ``neural compare`` does (for the closed-form theory; the networks stay float32).
+
+Each command's parser is built when the command is named, with the flags that
+command accepts: ``neural run`` offers the fields of the config it runs (``--config``
+or ``--method`` chooses it; the KD protocols' fields by default), ``neural compare``
+and ``neural reproduce`` the KD experiment's. A command imports JAX's side only when
+it runs, so ``neural --help`` and the rerun of a finished run start at once.
 """
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
+from collections.abc import Iterator
 from collections.abc import Sequence
 import dataclasses
 import json
+import re
 import sys
 import textwrap
 import types
@@ -19,119 +29,60 @@ import typing
 from typing import Any
 from typing import cast
 
-import jax
-
 from fedkrr import __version__
-from fedkrr import avoid_cpu_eigh_deadlock
-from neural._src.compare import compare
 from neural._src.config import ExperimentConfig
 from neural._src.config import RunConfig
 from neural._src.config import describe_type
 from neural._src.config import field_help
 from neural._src.config import field_type
-from neural._src.methods.registry import get_method
-from neural._src.methods.registry import method_configs
+from neural._src.download import DOWNLOADS
+from neural._src.download import fetch_dataset
 from neural._src.paper_units import UNITS
 from neural._src.paper_units import default_accuracy
 from neural._src.paper_units import paper_rounds
-from neural._src.reproduce import SCALES
-from neural._src.reproduce import reproduce
+from neural._src.paper_units import unfinished_steps
 from neural._src.specs import ConfigSpec
-from neural._src.specs import all_fields
 from neural._src.specs import describe
 from neural._src.specs import load_spec
 from neural._src.specs import run_configs
 
+DESCRIPTION = ("Model-agnostic federated learning by knowledge distillation with neural "
+               "networks and random forests (Afonin & Karimireddy, Sec. 6, App. H), and the "
+               "federated distillation methods of four other papers.")
+COMMANDS = {
+    "run": "run (or resume) an experiment or a sweep of experiments",
+    "compare": "a KD run beside its closed-form kernel twin (fedkrr)",
+    "reproduce": "run a figure of the paper and check its statements",
+    "configs": "list the shipped paper configs, or the fields of a config",
+    "data": "download MNIST, CIFAR-10 or CINIC-10 for the paper-scale configs",
+}
+# What `neural reproduce` costs (measured with `time neural reproduce --figure 4` on a 2-core
+# machine): printed in its --help.
+REPRODUCE_TIME = ("Time: at --scale small each figure runs 3 seeds; docs/reproduce.md lists what "
+                  "each figure took on a 2-core machine. --scale paper takes hours and wants a "
+                  "GPU; --seeds 1 --rounds 2 --epochs 1 gives a quick look.")
 
-def _parser() -> argparse.ArgumentParser:
+
+def _plain(text: str) -> str:
+  """Docstring text as help prints it: Sphinx roles and double backquotes dropped."""
+  text = re.sub(r":(?:func|class|meth|mod|attr|data|exc|obj):`~?([^`]+)`", r"\1", text)
+  return text.replace("``", "")
+
+
+# ---------------------------------------------------------------------------
+# Parsers
+
+
+def top_parser() -> argparse.ArgumentParser:
+  """``neural``: the commands and ``--version`` (each command's flags are its own parser's)."""
   parser = argparse.ArgumentParser(
-      prog="neural",
-      description="Model-agnostic federated learning by knowledge distillation with neural "
-                  "networks and random forests (Afonin & Karimireddy, Sec. 6, App. H).")
-  parser.add_argument("--version", action="version",
-                      version=f"%(prog)s {__version__}")
-  sub = parser.add_subparsers(dest="command", required=True)
-  run = sub.add_parser(
-      "run", help="run (or resume) an experiment or a sweep of experiments",
-      usage="neural run [-h] [--config FILE|NAME] --workdir DIR [--FIELD VALUE ...] "
-            "[--set FIELD=VALUE] [--max-rounds K] [--progress | --no-progress]",
-      description="Runs an experiment into --workdir (config.json, metrics.jsonl, "
-                  "checkpoint.npz, accuracy.png). Started again with the same command, a "
-                  "killed run resumes after its last finished round. --config takes a JSON "
-                  "file or the name of a shipped config (`neural configs`); flags override "
-                  "its values (and those of every run of a sweep).")
-  run.add_argument("--config", metavar="FILE|NAME", help="config file or shipped config name")
-  run.add_argument("--workdir", required=True, metavar="DIR", help="the run directory")
-  add_field_flags(run)
-  run.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", dest="sets",
-                   help="set any config field (a method's too); VALUE is JSON or a plain "
-                        "string, e.g. --set topology=ring --set lambdas=[1,2]; repeatable")
-  run.add_argument("--units", choices=UNITS, default="paper",
-                   help="rounds of accuracy.png and of the summary: paper (the paper's "
-                        "figures: an AKD round is M steps, the mean of the agents, EKD's even "
-                        "partial sums; default) or steps (every logged step and agent)")
-  run.add_argument("--max-rounds", type=int, metavar="K",
-                   help="stop after K rounds in this call (resume later)")
-  run.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
-                   help="progress bars over rounds and agents (default on)")
-  compare = sub.add_parser(
-      "compare", help="a KD run beside its closed-form kernel twin (fedkrr)",
-      description="Runs (or resumes) a KD experiment (akd, avgkd, pkd, pkd-mean, ekd, "
-                  "backfit-*) into --workdir, computes the fedkrr closed form of the same "
-                  "protocol on the same data with each agent's kernel (empirical NTK at "
-                  "initialisation by default) and the ridge matched to the weight decay, and "
-                  "writes compare.json, compare.md and compare.png there. Takes the flags of "
-                  "`neural run`.")
-  for action in run._actions:   # the flags of `neural run`, but --max-rounds, --units
-    if action.dest not in ("help", "max_rounds", "units"):
-      compare._add_action(action)
-  compare.add_argument("--kernel", default="ntk",
-                       help="ntk (empirical NTK at initialisation; default), nngp or relu-ntk "
-                            "(infinite-width ReLU MLP), rbf (cheap stand-in)")
-  compare.add_argument("--ridge", type=float, metavar="C",
-                       help="the ridge c (default: matched to the weight decay, C wd / 2)")
-  compare.add_argument("--max-points", type=int, default=5000, metavar="N",
-                       help="refuse runs with more training plus test points (default 5000: "
-                            "the whole embedded MNIST subset)")
-  repro = sub.add_parser(
-      "reproduce", help="run a figure of the paper and check its statements",
-      usage="neural reproduce [-h] --figure N [--scale small|paper] --workdir DIR "
-            "[--seeds K] [--with DIR] [--data-dir DIR] [--FIELD VALUE ...] [--set FIELD=VALUE] "
-            "[--max-rounds K] [--progress | --no-progress]",
-      description="Runs (or resumes) every run of the shipped config(s) of Fig. N (small: "
-                  "the *_small config, embedded data, a CPU; paper: the full-size config, "
-                  "and for Figs. 9-10 the *_text variant too, with the MNIST / CIFAR-10 "
-                  "files in --data-dir), draws the figure like the paper (reproduce.png) "
-                  "and writes reproduce.md and reproduce.json: round 1, best and last "
-                  "round of every run (mean and spread over the seeds), and each statement "
-                  "the paper makes about the figure decided against the noise (reproduced / "
-                  "not reproduced / inconclusive / not testable here), beside the same rule "
-                  "on the authors' own logged curves (Figs. 6, 8-10). Started again, "
-                  "finished runs are read and the others resume. Flags and --set override "
-                  "fields in every run. Time: about 10-45 minutes per figure at small scale "
-                  "with 3 seeds on a 2-core CPU (docs/reproduce.md lists each figure's).")
-  repro.add_argument("--figure", required=True, metavar="N",
-                     help="the figure's number (4, 5, 6, 8-15; `neural configs` lists them)")
-  repro.add_argument("--scale", choices=SCALES, default="small",
-                     help="small (CPU, embedded data; default) or paper (full size, a GPU, "
-                          "--data-dir)")
-  repro.add_argument("--seeds", type=int, metavar="K",
-                     help="run every run with K seeds: seed, seed + 1, ... (default: 3 at "
-                          "small scale, 1 at paper scale)")
-  repro.add_argument("--with", dest="others", action="append", default=[], metavar="DIR",
-                     help="another figure's reproduction (its workdir or reproduce.json) "
-                          "for the statements that compare figures (Fig. 8 with Fig. 6)")
-  for action in run._actions:   # --workdir, the field flags, --set, --max-rounds, --progress
-    if action.dest not in ("help", "config", "units"):
-      repro._add_action(action)
-  configs = sub.add_parser(
-      "configs", help="list the shipped paper configs, or the fields of a config",
-      description="Lists the configs shipped with the package (paper figures at paper scale "
-                  "and as small CPU versions): name, number of runs, description. With "
-                  "--fields NAME, lists the fields of a method's config (NAME: a method such "
-                  "as mhd, or kd for the KD protocols) with their types and defaults.")
-  configs.add_argument("--fields", metavar="NAME",
-                       help="list the fields of method NAME's config (kd: the KD protocols)")
+      prog="neural", description=DESCRIPTION,
+      epilog="`neural COMMAND --help` shows a command's flags; `neural run --config NAME "
+             "--help` those of a config.")
+  parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+  sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+  for name, text in COMMANDS.items():
+    sub.add_parser(name, help=text, add_help=False)
   return parser
 
 
@@ -144,21 +95,11 @@ _METAVARS = {"data_dir": "DIR", "train_subset": "N", "test_subset": "N", "agents
              "devices": "one|all"}
 
 
-def _field_groups() -> list[tuple[str, type, tuple[str, ...]]]:
-  """``(title, config class, fields)``: each field once, under the first class that has it."""
-  groups = [("fields of every run", RunConfig, RunConfig.field_names())]
-  seen = set(groups[0][2])
-  classes = [("fields of the KD protocols (ExperimentConfig)", ExperimentConfig)]
-  for cls in method_configs().values():
-    if all(c is not cls for _, c in classes):
-      names = ", ".join(m for m, c in method_configs().items() if c is cls)
-      classes.append((f"fields of the methods {names} ({cls.__name__})", cls))
-  for title, cls in classes:
-    fields = tuple(f for f in cls.field_names() if f not in seen)
-    seen.update(fields)
-    if fields:
-      groups.append((title, cls, fields))
-  return groups
+def _class_title(cls: type, methods: Sequence[str]) -> str:
+  if cls is ExperimentConfig:
+    return "fields of the KD protocols (ExperimentConfig)"
+  return f"fields of the method{'s' if len(methods) > 1 else ''} {', '.join(methods)} " \
+         f"({cls.__name__})"
 
 
 def _parse_as(kind: Any) -> Any:
@@ -181,31 +122,287 @@ def _parse_as(kind: Any) -> Any:
   return str
 
 
-def add_field_flags(parser: argparse.ArgumentParser) -> None:
-  """Adds ``--field-name`` for every config field, generated from the dataclasses.
+def add_field_flags(parser: argparse.ArgumentParser,
+                    classes: Sequence[tuple[type, Sequence[str]]]) -> tuple[str, ...]:
+  """Adds ``--field-name`` for the fields of ``classes`` (``(config class, its method names)``).
 
-  Grouped by config class in ``--help``, with the description from the class's
-  docstring; a flag that is not given leaves the field to the config file.
+  The fields every run has come first, then each class's own, grouped by class in
+  ``--help`` with each field's description from the class's docstring; a flag that
+  is not given leaves the field to the config file. The ``method`` field is not a
+  flag here (``neural run --method`` chooses the class).
+
+  Returns:
+    The names of the fields that got a flag.
   """
-  for title, cls, fields in _field_groups():
+  groups = [("fields of every run (RunConfig)", RunConfig, RunConfig.field_names())]
+  seen = set(groups[0][2]) | {"method"}
+  for cls, methods in classes:
+    fields = tuple(f for f in cls.field_names() if f not in seen)
+    seen.update(fields)
+    if fields:
+      groups.append((_class_title(cls, methods), cls, fields))
+  for title, cls, fields in groups:
     group = parser.add_argument_group(title)
     help_text = field_help(cls)
     for name in fields:
       kind = field_type(cls, name)
       flags = ("--" + name.replace("_", "-"),) + _ALIASES.get(name, ())
-      text = help_text.get(name, "").replace("``", "")
+      text = _plain(help_text.get(name, ""))
       if kind is bool:
         group.add_argument(*flags, dest=name, action=argparse.BooleanOptionalAction,
                            default=argparse.SUPPRESS, help=text)
       else:
         group.add_argument(*flags, dest=name, type=_parse_as(kind), default=argparse.SUPPRESS,
                            metavar=_METAVARS.get(name, name.upper()), help=text)
+  return tuple(name for _, _, fields in groups for name in fields)
+
+
+def _config_args(parser: argparse.ArgumentParser) -> None:
+  parser.add_argument("--config", metavar="FILE|NAME",
+                      help="config file or shipped config name (`neural configs`)")
+  parser.add_argument("--workdir", required=True, metavar="DIR", help="the run directory")
+
+
+def _set_arg(parser: argparse.ArgumentParser) -> None:
+  parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", dest="sets",
+                      help="set any config field; VALUE is JSON or a plain string, e.g. "
+                           "--set topology=ring --set lambdas=[1,2]; repeatable")
+
+
+def _progress_arg(parser: argparse.ArgumentParser) -> None:
+  parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
+                      help="progress bars over rounds and agents (default on)")
+
+
+def _max_rounds_arg(parser: argparse.ArgumentParser) -> None:
+  parser.add_argument("--max-rounds", type=int, metavar="K",
+                      help="stop after K rounds in this call (resume later)")
+
+
+def _classes(methods: Sequence[str | None]) -> list[tuple[type, list[str]]]:
+  """The config class of each method name (``None``: the KD protocols), with its names."""
+  out: dict[type, list[str]] = {}
+  for name in methods:
+    if name is None:
+      out.setdefault(ExperimentConfig, [])
+    else:
+      from neural._src.methods.registry import get_method  # deferred: JAX, the methods
+      out.setdefault(get_method(name).config_cls, []).append(name)
+  return list(out.items())
+
+
+def _chosen_methods(argv: Sequence[str]) -> tuple[list[str | None], ConfigSpec | None]:
+  """The methods ``neural run`` would run for ``argv`` (``None``: the KD protocols), and
+  the loaded ``--config``: ``--method`` or ``--set method=NAME``, else the config's."""
+  pre = argparse.ArgumentParser(add_help=False)
+  pre.add_argument("--config")
+  pre.add_argument("--method")
+  pre.add_argument("--set", action="append", default=[], dest="sets")
+  known, _ = pre.parse_known_args(argv)
+  method = known.method
+  for item in known.sets:
+    field, eq, value = item.partition("=")
+    if eq and field.strip() == "method":
+      method = value.strip().strip('"')
+  spec = load_spec(known.config) if known.config else None
+  if method is not None:
+    return [method], spec
+  return (list(spec.methods()) if spec else [None]), spec
+
+
+def run_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+  """``neural run``'s parser, with the fields of the config that ``argv`` chooses.
+
+  ``--method NAME`` (or ``--set method=NAME``) chooses a method of the other papers,
+  ``--config`` the classes of its runs; neither: the KD protocols.
+  """
+  methods, _ = _chosen_methods(argv)
+  classes = _classes(methods)
+  shown = ", ".join(_class_title(cls, names).removeprefix("fields of ") for cls, names in classes)
+  parser = argparse.ArgumentParser(
+      prog="neural run",
+      usage="neural run [-h] [--config FILE|NAME] [--method NAME] --workdir DIR "
+            "[--FIELD VALUE ...] [--set FIELD=VALUE] [--max-rounds K] "
+            "[--progress | --no-progress]",
+      description="Runs an experiment into --workdir (config.json, metrics.jsonl, "
+                  "checkpoint.npz, accuracy.png). Started again with the same command, a "
+                  "killed run resumes after its last finished round, and a finished one is "
+                  "read back at once. --config takes a JSON file or the name of a shipped "
+                  "config (`neural configs`); flags override its values (and those of every "
+                  f"run of a sweep). The field flags below are those of {shown}.",
+      epilog="A method of the other papers has fields of its own: `neural run --method NAME "
+             "--help` (or `--config NAME --help`) lists them; `neural configs --fields` "
+             "names the methods.")
+  _config_args(parser)
+  parser.add_argument("--method", metavar="NAME",
+                      help="run a method of the other papers (its config's fields become "
+                           "flags; default: a KD protocol, --protocol)")
+  fields = add_field_flags(parser, classes)
+  _set_arg(parser)
+  if any(cls is ExperimentConfig for cls, _ in classes):   # the methods have no paper units
+    parser.add_argument("--units", choices=UNITS, default="paper",
+                        help="rounds of accuracy.png and of the summary: paper (the paper's "
+                             "figures: an AKD round is M steps, the mean of the agents, EKD's "
+                             "even partial sums; default) or steps (every logged step and "
+                             "agent)")
+  else:
+    parser.set_defaults(units="steps")
+  _max_rounds_arg(parser)
+  _progress_arg(parser)
+  parser.set_defaults(fields=fields)
+  return parser
+
+
+def compare_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+  """``neural compare``'s parser: the KD experiment's fields and the theory's options."""
+  parser = argparse.ArgumentParser(
+      prog="neural compare",
+      description="Runs (or resumes) a KD experiment (akd, avgkd, pkd, pkd-mean, ekd, "
+                  "backfit-*) into --workdir, computes the fedkrr closed form of the same "
+                  "protocol on the same data with each agent's kernel (empirical NTK at "
+                  "initialisation by default) and the ridge matched to the weight decay, and "
+                  "writes compare.json, compare.md and compare.png there (one round "
+                  "numbering throughout: round 0 is local training on the labels).")
+  _config_args(parser)
+  fields = add_field_flags(parser, [(ExperimentConfig, [])])
+  _set_arg(parser)
+  _progress_arg(parser)
+  parser.add_argument("--kernel", default="ntk",
+                      help="ntk (empirical NTK at initialisation; default), nngp or relu-ntk "
+                           "(infinite-width ReLU MLP), rbf (cheap stand-in)")
+  parser.add_argument("--ridge", type=float, metavar="C",
+                      help="the ridge c (default: matched to the weight decay, C wd / 2)")
+  parser.add_argument("--max-points", type=int, default=5000, metavar="N",
+                      help="refuse runs with more training plus test points (default 5000: "
+                           "the whole embedded MNIST subset)")
+  parser.set_defaults(fields=fields)
+  return parser
+
+
+def reproduce_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+  """``neural reproduce``'s parser: the fields of the figures' configs (the KD protocols)."""
+  parser = argparse.ArgumentParser(
+      prog="neural reproduce",
+      usage="neural reproduce [-h] --figure N [--scale small|paper] --workdir DIR "
+            "[--seeds K] [--with DIR] [--FIELD VALUE ...] [--set FIELD=VALUE] "
+            "[--max-rounds K] [--progress | --no-progress]",
+      description="Runs (or resumes) every run of the shipped config(s) of Fig. N (small: "
+                  "the *_small config, embedded data, a CPU; paper: the full-size config, "
+                  "and for Figs. 9-10 the *_text variant too, with the MNIST / CIFAR-10 "
+                  "files in --data-dir: `neural data fetch`), draws the figure like the paper "
+                  "(reproduce.png) and writes reproduce.md and reproduce.json: round 1, best "
+                  "and last round of every run (mean and spread over the seeds), and each "
+                  "statement the paper makes about the figure decided against the noise "
+                  "(reproduced / not reproduced / inconclusive / not testable here), beside "
+                  "the same rule on the authors' own logged curves (Figs. 6, 8-10). Started "
+                  "again, finished runs are read and the others resume. Flags and --set "
+                  "override fields in every run. " + REPRODUCE_TIME)
+  parser.add_argument("--figure", required=True, metavar="N",
+                      help="the figure's number (4, 5, 6, 8-15; `neural configs` lists them)")
+  parser.add_argument("--scale", choices=("small", "paper"), default="small",
+                      help="small (CPU, embedded data; default) or paper (full size, a GPU, "
+                           "--data-dir)")
+  parser.add_argument("--workdir", required=True, metavar="DIR", help="the run directory")
+  parser.add_argument("--seeds", type=int, metavar="K",
+                      help="run every run with K seeds: seed, seed + 1, ... (default: 3 at "
+                           "small scale, 1 at paper scale)")
+  parser.add_argument("--with", dest="others", action="append", default=[], metavar="DIR",
+                      help="another figure's reproduction (its workdir or reproduce.json) "
+                           "for the statements that compare figures (Fig. 8 with Fig. 6)")
+  fields = add_field_flags(parser, [(ExperimentConfig, [])])
+  _set_arg(parser)
+  _max_rounds_arg(parser)
+  _progress_arg(parser)
+  parser.set_defaults(fields=fields)
+  return parser
+
+
+def configs_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+  """``neural configs``'s parser."""
+  parser = argparse.ArgumentParser(
+      prog="neural configs",
+      description="Lists the configs shipped with the package (paper figures at paper scale "
+                  "and as small CPU versions): name, number of runs, description. With "
+                  "--fields NAME, lists the fields of a method's config (NAME: a method such "
+                  "as mhd, or kd for the KD protocols) with their types and defaults; "
+                  "--fields alone names the methods.")
+  parser.add_argument("--fields", metavar="NAME", nargs="?", const="",
+                      help="list the fields of method NAME's config (kd: the KD protocols)")
+  return parser
+
+
+_FETCH = ("Downloads the files of a data set from its source (or a mirror) into DIR, "
+          "checks each against its published size and checksum, resumes a cut download "
+          "(HTTP Range) and gives each file its name only once it is whole and checked (an "
+          "archive: once unpacked and its files counted). Files already in DIR are checked, "
+          "not fetched again. Then pass --data-dir DIR to `neural run` or `neural "
+          "reproduce`. Sizes: MNIST 11 MB, CIFAR-10 163 MB, CINIC-10 656 MB (1.7 GB "
+          "unpacked). Sources and checksums: docs/neural_data.md.")
+
+
+def _fetch_args(parser: argparse.ArgumentParser) -> None:
+  parser.add_argument("name", choices=tuple(DOWNLOADS), help="the data set")
+  parser.add_argument("--dir", required=True, metavar="DIR",
+                      help="the directory to put the files in (created)")
+  parser.add_argument("--base-url", metavar="URL",
+                      help="fetch from this URL instead of the default source (a mirror: the "
+                           "same file names under it)")
+  parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
+                      help="a progress bar per file (default on)")
+
+
+def data_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+  """``neural data``'s parser (``neural data fetch NAME --dir DIR``)."""
+  parser = argparse.ArgumentParser(
+      prog="neural data",
+      description="The data sets of the paper-scale configs, which are not embedded: "
+                  "`neural data fetch NAME --dir DIR` downloads one into DIR.")
+  sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+  _fetch_args(sub.add_parser("fetch", help="download a data set into a directory, checked",
+                             description=_FETCH))
+  return parser
+
+
+def fetch_parser() -> argparse.ArgumentParser:
+  """``neural data fetch``'s parser, alone (the reference pages print its help)."""
+  parser = argparse.ArgumentParser(prog="neural data fetch", description=_FETCH)
+  _fetch_args(parser)
+  return parser
+
+
+_PARSERS: dict[str, Callable[[Sequence[str]], argparse.ArgumentParser]] = {
+    "run": run_parser, "compare": compare_parser, "reproduce": reproduce_parser,
+    "configs": configs_parser, "data": data_parser}
+
+
+def command_parsers() -> Iterator[tuple[str, argparse.ArgumentParser]]:
+  """``(command line, parser)`` of ``neural`` and each command, for the reference pages:
+  ``neural run`` once per config class (the KD protocols, then each method's)."""
+  from neural._src.methods.registry import method_configs  # deferred: JAX, the methods
+
+  yield "neural", top_parser()
+  yield "neural run", run_parser()
+  firsts: dict[type, str] = {}
+  for name, cls in method_configs().items():
+    firsts.setdefault(cls, name)
+  for name in firsts.values():
+    yield f"neural run --method {name}", run_parser(["--method", name])
+  for command in ("compare", "reproduce", "configs"):
+    yield f"neural {command}", _PARSERS[command](())
+  yield "neural data", data_parser()
+  yield "neural data fetch", fetch_parser()
+
+
+# ---------------------------------------------------------------------------
+# Commands
 
 
 def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
-  """The config fields set on the command line (flags, then ``--set``)."""
-  fields = all_fields()
-  out = {name: value for name, value in vars(args).items() if name in fields}
+  """The config fields set on the command line (field flags, ``--method``, then ``--set``)."""
+  fields: set[str] = set(getattr(args, "fields", ()))
+  out: dict[str, Any] = {name: value for name, value in vars(args).items() if name in fields}
+  if getattr(args, "method", None) is not None:
+    out["method"] = args.method
   for item in getattr(args, "sets", None) or []:
     field, eq, text = item.partition("=")
     if not eq or not field.strip():
@@ -219,6 +416,14 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 def _fields(name: str) -> int:
   """``neural configs --fields NAME``: the fields of a method's (or "kd") config."""
+  from neural._src.methods.registry import get_method  # deferred: JAX, the methods
+  from neural._src.methods.registry import method_configs  # deferred: JAX, the methods
+
+  if not name:
+    print("kd: the KD protocols (ExperimentConfig)")
+    for method, cls in method_configs().items():
+      print(f"{method}: {get_method(method).description or cls.__name__} ({cls.__name__})")
+    return 0
   cls = ExperimentConfig if name in ("kd", "experiment") else get_method(name).config_cls
   help_text = field_help(cls)
   print(f"{cls.__name__} ({'KD protocols' if cls is ExperimentConfig else 'method ' + name}):")
@@ -227,7 +432,7 @@ def _fields(name: str) -> int:
     kind = describe_type(field_type(cls, f.name))
     print(f"  --{f.name.replace('_', '-'):22s} {kind}; default {default!r}")
     if help_text.get(f.name):
-      print(textwrap.fill(help_text[f.name], width=96, initial_indent=" " * 6,
+      print(textwrap.fill(_plain(help_text[f.name]), width=96, initial_indent=" " * 6,
                           subsequent_indent=" " * 6))
   return 0
 
@@ -254,12 +459,22 @@ def _run(args: argparse.Namespace) -> int:
       curve = " ".join(f"{r['test_accuracy']:.3f}" for r in paper)
       print(f"  the paper's rounds 1-{len(paper)} ({paper[0]['agent']}, {accuracy} local "
             f"epoch): {curve}")
+      left = unfinished_steps(rows)
+      if left:
+        print(f"  round{'s' if len(left) > 1 else ''} {', '.join(map(str, left))} "
+              f"{'are' if len(left) > 1 else 'is'} not in the paper's rounds: a paper round "
+              f"begun but not finished (AKD: M steps each)")
   return 0
 
 
 def _compare(args: argparse.Namespace) -> int:
-  jax.config.update("jax_enable_x64", True)   # the theory in float64; networks stay float32
+  import jax
 
+  from fedkrr import avoid_cpu_eigh_deadlock
+  from neural._src.compare import compare  # deferred: JAX, Flax, fedkrr's closed forms
+
+  avoid_cpu_eigh_deadlock()   # fedkrr's closed forms: vmapped eigh can stall XLA's CPU pool
+  jax.config.update("jax_enable_x64", True)   # the theory in float64; networks stay float32
   spec = load_spec(args.config) if args.config else ConfigSpec(base={})
   runs = spec.expand(overrides_from_args(args))
   if len(runs) != 1:
@@ -269,7 +484,10 @@ def _compare(args: argparse.Namespace) -> int:
   result = compare(cast(ExperimentConfig, runs[0][1]), args.workdir, kernel=args.kernel,
                    progress=args.progress, ridge=args.ridge, max_points=args.max_points)
   print(f"{args.workdir}: {result.kernel} kernel, ridge c = {result.ridge:.4g}, spectral "
-        f"radius {result.spectral_radius:.4f} per round")
+        f"radius {result.spectral_radius_per_round:.4f} per round"
+        + (f" (AKD degradation rate {result.degradation_rate_per_cycle:.4f} per cycle of "
+           f"{result.config.agents} rounds)" if result.degradation_rate_per_cycle is not None
+           else ""))
   for series in result.rates:
     last = [r for r in result.rows if r["series"] == series][-1]
     net = last["network_accuracy"]
@@ -280,6 +498,8 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _reproduce(args: argparse.Namespace) -> int:
+  from neural._src.reproduce import reproduce  # deferred: JAX, Flax, the runs
+
   result = reproduce(args.figure, args.workdir, scale=args.scale,
                      overrides=overrides_from_args(args), seeds=args.seeds,
                      others=args.others, progress=args.progress, max_rounds=args.max_rounds)
@@ -300,25 +520,53 @@ def _agent(agent: Any) -> str:
 
 
 def _configs(args: argparse.Namespace) -> int:
-  if args.fields:
+  if args.fields is not None:
     return _fields(args.fields)
   for line in describe():
     print(line)
   return 0
 
 
+def _data(args: argparse.Namespace) -> int:
+  paths = fetch_dataset(args.name, args.dir, base_url=args.base_url, progress=args.progress)
+  print(f"{args.dir}: {args.name}: {len(paths)} files, checked; pass --data-dir {args.dir}")
+  return 0
+
+
+def _not_accepted(command: str, extras: Sequence[str]) -> str:
+  """Why ``neural COMMAND`` refuses ``extras``: a field of another config names its method."""
+  flag = next((e for e in extras if e.startswith("--")), extras[0])
+  field = flag.removeprefix("--").partition("=")[0].replace("-", "_")
+  owners = []
+  if flag.startswith("--"):
+    from neural._src.methods.registry import method_configs  # deferred: JAX, the methods
+
+    owners = [name for name, cls in method_configs().items() if field in cls.field_names()]
+  if not owners:
+    return f"unrecognized arguments: {' '.join(extras)} (see `neural {command} --help`)"
+  where = ("; add --method NAME (one of " + ", ".join(owners) + ") to run such a method"
+           if command == "run" else f"; `neural {command}` runs the KD protocols only")
+  return (f"{flag.partition('=')[0]}: not a field of the config run here; a field of the "
+          f"method{'s' if len(owners) > 1 else ''} {', '.join(owners)}{where}")
+
+
+_HANDLERS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "run": _run, "compare": _compare, "reproduce": _reproduce, "configs": _configs,
+    "data": _data}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-  args = _parser().parse_args(argv)
-  if args.command == "compare":   # fedkrr's closed forms: vmapped eigh can stall XLA's CPU pool
-    avoid_cpu_eigh_deadlock()
+  argv = list(sys.argv[1:] if argv is None else argv)
+  if not argv or argv[0] not in COMMANDS:
+    top_parser().parse_args(argv)   # --help, --version, or an error naming the commands
+    return 2
+  command, rest = argv[0], argv[1:]
   try:
-    if args.command == "run":
-      return _run(args)
-    if args.command == "compare":
-      return _compare(args)
-    if args.command == "reproduce":
-      return _reproduce(args)
-    return _configs(args)
+    parser = _PARSERS[command](rest)
+    args, extras = parser.parse_known_args(rest)
+    if extras:
+      raise ValueError(_not_accepted(command, extras))
+    return _HANDLERS[command](args)
   except (ValueError, OSError) as e:   # ConfigError, DataError, ... are ValueErrors
     message = " ".join(str(e).split())
     print(f"neural: error: {message}", file=sys.stderr)

@@ -52,14 +52,22 @@ rows are written: each agent's model for AvgKD, PKD and pkd-mean, the chain of
 models for AKD (round t belongs to agent ``(start + t) mod M``), the running sum
 ("ensemble") for EKD and backfitting.
 
-Rates. ``spectral_radius`` is the spectral radius of the protocol's round map
-(:func:`fedkrr.limit`): the per-round factor by which the iterates approach
-their limit. For AKD and EKD it is ``rho^(1/M)`` with rho the degradation rate
-per cycle of M rounds (:func:`fedkrr.degradation_rate`, Prop. IV / VIII),
-which is also reported. The fitted rates use one estimator for both curves
-(:func:`geometric_rate`): the per-round changes ``d_t = |v_{t+1} - v_t|`` of a
-curve are fitted by ``log d_t = a + t log r`` (least squares); if
-``v_t = v_inf + B r^t`` exactly, it returns r.
+Rates, and their units. ``spectral_radius_per_round`` (``spectral_radius``) is
+the spectral radius of the protocol's round map (:func:`fedkrr.limit`): the
+factor per round by which the iterates approach their limit. For AKD and EKD it
+is ``rho^(1/M)`` with rho the degradation rate per cycle of M rounds
+(:func:`fedkrr.degradation_rate`, Prop. IV / VIII), reported as
+``degradation_rate_per_cycle`` (``degradation_rate``). The *fitted rate* of a
+curve is a rate per round too, measured on the curve rather than computed from
+the kernels, with one estimator for the theory and the network
+(:func:`geometric_rate`): the per-round changes ``d_t = |v_{t+1} - v_t|`` are
+fitted by ``log d_t = a + t log r`` (least squares); if ``v_t = v_inf + B r^t``
+exactly, it returns r. A few rounds show the transient, not the rate: curves of
+fewer than ``MIN_FIT_ROUNDS`` rounds get no fitted rate (``None``).
+
+Rounds are numbered as the run logs them (round 0: local training on the
+labels; an AKD round is one agent's step), in the tables, in ``compare.png`` and
+in the run's own ``accuracy.png``, which :func:`compare` draws in these units.
 
 Cost. The kernels are evaluated only on ``(training + test points) x (the
 agent's own points)``; the NTK costs about ``2 (N + n_test) N C P`` flops for P
@@ -111,6 +119,8 @@ COMPARE_PNG = "compare.png"
 ESTIMATOR = ("geometric fit of the per-round change: least squares of log|v_{t+1} - v_t| "
              "on t, rate = exp(slope); changes below 1e-12 of the largest are dropped; "
              "NaN with fewer than 2 changes")
+MIN_FIT_ROUNDS = 8
+"""Fewest rounds of a curve whose rate is fitted: 7 changes, past the first transient."""
 
 Array = jax.Array
 
@@ -170,13 +180,16 @@ class Comparison(NamedTuple):
     kernel: the kernel option.
     ridge: c in fedkrr's convention; agent a's kernel is scaled by ``scales[a]``.
     scales: ``N / N_a`` per agent.
-    spectral_radius: of the protocol's round map (per round).
-    degradation_rate: AKD's rate per cycle of M rounds (akd, ekd; else None).
+    spectral_radius: of the protocol's round map, per round (also
+      ``spectral_radius_per_round``).
+    degradation_rate: AKD's rate per cycle of M rounds (akd, ekd; else None; also
+      ``degradation_rate_per_cycle``).
     rows: one dict per (round, series): ``round``, ``series``, ``agent``,
       ``theory_accuracy``, ``theory_sq_error``, ``network_accuracy``,
       ``network_sq_error`` (None where the network has no value).
-    rates: per series: ``spectral_radius``, ``theory_fit_sq_error``,
-      ``network_fit_sq_error``, ``theory_fit_accuracy``, ``network_fit_accuracy``,
+    rates: per series: ``spectral_radius`` (per round), ``theory_fit_sq_error``,
+      ``network_fit_sq_error``, ``theory_fit_accuracy``, ``network_fit_accuracy``
+      (fitted rates per round, ``None`` below ``MIN_FIT_ROUNDS`` rounds),
       ``theory_limit_accuracy``, ``theory_limit_sq_error``.
     timings: seconds of ``network``, ``kernels``, ``theory``.
     paths: the files written.
@@ -193,11 +206,28 @@ class Comparison(NamedTuple):
   timings: dict[str, float]
   paths: dict[str, str]
 
+  @property
+  def spectral_radius_per_round(self) -> float:
+    """``spectral_radius``, named with its unit: the contraction factor per round."""
+    return self.spectral_radius
+
+  @property
+  def degradation_rate_per_cycle(self) -> float | None:
+    """``degradation_rate``, named with its unit: AKD's factor per cycle of M rounds."""
+    return self.degradation_rate
+
   def to_dict(self) -> dict[str, Any]:
-    """The comparison's settings and curves as a JSON-ready dict (``compare.json``)."""
+    """The comparison's settings and curves as a JSON-ready dict (``compare.json``).
+
+    The radius and the rate are written under their old names and under names with
+    their units (``spectral_radius_per_round``, ``degradation_rate_per_cycle``).
+    """
     return {"config": self.config.to_dict(), "kernel": self.kernel, "ridge": self.ridge,
             "kernel_scales": list(self.scales), "spectral_radius": self.spectral_radius,
-            "degradation_rate": self.degradation_rate, "rate_estimator": ESTIMATOR,
+            "spectral_radius_per_round": self.spectral_radius,
+            "degradation_rate": self.degradation_rate,
+            "degradation_rate_per_cycle": self.degradation_rate,
+            "rate_estimator": ESTIMATOR, "min_fit_rounds": MIN_FIT_ROUNDS,
             "rows": self.rows, "rates": self.rates, "timings": self.timings}
 
 
@@ -477,9 +507,9 @@ def comparison_rows(config: ExperimentConfig, data: RunData, curves: TheoryCurve
     lim_acc, lim_err = scores(curves.limits[series], data.y_test, targets, "mse")
     rates[series] = {
         "spectral_radius": curves.spectral_radius,
-        "theory_fit_sq_error": _nan_to_none(geometric_rate(th_err)),
+        "theory_fit_sq_error": _fit_or_none(th_err),
         "network_fit_sq_error": _fit_or_none(nn_err),
-        "theory_fit_accuracy": _nan_to_none(geometric_rate(th_acc)),
+        "theory_fit_accuracy": _fit_or_none(th_acc),
         "network_fit_accuracy": _fit_or_none(nn_acc),
         "theory_limit_accuracy": lim_acc if np.isfinite(lim_err) else None,
         "theory_limit_sq_error": lim_err if np.isfinite(lim_err) else None,
@@ -492,8 +522,9 @@ def _nan_to_none(value: float) -> float | None:
 
 
 def _fit_or_none(values: Sequence[float | None]) -> float | None:
+  """The fitted rate of a curve, or ``None``: a missing value, or too few rounds to fit."""
   known = [v for v in values if v is not None]
-  if len(known) < len(values):
+  if len(known) < len(values) or len(known) < MIN_FIT_ROUNDS:
     return None
   return _nan_to_none(geometric_rate(known))
 
@@ -524,8 +555,10 @@ def write_markdown(comparison: Comparison, path: str | os.PathLike) -> None:
       f"(scaled by N/N_a = {', '.join(f'{s:.3g}' for s in comparison.scales)}), "
       f"ridge c = {comparison.ridge:.4g}.",
       f"Spectral radius of the round map: {comparison.spectral_radius:.6f} per round"
-      + (f"; AKD degradation rate per cycle: {comparison.degradation_rate:.6f}"
-         if comparison.degradation_rate is not None else "") + ".",
+      + (f"; AKD degradation rate: {comparison.degradation_rate:.6f} per cycle of "
+         f"{c.agents} rounds" if comparison.degradation_rate is not None else "") + ".",
+      "Rounds as logged: round 0 is local training on the labels"
+      + ("; an AKD round is one agent's step." if c.protocol in ("akd", "ekd") else "."),
       "",
       "| round | series | agent | theory acc | network acc | theory sq err | network sq err |",
       "| --- | --- | --- | --- | --- | --- | --- |",
@@ -536,7 +569,9 @@ def write_markdown(comparison: Comparison, path: str | os.PathLike) -> None:
                  f"{_fmt(r['theory_sq_error'], 5)} | {_fmt(r['network_sq_error'], 5)} |")
   lines += [
       "",
-      f"Rates per round. Fitted: {ESTIMATOR}.",
+      f"Rates per round. The spectral radius is computed from the kernels; a *fitted rate* "
+      f"is measured on a curve: {ESTIMATOR}. Curves of fewer than {MIN_FIT_ROUNDS} rounds "
+      f"show the transient, not the rate: no fitted rate (-).",
       "",
       "| series | spectral radius | fit theory sq err | fit network sq err | "
       "fit theory acc | fit network acc | theory limit acc | theory limit sq err |",
@@ -560,7 +595,7 @@ def plot_comparison(comparison: Comparison, path: str | os.PathLike) -> None:
 
   Theory dashed, network solid, one colour per series; the rates in the title.
   """
-  fig = Figure(figsize=(14, 4.2))
+  fig = Figure(figsize=(15, 4.4), layout="constrained")
   axes = fig.subplots(1, 3)
   series_names = list(comparison.rates)
   for k, series in enumerate(series_names):
@@ -580,22 +615,25 @@ def plot_comparison(comparison: Comparison, path: str | os.PathLike) -> None:
         keep = changes > 0
         axes[2].semilogy(np.asarray(t[:-1])[keep], changes[keep], style, color=color, ms=3,
                          label=f"{series}: {side}")
-  axes[0].set(xlabel="round", ylabel="test accuracy", title="accuracy")
-  axes[1].set(xlabel="round", ylabel="test squared error", title="squared error")
+  rounds = "round (0: local training on the labels)"
+  axes[0].set(xlabel=rounds, ylabel="test accuracy", title="accuracy")
+  axes[1].set(xlabel=rounds, ylabel="test squared error", title="squared error")
   axes[2].set(xlabel="round t", ylabel="|err(t+1) - err(t)|", title="per-round change")
   from matplotlib.ticker import MaxNLocator
   for ax in axes:
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-  fits = "; ".join(
-      f"{s}: fit theory {_fmt(r['theory_fit_sq_error'], 3)}, "
-      f"network {_fmt(r['network_fit_sq_error'], 3)}" for s, r in comparison.rates.items())
+  handles, labels = axes[0].get_legend_handles_labels()
+  fig.legend(handles, labels, fontsize=8, loc="outside right center")
+  fitted = [f"{s}: theory {_fmt(r['theory_fit_sq_error'], 3)}, network "
+            f"{_fmt(r['network_fit_sq_error'], 3)}" for s, r in comparison.rates.items()
+            if r["theory_fit_sq_error"] is not None or r["network_fit_sq_error"] is not None]
   c = comparison.config
   fig.suptitle(f"{c.protocol} ({', '.join(c.agent_models)}; {c.partition}), "
-               f"{comparison.kernel} kernel, c = {comparison.ridge:.3g}: "
-               f"spectral radius {comparison.spectral_radius:.4f}/round\n{fits}", fontsize=9)
-  fig.tight_layout()
+               f"{comparison.kernel} kernel, c = {comparison.ridge:.3g}: spectral radius "
+               f"{comparison.spectral_radius:.4f} per round"
+               + (f"\nfitted rates of the squared error, per round: {'; '.join(fitted)}"
+                  if fitted else ""), fontsize=9)
   atomic_savefig(fig, path, dpi=110)
 
 
@@ -650,7 +688,7 @@ def compare(config: ExperimentConfig, workdir: str | os.PathLike, *, kernel: str
   timings = {}
   start = time.perf_counter()
   if run_network:
-    network_rows = train_and_evaluate(config, workdir, progress=progress)
+    network_rows = train_and_evaluate(config, workdir, progress=progress, units="steps")
   else:
     network_rows = read_metrics(workdir)
   timings["network"] = time.perf_counter() - start

@@ -35,16 +35,17 @@ from typing import Any
 from typing import ClassVar
 from typing import Self
 
-from neural._src.augment import AUGMENTS
+from neural._src.choices import AGENT_BATCHING
+from neural._src.choices import AUGMENTS
+from neural._src.choices import MODELS
+from neural._src.choices import STEP_LOOPS
+from neural._src.choices import WEIGHTINGS
 from neural._src.data import DATASETS
-from neural._src.fedavg import WEIGHTINGS
-from neural._src.models import MODELS
 from neural._src.partitions import PARTITIONS
-from neural._src.train_loop import AGENT_BATCHING
-from neural._src.train_loop import STEP_LOOPS
 
 KD_PROTOCOLS = ("akd", "avgkd", "pkd", "pkd-mean", "ekd", "backfit-gs", "backfit-jacobi")
-RUN_PROTOCOLS = KD_PROTOCOLS + ("fedavg", "central", "local")
+BASELINE_PROTOCOLS = ("central", "local")
+RUN_PROTOCOLS = KD_PROTOCOLS + ("fedavg",) + BASELINE_PROTOCOLS
 LOSSES = ("mse", "ce")
 FEDAVG_INITS = ("one", "mean")
 DEVICE_CHOICES = ("one", "all")
@@ -318,6 +319,11 @@ class RunConfig(Config):
          "None (2 shards) or an integer >= 1")
 
   @property
+  def total_rounds(self) -> int:
+    """The rounds a run of this config does in all (``rounds``)."""
+    return self.rounds
+
+  @property
   def partition_params(self) -> dict[str, Any]:
     """The keyword arguments of ``neural.partition`` for this partition."""
     name = {"iid": "proportions", "label-split": "alpha", "dirichlet-clients": "beta",
@@ -395,6 +401,11 @@ class ExperimentConfig(RunConfig):
   def config_name(cls, values: Mapping[str, Any] | None = None) -> str:
     """The config's name in error messages."""
     return "the KD experiment config"
+
+  @property
+  def total_rounds(self) -> int:
+    """The rounds a run does: ``rounds``, or 1 for the baselines "central" and "local"."""
+    return 1 if self.protocol in BASELINE_PROTOCOLS else self.rounds
 
   @property
   def agent_models(self) -> tuple[str, ...]:

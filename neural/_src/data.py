@@ -17,7 +17,9 @@ in [0, 1] and int64 labels 0..C-1:
 
 The two embedded datasets have no official test set: they are split by a seeded
 stratified split with ``test_fraction``. MNIST, CIFAR-10 and CINIC-10 keep their
-official train/test split. Nothing is downloaded.
+official train/test split. Loading never downloads: ``neural data fetch NAME --dir
+DIR`` (:mod:`neural._src.download`) puts the files of MNIST, CIFAR-10 or CINIC-10
+where ``data_dir=DIR`` finds them.
 """
 
 from __future__ import annotations
@@ -240,11 +242,18 @@ def _candidate_dirs(data_dir, name: str, subdirs) -> list[str]:
     raise DataError(f"dataset {name!r} needs data_dir: {_where_to_put(name)}")
   data_dir = os.fspath(data_dir)
   if not os.path.isdir(data_dir):
-    raise DataError(f"data_dir {data_dir!r} is not a directory; {_where_to_put(name)}")
+    raise DataError(f"data_dir {data_dir!r} is not a directory; "
+                    f"{_where_to_put(name, data_dir)}")
   return [os.path.join(data_dir, *s) for s in subdirs] + [data_dir]
 
 
-def _where_to_put(name: str) -> str:
+def _where_to_put(name: str, data_dir: str | os.PathLike | None = None) -> str:
+  """Where the files of ``name`` go, and the command that downloads them there."""
+  return (f"{_layout(name)}; or download them: neural data fetch {name} --dir "
+          f"{os.fspath(data_dir) if data_dir is not None else 'DIR'}")
+
+
+def _layout(name: str) -> str:
   if name == "mnist":
     files = ", ".join(MNIST_FILES.values())
     return (f"put the four MNIST IDX files {files} (each raw or gzipped with .gz) in one "
@@ -270,7 +279,7 @@ def _load_mnist(data_dir) -> Dataset:
   missing = [MNIST_FILES[k] for k, p in paths.items() if p is None]
   if missing:
     raise DataError(f"MNIST files missing in {directory!r}: {', '.join(missing)} (raw or .gz); "
-                    f"{_where_to_put('mnist')}")
+                    f"{_where_to_put('mnist', data_dir)}")
   found = {k: p for k, p in paths.items() if p is not None}   # every file, by now
   x_train, y_train = read_idx_images(found["x_train"]), read_idx_labels(found["y_train"])
   x_test, y_test = read_idx_images(found["x_test"]), read_idx_labels(found["y_test"])
@@ -343,7 +352,7 @@ def _load_cifar10(data_dir) -> Dataset:
   missing = [n for n, p in zip(names, present) if not p]
   if missing:
     raise DataError(f"CIFAR-10 files missing in {directory!r}: {', '.join(missing)}; "
-                    f"{_where_to_put('cifar10')}")
+                    f"{_where_to_put('cifar10', data_dir)}")
   train = [_read_cifar_batch(os.path.join(directory, n)) for n in CIFAR10_TRAIN_FILES]
   x_test, y_test = _read_cifar_batch(os.path.join(directory, CIFAR10_TEST_FILE))
   x_train = np.concatenate([x for x, _ in train], axis=0)
@@ -405,7 +414,7 @@ def _load_cinic10(data_dir) -> Dataset:
   missing = [s + "/" for s, p in zip(CINIC10_SPLITS.values(), present) if not p]
   if missing:
     raise DataError(f"CINIC-10 folders missing in {directory!r}: {', '.join(missing)}; "
-                    f"{_where_to_put('cinic10')}")
+                    f"{_where_to_put('cinic10', data_dir)}")
   x_train, y_train = _read_png_folders(os.path.join(directory, CINIC10_SPLITS["train"]))
   x_test, y_test = _read_png_folders(os.path.join(directory, CINIC10_SPLITS["test"]))
   return Dataset(name="cinic10", x_train=_to_unit(x_train), y_train=y_train,

@@ -73,8 +73,6 @@ from neural._src.soft_targets import concrete
 from neural._src.training import TrainConfig
 from neural._src.training import init_variables
 
-BASELINE_PROTOCOLS = ("central", "local")
-
 
 def build_learners(config: ExperimentConfig, input_shape: tuple[int, ...],
                    num_classes: int, eval_data: tuple[Any, Any] | None = None,
@@ -179,7 +177,7 @@ def make_protocol(config: ExperimentConfig, learners: Sequence[Any]) -> Protocol
 
 def total_rounds(config: ExperimentConfig) -> int:
   """Rounds a run does: ``config.rounds``, or 1 for the baselines central and local."""
-  return 1 if config.protocol in BASELINE_PROTOCOLS else config.rounds
+  return config.total_rounds
 
 
 # ---------------------------------------------------------------------------

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 from fedkrr import Protocol
 from fedkrr import RoundOutput
 from fedkrr import fit_all
+from neural._src.choices import WEIGHTINGS
 
 
 class FedAvgError(ValueError):
@@ -70,7 +71,6 @@ def average(trees: Sequence[Any], weights: Sequence[float]) -> Any:
   return jax.tree.map(combine, *trees)
 
 
-WEIGHTINGS = ("size", "equal")
 
 
 def fedavg(initial_variables: Any, weighting: str = "size") -> Protocol:

@@ -39,28 +39,13 @@ import math
 import flax.linen as nn
 import jax.numpy as jnp
 
-# Blocks per stage of the split ResNets. ResNet2 ... ResNet12 have (d - 2) / 2 basic blocks
-# after their one-conv extractor and before their dense layer (the 6n + 2 count of He et al.);
-# with width 16 on 32x32x3 inputs they have 634, 5,306, 19,994, 43,222 and 61,786 parameters:
-# Table 3 of Wu et al. (2023) lists 0.63K, 5.31K, 19.99K, 43.23K, 61.79K. ResNet20 has
-# (d - 2) / 3 = 6 bottleneck blocks (three convs each, the block of FedGKT's server ResNets,
-# which FedDKC's code base shares) in stages (2, 3, 1): 167,306 parameters, Table 3's 167.31K
-# (the basic-block (3, 3, 3) ResNet-20 has 272K, and no other stage layout of either block
-# gives 167.31K).
-SPLIT_RESNETS = {
-    "resnet2": (),
-    "resnet4": (1,),
-    "resnet6": (1, 1),
-    "resnet10": (2, 2),
-    "resnet12": (2, 3),
-    "resnet20": (2, 3, 1),
-}
+from neural._src.choices import MODELS
+from neural._src.choices import NORMS
+from neural._src.choices import SPLIT_RESNETS
+
 # The block of each split ResNet that does not use BasicBlock (see RESNET_BLOCKS).
 _SPLIT_RESNET_BLOCK = {"resnet20": "bottleneck"}
 RESNET_BLOCKS = ("basic", "bottleneck")
-MODELS = ("cnn", "mlp", "vgg", "vgg9", "resnet8", "resnet14", "resnet18", "lenet5") + tuple(
-    SPLIT_RESNETS)
-NORMS = ("group", "none")
 
 
 class ModelError(ValueError):

@@ -112,6 +112,21 @@ def paper_rounds(rows: Sequence[Mapping[str, Any]], accuracy: str = "last"
           for k, g in sorted(groups.items()) if size is None or len(g) == size]
 
 
+def unfinished_steps(rows: Sequence[Mapping[str, Any]]) -> list[int]:
+  """The logged steps of an AKD run that no finished paper round covers.
+
+  An AKD round is M steps; a run whose steps are not a multiple of M ends with a
+  round begun but not finished, which :func:`paper_rounds` leaves out. These are
+  its steps (``[]`` for the other protocols, whose every step is drawn: EKD's odd
+  partial sums are left out by the paper's definition, not for want of steps).
+  """
+  if not rows or rows[0].get("protocol") != "akd":
+    return []
+  logged = {int(r["round"]) for r in rows if isinstance(r.get("agent"), int)}
+  covered = {int(s) for r in paper_rounds(rows) for s in r["steps"]}
+  return sorted(logged - covered)
+
+
 def paper_round_count(protocol: str, steps: int, agents: int) -> int:
   """How many paper rounds a finished run of ``steps`` logged rounds has (AKD: M steps
   each; EKD: its even partial sums; the rest: one step each)."""

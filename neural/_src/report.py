@@ -34,6 +34,7 @@ import numpy as np
 import fedkrr
 from fedkrr import atomic_savefig
 from fedkrr import atomic_write
+from neural._src.compare import MIN_FIT_ROUNDS
 from neural._src.compare import compare
 from neural._src.config import ExperimentConfig
 from neural._src.specs import load_spec
@@ -93,7 +94,7 @@ def run_main_job(out_dir: str | os.PathLike, settings: MainJobSettings = MainJob
   out.mkdir(parents=True, exist_ok=True)
   sections, readings, timings = [], [], {}
   steps = {"verify": _verify, "toy": _toy, "closed-forms": _closed_forms, "mnist": _mnist}
-  start = time.perf_counter()
+  start, cpu_start = time.perf_counter(), time.process_time()
   for i, part in enumerate(settings.parts):
     print(f"[{i + 1}/{len(settings.parts)}] {_TITLES[part]}", flush=True)
     t0 = time.perf_counter()
@@ -103,11 +104,32 @@ def run_main_job(out_dir: str | os.PathLike, settings: MainJobSettings = MainJob
     sections.append(f"## {i + 1}. {_TITLES[part]}\n\n{section}")
     readings.extend(reading)
   total = time.perf_counter() - start
+  cost = _cost(total, time.process_time() - cpu_start)
   path = out / REPORT_FILE
-  atomic_write(path, _report(settings, sections, readings, timings, total))
-  atomic_write(out / "timings.json", json.dumps({**timings, "total": total}, indent=2) + "\n")
-  print(f"wrote {path} ({total:.0f} s in all)", flush=True)
+  atomic_write(path, _report(settings, sections, readings, timings, total, cost))
+  atomic_write(out / "timings.json",
+               json.dumps({**timings, "total": total, **cost}, indent=2) + "\n")
+  print(f"wrote {path}", flush=True)
+  print(f"cost: {_cost_text(timings, total, cost)}", flush=True)
   return path
+
+
+def _cost(wall: float, cpu: float) -> dict[str, Any]:
+  """CPU seconds, cores and the load average: what the wall time of a run means."""
+  try:
+    load = os.getloadavg()[0]
+  except OSError:   # not every platform has it
+    load = None
+  return {"cpu_seconds": cpu, "cores": os.cpu_count(), "load_average": load}
+
+
+def _cost_text(timings: dict[str, float], total: float, cost: dict[str, Any]) -> str:
+  load = cost["load_average"]
+  return (f"{total:.0f} s wall in all (" + ", ".join(f"{p} {s:.0f} s" for p, s in timings.items())
+          + f"), {cost['cpu_seconds']:.0f} s of CPU time on {cost['cores']} cores"
+          + (f", load average {load:.1f} at the end (above the number of cores, other work "
+             f"was slowing it)" if load is not None and load > (cost["cores"] or 1) else
+             f", load average {load:.1f} at the end" if load is not None else ""))
 
 
 _TITLES = {
@@ -118,7 +140,7 @@ _TITLES = {
 }
 
 
-def _report(settings, sections, readings, timings, total) -> str:
+def _report(settings, sections, readings, timings, total, cost) -> str:
   head = [
       "# Model-agnostic federated learning by distillation: theory and experiment",
       "",
@@ -126,8 +148,8 @@ def _report(settings, sections, readings, timings, total) -> str:
       "Distillation* (ICLR 2022). Written by `fedkrr demo` on "
       f"{time.strftime('%Y-%m-%d %H:%M')} ({platform.machine()}, "
       f"{jax.default_backend()}, JAX {jax.__version__}, "
-      f"{'float64' if jax.config.read('jax_enable_x64') else 'float32'} theory), "
-      f"in {total:.0f} s: " + ", ".join(f"{p} {s:.0f} s" for p, s in timings.items()) + ".",
+      f"{'float64' if jax.config.read('jax_enable_x64') else 'float32'} theory). "
+      f"It cost {_cost_text(timings, total, cost)}.",
       "",
       "## What it shows",
       "",
@@ -204,17 +226,23 @@ def _toy(out: Path, settings: MainJobSettings, progress: bool):
   akd_to_zero = max(abs(a / zero - 1) for a in akd_end)
   avgkd_above = all(float(np.asarray(result.avgkd[p])[a, -1]) > central[p]
                     for p in panels for a in range(np.asarray(result.avgkd[p]).shape[0]))
-  akd_note = ("within 1 %: it has degraded to the zero model, as Prop. II predicts"
+  akd_note = ("it has degraded to the zero model, as Prop. II predicts"
               if akd_to_zero < 0.01 else
               "not yet within 1 %: Prop. II says it gets there with more rounds")
   parts = [
-      f"AKD's last loss is {min(akd_end):.3g}-{max(akd_end):.3g} against the zero model's "
-      f"{zero:.3g} ({akd_note})",
+      f"AKD's last loss is {_spread(akd_end)}, within {akd_to_zero:.2%} of the zero "
+      f"model's {zero:.4g} ({akd_note})",
       f"AvgKD's agents end {'above' if avgkd_above else 'not always above'} the "
       f"centralised loss (Prop. V: a limit that is not the centralised model)",
       f"EKD ends within {ekd_gap:.2%} of the centralised loss in every panel "
       f"(Prop. VII: with one shared kernel EKD's limit is the centralised model)"]
   return section, ["**Toy (Fig. 3)**: " + "; ".join(parts) + "."]
+
+
+def _spread(values: list[float]) -> str:
+  """``"69.06 in every panel"``, or ``"from 1.2 to 3.4 across the panels"`` (4 digits)."""
+  low, high = f"{min(values):.4g}", f"{max(values):.4g}"
+  return f"{low} in every panel" if low == high else f"from {low} to {high} across the panels"
 
 
 def _closed_forms(out: Path, settings: MainJobSettings, progress: bool):
@@ -232,6 +260,24 @@ def _closed_forms(out: Path, settings: MainJobSettings, progress: bool):
   return section, reading
 
 
+NAMES = {"akd": "AKD", "avgkd": "AvgKD", "pkd": "PKD", "pkd-mean": "PKD (mean of all M)",
+         "ekd": "EKD", "backfit-gs": "backfitting (Gauss-Seidel)",
+         "backfit-jacobi": "backfitting (Jacobi)"}
+
+
+def _partition(config: ExperimentConfig) -> str:
+  """``"iid"``, ``"label-split (alpha = 0.1)"``: the partition and its parameters."""
+  params = ", ".join(f"{k} = {list(v) if isinstance(v, tuple) else v}"
+                     for k, v in config.partition_params.items())
+  return config.partition + (f" ({params})" if params else "")
+
+
+def _standard_error(num_test: int, accuracy: float = 0.5) -> float:
+  """The standard error of a difference of two accuracies near ``accuracy`` on ``num_test``
+  points, ``sqrt(2 p (1 - p) / n)`` (binomial; p = 0.5 is its largest)."""
+  return float(np.sqrt(2 * accuracy * (1 - accuracy) / max(num_test, 1)))
+
+
 def _mnist(out: Path, settings: MainJobSettings, progress: bool):
   out.mkdir(parents=True, exist_ok=True)
   (_, base), = load_spec(settings.mnist_config).expand(
@@ -244,36 +290,60 @@ def _mnist(out: Path, settings: MainJobSettings, progress: bool):
                                 kernel=settings.kernel, progress=progress)
   _plot_side_by_side(results, out / "side_by_side.png")
   c = base
+  num_test = int(cast(int, c.test_subset))   # the MNIST config evaluates on a test subset
+  level = 2 * _standard_error(num_test)
   theory_kernel = {
       "ntk": "each agent's empirical NTK at its initialisation",
       "nngp": "each agent's analytic read-out (NNGP) kernel of its width",
       "relu-ntk": "each agent's analytic NTK of its width",
       "rbf": "an RBF kernel (a stand-in, not the networks' kernel)"}[settings.kernel]
   loss = {"mse": "squared loss on the softmax", "ce": "cross-entropy"}.get(c.loss, c.loss)
+  fitted = any(r[k] is not None for comp in results.values() for r in comp.rates.values()
+               for k in ("theory_fit_sq_error", "network_fit_sq_error"))
   lines = [f"{c.agents} agents ({', '.join(c.agent_models)}, width {c.width}) on "
            f"{c.train_subset} training points of the {c.dataset} set, partition "
-           f"{c.partition} {c.partition_params or ''}, {c.rounds} rounds of {c.epochs} epochs "
+           f"{_partition(c)}, {c.rounds} rounds of {c.epochs} epochs "
            f"(Adam, {loss}, weight decay {c.weight_decay:g}); test set of "
-           f"{c.test_subset} points. Theory: the closed form of the same protocol on the same "
-           f"split with {theory_kernel} (kernel option `{settings.kernel}`), ridge matched to "
-           f"the weight decay.",
+           f"{num_test} points, one seed ({settings.seed}). Theory: the closed form of the "
+           f"same protocol on the same split with {theory_kernel} (kernel option "
+           f"`{settings.kernel}`), ridge matched to the weight decay.",
            "", "![side by side](mnist/side_by_side.png)", "",
-           "| protocol | series | theory acc. (first / last) | network acc. (first / last) | "
-           "mean abs. gap | spectral radius | fitted rate, theory | fitted rate, network |",
-           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+           "Rounds as the runs log them: round 0 is local training on the labels, and an "
+           "AKD round is one agent's step (the paper's figures count an AKD round as M "
+           "steps).", ""]
+  head = ("| protocol | series | theory acc. (first / last) | network acc. (first / last) | "
+          "mean abs. gap | spectral radius per round | degradation rate per cycle |")
+  lines += [head + (" fitted rate per round, theory / network |" if fitted else ""),
+            "| --- " * (8 if fitted else 7) + "|"]
   reading = []
   for protocol, comp in results.items():
     for series, rate in comp.rates.items():
       th, nn = _paired(comp.rows, series)
       gap = f"{np.mean(np.abs(np.subtract(th, nn))):.3f}" if nn else "-"
-      lines.append(f"| {protocol} | {series} | {th[0]:.3f} / {th[-1]:.3f} | "
+      cycle = (f"{comp.degradation_rate_per_cycle:.4f} ({c.agents} rounds)"
+               if comp.degradation_rate_per_cycle is not None else "-")
+      lines.append(f"| {NAMES.get(protocol, protocol)} | {series} | {th[0]:.3f} / {th[-1]:.3f} | "
                    f"{_num(nn[0] if nn else None)} / {_num(nn[-1] if nn else None)} | {gap} | "
-                   f"{rate['spectral_radius']:.4f} | {_num(rate['theory_fit_sq_error'])} | "
-                   f"{_num(rate['network_fit_sq_error'])} |")
-    num_test = cast(int, c.test_subset)   # the MNIST config evaluates on a test subset
-    reading.append(_mnist_reading(protocol, comp, int(num_test)))
+                   f"{rate['spectral_radius']:.4f} | {cycle} |"
+                   + (f" {_num(rate['theory_fit_sq_error'])} / "
+                      f"{_num(rate['network_fit_sq_error'])} |" if fitted else ""))
+    reading.append(_mnist_reading(protocol, comp, num_test, c.agents))
   lines += ["", "The first and last columns are taken on the rounds where both the theory and "
-            "the network have a value; the gap is the mean over those rounds.", "",
+            "the network have a value; the gap is the mean over those rounds. The spectral "
+            "radius is the factor per round by which the theory's rounds approach their "
+            "limit; AKD's and EKD's degradation rate rho is the factor per cycle of M rounds "
+            "(rho = radius^M). "
+            + ("A fitted rate is measured on the curve of the test squared error "
+               "(`neural.geometric_rate`: least squares of log |v(t+1) - v(t)| on t)."
+               if fitted else
+               f"No rate is fitted to the curves: {c.rounds} rounds show the transient, not "
+               f"the rate (`neural compare` fits curves of {MIN_FIT_ROUNDS} rounds or more)."),
+            "",
+            f"How sure: one seed and {num_test} test points. An accuracy on {num_test} points "
+            f"has a standard error of up to {_standard_error(num_test) / np.sqrt(2):.3f}, a "
+            f"difference of two up to {_standard_error(num_test):.3f}; the reading above "
+            f"counts a change below two of these ({level:.3f}) as level. Agreement in "
+            f"direction on one seed is an observation, not a test.", "",
             "Per-round tables: " + ", ".join(f"[{p}](mnist/{p}/compare.md)" for p in results)
             + "."]
   return "\n".join(lines), reading
@@ -293,14 +363,18 @@ def _paired(rows: list[dict[str, Any]], series: str) -> tuple[list[float], list[
   return [r["theory_accuracy"] for r in both], [r["network_accuracy"] for r in both]
 
 
-def _mnist_reading(protocol: str, comp: Any, num_test: int) -> str:
-  """One line per protocol from the numbers: direction of each curve, first to last round,
-  counted as level below 5 test points of change, and the mean gap between the curves."""
-  level = 5.0 / max(num_test, 1)
+def _mnist_reading(protocol: str, comp: Any, num_test: int, agents: int) -> str:
+  """One line per protocol from the numbers: direction of each curve, first to last round
+  (a change below two standard errors of a difference of accuracies counts as level), and
+  the mean gap between the curves; one seed, so an observation, not a verdict."""
+  level = 2 * _standard_error(num_test)
   trend = lambda a, b: "falls" if b < a - level else ("rises" if b > a + level else "stays level")
-  text = f"**{protocol.upper()} on MNIST**"
-  if comp.degradation_rate is not None:
-    text += f" (degradation rate rho = {comp.degradation_rate:.4f} per cycle)"
+  text = f"**{NAMES.get(protocol, protocol)} on MNIST**"
+  if comp.degradation_rate_per_cycle is not None:
+    text += (f" (degradation rate rho = {comp.degradation_rate_per_cycle:.4f} per cycle of "
+             f"{agents} rounds, {comp.spectral_radius_per_round:.4f} per round)")
+  else:
+    text += f" (spectral radius {comp.spectral_radius_per_round:.4f} per round)"
   parts, agree = [], []
   for series in comp.rates:
     th, nn = _paired(comp.rows, series)
@@ -312,15 +386,14 @@ def _mnist_reading(protocol: str, comp: Any, num_test: int) -> str:
     parts.append(part)
   text += ": " + "; ".join(parts)
   if agree:
-    text += (". The theory and the network move the same way" if all(agree) else
-             ". The theory and the network move differently in "
-             f"{agree.count(False)} of {len(agree)} series (a change under {level:.3f}, five "
-             f"test points, counts as level)")
+    text += (f". On this seed the theory and the network move the same way in "
+             f"{agree.count(True)} of {len(agree)} series (a change under {level:.3f}, two "
+             f"standard errors on {num_test} test points, counts as level)")
   return text + "."
 
 
 def _plot_side_by_side(results: dict[str, Any], path: Path) -> None:
-  fig = Figure(figsize=(4.2 * len(results), 3.6))
+  fig = Figure(figsize=(4.2 * len(results), 4.4), layout="constrained")
   axes = fig.subplots(1, len(results), squeeze=False)
   for ax, (protocol, comp) in zip(axes[0], results.items()):
     for i, series in enumerate(comp.rates):
@@ -333,11 +406,10 @@ def _plot_side_by_side(results: dict[str, Any], path: Path) -> None:
              if r["network_accuracy"] is not None]
       if net:
         ax.plot(*zip(*net), "o-", color=color, markersize=3, label=f"{series}: network")
-    ax.set_title(protocol.upper())
-    ax.set_xlabel("round")
+    ax.set_title(NAMES.get(protocol, protocol))
+    ax.set_xlabel("round (0: local training on the labels)")
     ax.set_ylabel("test accuracy")
-    ax.legend(fontsize=7)
-  fig.tight_layout()
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0, -0.22), ncols=2, frameon=False)
   atomic_savefig(fig, path, dpi=120)
 
 

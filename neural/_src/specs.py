@@ -15,6 +15,10 @@ product of the axes, named by joining the axis names with ``__``. A config with 
 :class:`ExperimentConfig` of the KD protocols. The paper's configs (Afonin &
 Karimireddy, Sec. 6 and App. H, and the other papers' tables) ship in
 ``neural/configs``.
+
+The KD experiments' configs, and the rerun of a finished run, need neither JAX
+nor the methods: the experiment runner and the methods' registry are imported
+when a run has rounds to do or a config names a method.
 """
 
 from __future__ import annotations
@@ -34,14 +38,12 @@ from neural._src.config import ConfigError
 from neural._src.config import ExperimentConfig
 from neural._src.config import RunConfig
 from neural._src.config import with_changes
-from neural._src.experiment import train_and_evaluate
-from neural._src.methods.registry import MethodConfig
-from neural._src.methods.registry import method_config_from_dict
-from neural._src.methods.registry import method_configs
-from neural._src.methods.registry import run_method
+from neural._src.plots import plot_is_current
 from neural._src.plots import plot_sweep
+from neural._src.rundir import METRICS_FILE
 from neural._src.rundir import PLOT_FILE
 from neural._src.rundir import ExperimentError
+from neural._src.rundir import finished_rows
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 SWEEP_FILE = "sweep.json"
@@ -50,12 +52,15 @@ SWEEP_FILE = "sweep.json"
 def config_from_dict(values: Mapping[str, Any]) -> RunConfig:
   """An ``ExperimentConfig``, or a method's config when ``values`` has a "method" field."""
   if "method" in values:
+    from neural._src.methods.registry import method_config_from_dict  # deferred: JAX
     return method_config_from_dict(values)
   return ExperimentConfig.from_dict(values)
 
 
 def all_fields() -> set[str]:
   """The fields of the KD experiment config and of every registered method's config."""
+  from neural._src.methods.registry import method_configs  # deferred: JAX
+
   names = set(ExperimentConfig.field_names())
   for cls in method_configs().values():
     names.update(cls.field_names())
@@ -78,16 +83,7 @@ class ConfigSpec:
     or an override also sets ``data_seed`` and ``init_seed`` unless the same
     layer names them.
     """
-    axes = [_axis_entries(axis, f"grid[{i}]") for i, axis in enumerate(self.grid)]
-    runs = []
-    for combo in itertools.product(*axes):
-      values = dict(self.base)
-      names = []
-      for name, changes in combo:
-        values = with_changes(values, changes)
-        names.append(name)
-      values = with_changes(values, overrides or {})
-      runs.append(("__".join(names), config_from_dict(values)))
+    runs = [(name, config_from_dict(values)) for name, values in self.run_values(overrides)]
     seen = set()
     for name, _ in runs:
       if name in seen:
@@ -96,12 +92,31 @@ class ConfigSpec:
     return runs
 
 
+  def run_values(self, overrides: Mapping[str, Any] | None = None
+                 ) -> list[tuple[str, dict[str, Any]]]:
+    """The runs of the sweep as ``(name, field values)``, before their configs are built."""
+    axes = [_axis_entries(axis, f"grid[{i}]") for i, axis in enumerate(self.grid)]
+    runs = []
+    for combo in itertools.product(*axes):
+      values = dict(self.base)
+      names = []
+      for name, changes in combo:
+        values = with_changes(values, changes)
+        names.append(name)
+      runs.append(("__".join(names), with_changes(values, overrides or {})))
+    return runs
+
+  def methods(self) -> tuple[str | None, ...]:
+    """The methods the runs name (``"method"``; ``None`` for a KD experiment), each once."""
+    return tuple(dict.fromkeys(values.get("method") for _, values in self.run_values()))
+
+
 def _axis_entries(axis: Any, where: str) -> list[tuple[str, dict[str, Any]]]:
   if not isinstance(axis, dict) or not axis:
     raise ConfigError(f"{where}: expected a non-empty object")
   if len(axis) == 1 and isinstance(next(iter(axis.values())), list):
     (field, values), = axis.items()
-    if field not in all_fields():
+    if field not in ExperimentConfig.field_names() and field not in all_fields():
       raise ConfigError(f"{where}: {field!r} is not a config field")
     return [(f"{field}={_fmt(v)}", {field: v}) for v in values]
   entries = []
@@ -180,11 +195,19 @@ def run_one(config: RunConfig, workdir: str | os.PathLike, units: str = "paper",
   """``train_and_evaluate`` for a KD-protocol config, ``run_method`` for a method's config.
 
   ``units`` (the rounds of the KD runs' figure, see ``neural.paper_rounds``) does not
-  apply to the methods, whose rows have no KD protocol.
+  apply to the methods, whose rows have no KD protocol. A finished run whose figure
+  is current is read back without loading its models, its data or JAX.
   """
-  if isinstance(config, MethodConfig):
-    return run_method(config, workdir, **kwargs)
-  # Not a method's config: a KD experiment (see config_from_dict).
+  kd = isinstance(config, ExperimentConfig)
+  rows = finished_rows(workdir, config, config.total_rounds)
+  plot = Path(workdir) / PLOT_FILE
+  if rows is not None and plot_is_current(plot, units if kd else "steps",
+                                          Path(workdir) / METRICS_FILE):
+    return rows
+  if not kd:
+    from neural._src.methods.registry import run_method  # deferred: JAX, the methods
+    return run_method(cast(Any, config), workdir, **kwargs)
+  from neural._src.experiment import train_and_evaluate  # deferred: JAX, Flax, Optax
   return train_and_evaluate(cast(ExperimentConfig, config), workdir, units=units, **kwargs)
 
 
@@ -221,5 +244,8 @@ def run_configs(runs: Sequence[tuple[str, RunConfig]], workdir: str | os.PathLik
       print(f"[{i + 1}/{len(runs)}] {name}", flush=True)
     results[name] = run_one(config, workdir / name, units, progress=progress,
                             max_rounds=max_rounds)
-  plot_sweep(results, workdir / PLOT_FILE, title=description, units=units)
+  if not plot_is_current(workdir / PLOT_FILE, units, workdir / SWEEP_FILE) or any(
+      not plot_is_current(workdir / PLOT_FILE, units, workdir / name / METRICS_FILE)
+      for name in names):
+    plot_sweep(results, workdir / PLOT_FILE, title=description, units=units)
   return results

@@ -57,13 +57,13 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from neural._src.choices import AGENT_BATCHING
+from neural._src.choices import STEP_LOOPS
 from neural._src.optimizers import OptimizerConfig
 from neural._src.optimizers import make_optimizer
 
 Array = jax.Array
 
-STEP_LOOPS = ("auto", "scan", "python")
-AGENT_BATCHING = ("auto", "vmap", "sequential")
 
 
 class TrainError(ValueError):

@@ -292,3 +292,15 @@ def test_an_interrupted_simulation_exits_130_and_writes_nothing(problem_file, tm
               "simulate", "--out", tmp_path / "o.npz") == 130
   assert "interrupted" in capsys.readouterr().err
   assert not (tmp_path / "o.npz").exists()
+
+
+def test_help_names_the_claim_ids_and_what_verify_costs(capsys):
+  from fedkrr._src.cli import _parser
+  from fedkrr._src.search_claims import BY_ID
+  for command in ("search", "verify"):
+    with pytest.raises(SystemExit):
+      _parser().parse_args([command, "--help"])
+  out = capsys.readouterr().out
+  for claim in BY_ID:
+    assert f"  {claim} " in out, claim   # one id per line: never broken at a hyphen
+  assert "Time: about" in out and "CPU time" in out

@@ -48,7 +48,7 @@ def test_trend_2_symmetric_mismatch_is_slowest_at_ratio_one(seed, mixing):
 
 
 def test_trend_2_in_the_plotted_data(curves):
-  # The symmetric sweep peaks at 1; the issue's sweep (agent 2's bandwidth only)
+  # The symmetric sweep peaks at 1; the one-sided sweep (agent 2's bandwidth only)
   # falls for every ratio >= 1 (narrower kernel 2) ...
   assert int(np.argmax(curves.rho_mismatch)) == RATIOS.index(1.0), curves.rho_mismatch
   assert np.all(np.diff(curves.rho_ratio[2:]) < 0), curves.rho_ratio

@@ -3,15 +3,19 @@
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 
 import numpy as np
 
 import neural
-from neural._src.cli import _parser
+from neural._src.cli import compare_parser
 from neural._src.cli import main
 from neural._src.cli import overrides_from_args
+from neural._src.cli import reproduce_parser
+from neural._src.cli import run_parser
+from neural._src.config import field_help
 from neural._src.specs import ConfigSpec
 from neural._src.specs import shipped_configs
 
@@ -75,36 +79,87 @@ def test_configs_lists_the_shipped_configs():
   assert new <= set(names)
 
 
-def test_flags_are_generated_from_every_configs_fields(capsys):
-  """``neural run --help`` lists each config's fields, grouped, with their descriptions."""
+def _help(argv):
+  return run_parser(argv).format_help()
+
+
+def _has_flag(text, name):
+  return re.search(rf"--{name.replace('_', '-')}(?![\w-])", text) is not None
+
+
+def test_run_help_shows_the_chosen_configs_fields_only(capsys):
+  """``neural run --help``: the KD fields; ``--method NAME`` or ``--config NAME``: that
+  method's, and no other config's."""
   try:
     main(["run", "--help"])
   except SystemExit as e:
     assert e.code == 0
   text = capsys.readouterr().out
-  for cls in [neural.ExperimentConfig, *neural.methods.method_configs().values()]:
-    for name in cls.field_names():
-      assert f"--{name.replace('_', '-')}" in text, name
-  assert "fields of the methods mhd, mhd-fedavg, mhd-isolated (MHDConfig)" in text
+  for name in neural.ExperimentConfig.field_names():
+    assert _has_flag(text, name), name
+  assert "--aux-heads" not in text and "--lambda-fd" not in text   # other methods' fields
   assert "number of agents M >= 2" in text   # the description from the docstring
+  classes = {}
+  for method, cls in neural.methods.method_configs().items():
+    classes.setdefault(cls, method)
+  for cls, method in classes.items():
+    text = _help(["--method", method])
+    for name in cls.field_names():
+      assert _has_flag(text, name), (method, name)
+    others = {n for c in classes for n in c.field_names()} - set(cls.field_names())
+    assert not [n for n in others if _has_flag(text, n)], method
+  text = _help(["--config", "mhd_small"])
+  assert "fields of the methods mhd, mhd-isolated, mhd-fedavg (MHDConfig)" in text
+  assert "--aux-heads" in text and "--protocol PROTOCOL" not in text and "--units" not in text
+
+
+def test_every_field_has_its_own_help_in_plain_words():
+  """No flag shows a neighbour's text (grouped docstring entries) or a Sphinx role."""
+  for cls in {neural.ExperimentConfig, *neural.methods.method_configs().values()}:
+    texts = field_help(cls)
+    missing = [n for n in cls.field_names() if not texts.get(n)]
+    assert not missing, (cls.__name__, missing)
+    by_text = {}
+    for name in cls.field_names():
+      by_text.setdefault(texts[name], []).append(name)
+    shared = [names for names in by_text.values() if len(names) > 1]
+    assert not shared, (cls.__name__, shared)
+  for argv in ([], ["--method", "d-distillation"], ["--method", "repshare"]):
+    assert ":func:" not in _help(argv) and ":class:" not in _help(argv)
+    assert "``" not in _help(argv)
+
+
+def test_compare_and_reproduce_offer_only_what_they_accept(capsys):
+  for parser in (compare_parser(), reproduce_parser()):
+    text = parser.format_help()
+    assert "--protocol" in text and "--epochs" in text
+    assert "--refinement" not in text and "--aux-heads" not in text and "--method" not in text
+  assert "--units" not in compare_parser().format_help()
+  assert "--max-rounds" not in compare_parser().format_help()
+  assert main(["compare", "--workdir", "w", "--refinement", "kkr"]) == 2
+  err = capsys.readouterr().err
+  assert "--refinement" in err and "feddkc" in err and "KD protocols only" in err
 
 
 def test_generated_flags_parse_to_config_values():
-  args = _parser().parse_args(["run", "--workdir", "w", "--models", "mlp,cnn", "--tiny",
-                               "--no-warm-start", "--proportions", "0.7,0.3", "--lr", "0.01",
-                               "--aux-heads", "3", "--init-seed", "4", "--cosine"])
-  assert overrides_from_args(args) == {
+  argv = ["--workdir", "w", "--models", "mlp,cnn", "--tiny", "--no-warm-start",
+          "--proportions", "0.7,0.3", "--lr", "0.01", "--init-seed", "4"]
+  assert overrides_from_args(run_parser(argv).parse_args(argv)) == {
       "models": ["mlp", "cnn"], "tiny": True, "warm_start": False, "proportions": [0.7, 0.3],
-      "learning_rate": 0.01, "aux_heads": 3, "init_seed": 4, "cosine": True}
+      "learning_rate": 0.01, "init_seed": 4}
+  argv = ["--workdir", "w", "--method", "mhd", "--aux-heads", "3", "--cosine"]
+  assert overrides_from_args(run_parser(argv).parse_args(argv)) == {
+      "method": "mhd", "aux_heads": 3, "cosine": True}
 
 
 def test_a_methods_flag_reaches_its_config_and_is_refused_by_others(tmp_path, capsys):
-  runs = ConfigSpec(base={}).expand(overrides_from_args(_parser().parse_args(
-      ["run", "--workdir", "w", "--method", "mhd", "--labels-per-client", "2",
-       "--aux-heads", "3"])))
+  argv = ["--workdir", "w", "--method", "mhd", "--labels-per-client", "2", "--aux-heads", "3"]
+  runs = ConfigSpec(base={}).expand(overrides_from_args(run_parser(argv).parse_args(argv)))
   assert runs[0][1].to_dict()["aux_heads"] == 3
   assert main(["run", *FLAGS, "--aux-heads", "3", "--workdir", str(tmp_path)]) == 2
-  assert "aux_heads: not a field of the KD experiment config" in capsys.readouterr().err
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and "--aux-heads: not a field of the config run here" in err[0]
+  assert "--method" in err[0] and "mhd" in err[0]
 
 
 def test_configs_fields_lists_a_methods_fields(capsys):
@@ -130,3 +185,37 @@ def test_neural_run_as_users_run_it_in_float32(tmp_path):
   arrays = np.load(workdir / "checkpoint.npz")
   floats = [arrays[k].dtype for k in arrays.files if arrays[k].dtype.kind == "f"]
   assert floats and all(dtype == np.float32 for dtype in floats)   # nothing went to float64
+
+
+_HEAVY = ("jax", "flax", "optax", "matplotlib", "sklearn", "scipy")
+_PROBE = ("import sys\nfrom neural._src.cli import main\ntry:\n  code = main(sys.argv[1:])\n"
+          "except SystemExit as e:\n  code = e.code\n"
+          f"print('imported:', sorted(m for m in {_HEAVY!r} if m in sys.modules), code)\n")
+
+
+def _probe(*argv):
+  out = subprocess.run([sys.executable, "-c", _PROBE, *argv], capture_output=True, text=True,
+                       check=True)
+  return out.stdout
+
+
+def test_help_and_a_finished_runs_rerun_import_neither_jax_nor_flax(tmp_path):
+  """Start-up: `neural --help`, `neural run --help` and the rerun of a finished run do not
+  load JAX, Flax, Optax, matplotlib or scikit-learn (they cost seconds to import)."""
+  assert "imported: [] 0" in _probe("--help")
+  assert "imported: [] 0" in _probe("run", "--help")
+  workdir = tmp_path / "run"
+  args = ["run", *FLAGS, "--rounds", "1", "--workdir", str(workdir)]
+  assert main(args) == 0
+  plot = (workdir / "accuracy.png").stat().st_mtime_ns
+  out = _probe(*args)
+  assert "imported: [] 0" in out and f"{workdir}: round 0: test accuracy agent 0" in out
+  assert (workdir / "accuracy.png").stat().st_mtime_ns == plot   # current: not redrawn
+  assert "imported: [] 0" not in _probe(*args[:-2], "--units", "steps", "--workdir",
+                                        str(workdir))   # other units: redrawn
+
+
+def test_configs_fields_alone_names_the_methods(capsys):
+  assert main(["configs", "--fields"]) == 0
+  names = [line.split(":")[0] for line in capsys.readouterr().out.splitlines()]
+  assert names == ["kd", *neural.methods.method_configs()]

@@ -43,10 +43,15 @@ def test_every_part_at_tiny_scale(tmp_path, x64):
   rows = json.loads((tmp_path / "verify" / "verify.json").read_text())
   assert [r["id"] for r in rows] == ["prop3-idempotent"] and rows[0]["holds"]
   assert "1 of 1 statements hold" in report
-  assert "**AKD on MNIST**" in report and "**AVGKD on MNIST**" in report
-  assert report.count("| akd |") >= 1 and report.count("| avgkd |") >= 2
+  assert "**AKD on MNIST**" in report and "**AvgKD on MNIST**" in report
+  assert report.count("| AKD |") >= 1 and report.count("| AvgKD |") >= 2
+  assert "partition iid " not in report and "iid ," not in report
+  assert "per cycle of 2 rounds" in report and "spectral radius per round" in report
+  assert "fitted rate" not in report   # 2 rounds: too few to fit a rate, so none is shown
   timings = json.loads((tmp_path / "timings.json").read_text())
-  assert set(timings) == {"verify", "toy", "mnist", "total"}
+  assert set(timings) == {"verify", "toy", "mnist", "total", "cpu_seconds", "cores",
+                          "load_average"}
+  assert f"{timings['cpu_seconds']:.0f} s of CPU time" in report
   assert np.isclose(timings["total"], sum(timings[p] for p in ("verify", "toy", "mnist")),
                     rtol=0.05)
 

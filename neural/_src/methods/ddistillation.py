@@ -214,14 +214,18 @@ class DDistConfig(MethodConfig):
   """D-Distillation / D-SGD / Silo-SGD on a communication graph (one config, three methods).
 
   Attributes (beyond :class:`MethodConfig`):
-    model, width, tiny: the devices' architecture (``neural.get_model``).
+    model: the devices' architecture (a ``neural.get_model`` name).
+    width: width setting of that architecture (``None``: the model's default).
+    tiny: tiny variants of the networks (tests, quick runs).
     models: ``None`` (every device has ``model``), one architecture for all, or one
       per device (length ``agents``; Fig. 3's mixes), each with ``width`` and ``tiny``
       (as ``ExperimentConfig.models``).
     loss: the private loss L, "ce" or "mse" (the paper does not name it).
-    graph, graph_degree: the graph (``neural.make_graph``; "random" = max degree d,
-      the paper's Fig. 2), seeded by ``data_seed``; W is its Metropolis matrix (uniform
+    graph: the communication graph (``neural.make_graph``: "ring", "complete",
+      "random" with maximum degree ``graph_degree`` as in the paper's Fig. 2, or
+      "directed-ring"), seeded by ``data_seed``; W is its Metropolis matrix (uniform
       1/(d+1) for the directed ring).
+    graph_degree: d, the maximum degree of the "random" graph.
     graph_window: B = 1 keeps the graph fixed; B > 1 makes it time-varying
       (:func:`neural.edge_schedule`): its edges are dealt into B parts and round t
       uses part ``t mod B`` with that part's Metropolis W_t, so only the union over
@@ -232,7 +236,9 @@ class DDistConfig(MethodConfig):
     batch_size: private mini-batch |S^p|.
     network_batch_size: b = |S^r|.
     distill_beta: beta (coupling of eq. 5 and 6; ``beta`` is the Dirichlet field).
-    eta0, eta_power, eta_t0: eta_t = eta0 (eta_t0 / (t + eta_t0))^eta_power.
+    eta0: eta_0, the first step size of eta_t = eta0 (eta_t0 / (t + eta_t0))^eta_power.
+    eta_power: a, the power of the step-size decay, in (1/2, 1] (Theorem 3).
+    eta_t0: t_0, the time offset of the step-size decay (> 0).
     z_init: "uniform" (1/K) or "model" (each device's initial s(theta_0, x)).
     z_step_scale: c >= 1 multiplying the z step of eq. 6, ``2 beta c eta_t``; 1 is
       the paper. Not in the paper: with its one eta_t the theta step carries M_n

@@ -410,7 +410,9 @@ class FedDKCConfig(MethodConfig):
     width: channels of the shared extractor (``None``: 16, or 4 if ``tiny``).
     tiny: small widths for tests.
     norm: "group" or "none" (GroupNorm stands in for the paper's BatchNorm).
-    client_epochs, server_epochs: passes over the data per round (not reported).
+    client_epochs: the clients' passes over their data per round (not reported).
+    server_epochs: the server's passes over the uploaded features per round (not
+      reported).
     batch_size: mini-batch size (1024 in the paper).
     optimizer: "sgd" (the paper's, with ``momentum``) or "adam".
     learning_rate: 0.03 in the paper.

@@ -293,7 +293,9 @@ class MHDConfig(MethodConfig):
   (``public_fraction``, ``skew``, ``label_assignment``, ...). ``agents`` is K.
 
   Attributes:
-    model, width, tiny: the backbone (``neural.get_model`` names).
+    model: the backbone (a ``neural.get_model`` name).
+    width: width setting of the backbone (``None``: the model's default).
+    tiny: tiny variants of the networks (tests, quick runs).
     aux_heads: m, the number of auxiliary heads (4 in Table 1's best runs).
     public_fraction: gamma_pub, the share of the training set made public (0.1).
     skew: s (0 or 100 in the paper).
@@ -309,11 +311,15 @@ class MHDConfig(MethodConfig):
     pool_size: N_P (``None``: K, as in the paper).
     teachers_per_step: Delta (1 in most of the paper's runs).
     steps_per_round: S_P, local steps between pool updates (200) or FedAvg averagings (u).
-    batch_size, public_batch_size: private and public examples per step.
+    batch_size: private examples per step.
+    public_batch_size: public examples per step.
     optimizer: "sgd" (momentum; the paper's) or "adam".
-    learning_rate, momentum, weight_decay: of the optimizer.
+    learning_rate: the optimizer's step size.
+    momentum: SGD's momentum (ignored by "adam").
+    weight_decay: L2 coefficient added to the gradient.
     cosine: the learning rate decays by a cosine over all rounds.
-    nu_emb, nu_aux: the loss weights (1 and 3 in the paper).
+    nu_emb: weight of the embedding distillation loss (1 in the paper).
+    nu_aux: weight of the auxiliary heads' distillation loss (3 in the paper).
     target_choice: "confident" (the method) or "random" (the ablation).
   """
 

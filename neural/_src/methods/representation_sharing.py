@@ -419,25 +419,35 @@ class RepShareConfig(MethodConfig):
 
   Attributes:
     method: "repshare", "repshare-fd", "repshare-fedavg" or "repshare-independent".
-    backbone, width, feature_dim: the client model (:func:`make_client_model`).
+    backbone: the client model's backbone (``make_client_model``).
+    width: width setting of the backbone (``None``: its default).
+    feature_dim: d', the dimension of the shared representations.
     epochs: local epochs per round (1 in the paper).
     batch_size: local mini-batch (32, from the thesis's code; not in the text).
-    learning_rate, weight_decay: Adam (1e-3 in the paper; no weight decay).
-    lambda_kd, lambda_disc: weights of L_KD and L_disc (10 and 1, Sec. 4).
+    learning_rate: Adam's step size (1e-3 in the paper).
+    weight_decay: L2 coefficient added to the gradient (none in the paper).
+    lambda_kd: lambda_KD, the weight of L_KD, the distance of the features to the
+      global class representations (10, Sec. 4).
+    lambda_disc: lambda_disc, the weight of L_disc, the contrastive loss against the
+      downloaded observations (1, Sec. 4).
     kd_reduction: "sum" (the paper's squared norm, Eq. 7) or "mean" over the d'
       coordinates in L_KD (PyTorch's ``MSELoss`` in the thesis's code).
     disc_reduction: "sum" over the C classes in L_disc (Algorithm 2) or "mean"
       (``BCELoss`` over all (sample, class) pairs in the thesis's code).
     n_avg: points per observation (10).
-    num_upload, num_download: M_up and M_down (1 and 1).
+    num_upload: M_up, the observation sets (per-class means over ``n_avg`` random
+      local points) each client uploads per round (1).
+    num_download: M_down, the observation sets of other clients each client
+      downloads per round, at most (N - 1) M_up (1).
     init_scale: scale of the relay's random first-round representations.
     initial_targets: what round 0 trains against: "random" (Algorithm 1: the
       relay's random initialisation; FD: no teacher) or "models" (the thesis's
       code: the class means of the untrained models' features, or logits for FD,
       relayed as after a round).
-    lambda_fd, fd_loss: FD's distillation weight and loss: "ce" (cross-entropy to
-      the softmax of the teacher logits, Jeong et al.) or "mse" (squared error on
-      the logits, mean over the C classes: the thesis's code, with its lambda_KD).
+    lambda_fd: FD's distillation weight.
+    fd_loss: FD's distillation loss: "ce" (cross-entropy to the softmax of the
+      teacher logits, Jeong et al.) or "mse" (squared error on the logits, mean over
+      the C classes: the thesis's code, with its lambda_KD).
     fd_include_self: FD's teacher of a class is the mean over all clients' points,
       the client's own included (the thesis's code), instead of over the other
       clients only (Jeong et al.).

@@ -1,0 +1,5 @@
+import sys
+
+from fedkrr._src.cli import main
+
+sys.exit(main())

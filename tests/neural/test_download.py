@@ -1,0 +1,215 @@
+"""``neural data fetch``: checked, resumable, atomic downloads from a local server.
+
+Every test serves files it makes from a threaded HTTP server on 127.0.0.1 (with HTTP
+``Range``); no test reaches the internet.
+"""
+
+import gzip
+import hashlib
+import http.server
+import io
+import tarfile
+import threading
+
+import numpy as np
+import pytest
+
+import neural
+from neural._src import download
+from neural._src.cli import main
+from neural._src.data import MNIST_FILES
+from neural._src.download import Download
+from neural._src.download import Remote
+
+
+class _Server:
+  """Serves ``files`` (name -> bytes) with Range support; records each request's Range."""
+
+  def __init__(self, files):
+    self.files = dict(files)
+    self.ranges = []
+    server = self
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+      def do_GET(self):
+        name = self.path.rsplit("/", 1)[-1]
+        if name not in server.files:
+          self.send_error(404)
+          return
+        body = server.files[name]
+        wanted = self.headers.get("Range")
+        server.ranges.append(wanted)
+        if wanted:
+          start = int(wanted.removeprefix("bytes=").split("-")[0])
+          if start >= len(body):
+            self.send_error(416)
+            return
+          self.send_response(206)
+          self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
+          body = body[start:]
+        else:
+          self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+      def log_message(self, *args):
+        pass
+
+    self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/data"
+    threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+  def close(self):
+    self.httpd.shutdown()
+    self.httpd.server_close()
+
+
+@pytest.fixture
+def serve():
+  servers = []
+
+  def start(files):
+    servers.append(_Server(files))
+    return servers[-1]
+
+  yield start
+  for s in servers:
+    s.close()
+
+
+def _remote(name, blob):
+  return Remote(name, len(blob), hashlib.sha256(blob).hexdigest())
+
+
+def _idx(magic, dims, values):
+  return (magic.to_bytes(4, "big") + b"".join(d.to_bytes(4, "big") for d in dims)
+          + np.asarray(values, np.uint8).tobytes())
+
+
+def _mnist_files(n_train=6, n_test=4):
+  rng = np.random.default_rng(0)
+  blobs = {
+      "x_train": _idx(0x803, (n_train, 28, 28), rng.integers(0, 256, n_train * 784)),
+      "y_train": _idx(0x801, (n_train,), rng.integers(0, 10, n_train)),
+      "x_test": _idx(0x803, (n_test, 28, 28), rng.integers(0, 256, n_test * 784)),
+      "y_test": _idx(0x801, (n_test,), rng.integers(0, 10, n_test)),
+  }
+  return {f"{MNIST_FILES[k]}.gz": gzip.compress(v) for k, v in blobs.items()}
+
+
+def test_mnist_through_the_command_then_load_dataset(serve, tmp_path, monkeypatch, capsys):
+  files = _mnist_files()
+  server = serve(files)
+  table = {"mnist": Download("http://127.0.0.1:9/unused",
+                             tuple(_remote(n, b) for n, b in files.items()))}
+  monkeypatch.setattr(download, "DOWNLOADS", table)
+  target = tmp_path / "mnist"
+  assert main(["data", "fetch", "mnist", "--dir", str(target), "--base-url", server.url,
+               "--no-progress"]) == 0
+  assert f"pass --data-dir {target}" in capsys.readouterr().out
+  data = neural.load_dataset("mnist", target)
+  assert (data.num_train, data.num_test, data.input_shape) == (6, 4, (28, 28, 1))
+  assert sorted(p.name for p in target.iterdir()) == sorted(files)   # no .part left
+  requests = len(server.ranges)
+  assert main(["data", "fetch", "mnist", "--dir", str(target), "--base-url", server.url,
+               "--no-progress"]) == 0
+  assert len(server.ranges) == requests   # present and checked: nothing fetched again
+
+
+def test_a_cut_download_resumes_with_a_range_request(serve, tmp_path):
+  blob = bytes(range(256)) * 40
+  server = serve({"f.bin": blob})
+  (tmp_path / "f.bin.part").write_bytes(blob[:1000])   # what a killed download left
+  path = download.fetch_file(f"{server.url}/f.bin", _remote("f.bin", blob), tmp_path / "f.bin")
+  assert server.ranges == ["bytes=1000-"]
+  assert path.read_bytes() == blob and not (tmp_path / "f.bin.part").exists()
+
+
+def test_a_server_that_ignores_range_sends_the_whole_file_again(tmp_path):
+  blob = b"abcdefgh" * 100
+
+  class Plain(http.server.BaseHTTPRequestHandler):   # answers 200 to a Range request
+    def do_GET(self):
+      self.send_response(200)
+      self.send_header("Content-Length", str(len(blob)))
+      self.end_headers()
+      self.wfile.write(blob)
+
+    def log_message(self, *args):
+      pass
+
+  (tmp_path / "f.bin.part").write_bytes(b"x" * 100)   # not even the right bytes
+  plain = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Plain)
+  threading.Thread(target=plain.serve_forever, daemon=True).start()
+  try:
+    url = f"http://127.0.0.1:{plain.server_address[1]}/f.bin"
+    path = download.fetch_file(url, _remote("f.bin", blob), tmp_path / "f.bin")
+    assert path.read_bytes() == blob
+  finally:
+    plain.shutdown()
+    plain.server_close()
+
+
+def test_a_wrong_checksum_is_refused_and_nothing_gets_the_name(serve, tmp_path):
+  blob = b"the published file"
+  server = serve({"f.bin": b"something else, same size"[:len(blob)]})
+  with pytest.raises(neural.DataError, match="not the published one"):
+    download.fetch_file(f"{server.url}/f.bin", _remote("f.bin", blob), tmp_path / "f.bin")
+  assert list(tmp_path.iterdir()) == []   # neither the file nor a .part
+
+
+def test_a_server_error_is_one_clear_line(serve, tmp_path, monkeypatch, capsys):
+  server = serve({})
+  table = {"mnist": Download(server.url, (Remote("missing.gz", 3, "00"),))}
+  monkeypatch.setattr(download, "DOWNLOADS", table)
+  assert main(["data", "fetch", "mnist", "--dir", str(tmp_path), "--no-progress"]) == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and "404" in err[0] and "missing.gz" in err[0]
+
+
+def _tarball(members):
+  buffer = io.BytesIO()
+  with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+    for name, data in members.items():
+      info = tarfile.TarInfo(name)
+      info.size = len(data)
+      tar.addfile(info, io.BytesIO(data))
+  return buffer.getvalue()
+
+
+def test_an_archive_is_unpacked_checked_and_renamed_into_place(serve, tmp_path):
+  members = {f"cifar-10-batches-py/{n}": n.encode() for n in ("data_batch_1", "test_batch")}
+  blob = _tarball(members)
+  server = serve({"c.tar.gz": blob})
+  spec = Download(server.url, (_remote("c.tar.gz", blob),),
+                  unpack=("cifar-10-batches-py", (("data_batch_1", 0), ("test_batch", 0))))
+  paths = download.fetch_dataset("c", tmp_path, downloads={"c": spec})
+  assert paths == [tmp_path / "cifar-10-batches-py"]
+  assert (tmp_path / "cifar-10-batches-py" / "test_batch").read_bytes() == b"test_batch"
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["cifar-10-batches-py"]   # archive gone
+  short = Download(server.url, (_remote("c.tar.gz", blob),),
+                   unpack=("cifar-10-batches-py", (("data_batch_2", 0),)))
+  with pytest.raises(neural.DataError, match="lacks"):
+    download.fetch_dataset("c", tmp_path / "other", downloads={"c": short})
+  assert not (tmp_path / "other" / "cifar-10-batches-py").exists()   # nothing half-unpacked
+
+
+def test_an_archive_member_outside_the_directory_is_refused(serve, tmp_path):
+  blob = _tarball({"../evil": b"x"})
+  server = serve({"e.tar.gz": blob})
+  spec = Download(server.url, (_remote("e.tar.gz", blob),), unpack=("e", ()))
+  with pytest.raises(neural.DataError, match="not a plain file or folder inside it"):
+    download.fetch_dataset("e", tmp_path / "d", downloads={"e": spec})
+  assert not (tmp_path / "evil").exists()
+
+
+def test_the_published_table_and_the_missing_data_error_name_the_command(tmp_path):
+  assert set(download.DOWNLOADS) == {"mnist", "cifar10", "cinic10"}
+  for spec in download.DOWNLOADS.values():
+    for remote in spec.files:
+      assert remote.size > 0 and len(remote.digest) == {"sha256": 64, "md5": 32}[
+          remote.algorithm]
+  for name in ("mnist", "cifar10", "cinic10"):
+    with pytest.raises(neural.DataError, match=f"neural data fetch {name} --dir {tmp_path}"):
+      neural.load_dataset(name, tmp_path)
