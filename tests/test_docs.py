@@ -9,7 +9,9 @@ import dataclasses
 import doctest
 import importlib
 import inspect
+from pathlib import Path
 import pkgutil
+import re
 
 import jax
 import jax.numpy as jnp
@@ -110,3 +112,17 @@ def test_docstring_examples_run(module_name):
   for test in examples_of(module_name):
     runner.run(test, out=failures.append, clear_globs=True)
   assert runner.failures == 0, "".join(failures)
+
+
+def test_no_tracker_wording_in_what_users_read():
+  """Configs, docs, notebooks, code and scripts speak for themselves, not of an issue tracker."""
+  root = Path(__file__).resolve().parent.parent
+  pattern = re.compile(r"\bissue\s+#?\d+|\bthe issue's\b", re.IGNORECASE)
+  found = []
+  for folder in ("fedkrr", "neural", "docs", "notebooks", "benchmarks", "scripts", "tests"):
+    for path in (root / folder).rglob("*"):
+      if path.suffix in (".py", ".md", ".json", ".ipynb", ".sh") and path != Path(__file__):
+        found += [f"{path.relative_to(root)}: {m.group(0)}"
+                  for m in pattern.finditer(path.read_text(errors="replace"))]
+  found += [f"README.md: {m.group(0)}" for m in pattern.finditer((root / "README.md").read_text())]
+  assert not found, found
