@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 import dataclasses
-import json
 import sys
 import textwrap
 import types
@@ -21,8 +20,11 @@ from typing import cast
 
 import jax
 
+from fedkrr import ReadError
 from fedkrr import __version__
 from fedkrr import avoid_cpu_eigh_deadlock
+from fedkrr import exits_on_signals
+from fedkrr import parse_json
 from neural._src.compare import compare
 from neural._src.config import ExperimentConfig
 from neural._src.config import RunConfig
@@ -202,8 +204,8 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
     if not eq or not field.strip():
       raise ValueError(f"--set: expected FIELD=VALUE, got {item!r}")
     try:
-      out[field.strip()] = json.loads(text)
-    except json.JSONDecodeError:
+      out[field.strip()] = parse_json(text, f"--set {field.strip()}")
+    except ReadError:
       out[field.strip()] = text
   return out
 
@@ -297,6 +299,8 @@ def _configs(args: argparse.Namespace) -> int:
   return 0
 
 
+@exits_on_signals("neural", dict.fromkeys(("run", "reproduce", "compare"),
+                                           "run the same command again to resume"))
 def main(argv: Sequence[str] | None = None) -> int:
   args = _parser().parse_args(argv)
   if args.command == "compare":   # fedkrr's closed forms: vmapped eigh can stall XLA's CPU pool

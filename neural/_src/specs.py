@@ -29,10 +29,15 @@ from pathlib import Path
 from typing import Any
 from typing import cast
 
+from fedkrr import ReadError
+from fedkrr import WriteError
 from fedkrr import atomic_write
+from fedkrr import check_output
+from fedkrr import read_json
 from neural._src.config import ConfigError
 from neural._src.config import ExperimentConfig
 from neural._src.config import RunConfig
+from neural._src.config import shown
 from neural._src.config import with_changes
 from neural._src.experiment import train_and_evaluate
 from neural._src.methods.registry import MethodConfig
@@ -45,6 +50,7 @@ from neural._src.rundir import ExperimentError
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 SWEEP_FILE = "sweep.json"
+MAX_CONFIG_BYTES = 4 * 2**20
 
 
 def config_from_dict(values: Mapping[str, Any]) -> RunConfig:
@@ -102,7 +108,9 @@ def _axis_entries(axis: Any, where: str) -> list[tuple[str, dict[str, Any]]]:
   if len(axis) == 1 and isinstance(next(iter(axis.values())), list):
     (field, values), = axis.items()
     if field not in all_fields():
-      raise ConfigError(f"{where}: {field!r} is not a config field")
+      raise ConfigError(f"{where}: {shown(field)} is not a config field")
+    if not values:
+      raise ConfigError(f"{where}: {field!r} has no values (expected a non-empty list)")
     return [(f"{field}={_fmt(v)}", {field: v}) for v in values]
   entries = []
   for name, changes in axis.items():
@@ -137,22 +145,26 @@ def load_spec(source: str | os.PathLike) -> ConfigSpec:
                         f"(see `neural configs`)")
     path = shipped[str(source)]
   try:
-    data = json.loads(path.read_bytes().decode("utf-8"))
-  except UnicodeDecodeError as e:
-    raise ConfigError(f"config: {path} is not UTF-8 text ({e.reason} at byte {e.start})") from None
-  except json.JSONDecodeError as e:
-    raise ConfigError(f"config: {path} is not valid JSON ({e})") from None
+    data = read_json(path, "config file", limit=MAX_CONFIG_BYTES)
+  except ReadError as e:
+    raise ConfigError(f"config: {e}") from None
   if not isinstance(data, dict):
     raise ConfigError(f"config: {path} must hold a JSON object")
   if "base" not in data:
     return ConfigSpec(base=data)
   extra = sorted(set(data) - {"base", "grid", "description", "figure"})
   if extra:
-    raise ConfigError(f"config: unknown key {extra[0]!r} in {path} "
+    raise ConfigError(f"config: unknown key {shown(extra[0])} in {path} "
                       f"(expected base, grid, description, figure)")
   grid = data.get("grid", [])
+  if not isinstance(data["base"], dict):
+    raise ConfigError(f"base: expected an object of config fields in {path}, got "
+                      f"{shown(data['base'])}")
   if not isinstance(grid, list):
     raise ConfigError(f"grid: expected a list of axes in {path}")
+  for key in ("description", "figure"):
+    if not isinstance(data.get(key, ""), str):
+      raise ConfigError(f"{key}: expected a string in {path}, got {shown(data[key])}")
   spec = ConfigSpec(dict(data["base"]), tuple(grid), data.get("description", ""),
                     data.get("figure", ""))
   spec.expand()   # validates every run
@@ -204,22 +216,34 @@ def run_configs(runs: Sequence[tuple[str, RunConfig]], workdir: str | os.PathLik
   workdir = Path(workdir)
   if len(runs) == 1 and runs[0][0] == "":
     return {"": run_one(runs[0][1], workdir, units, progress=progress, max_rounds=max_rounds)}
-  workdir.mkdir(parents=True, exist_ok=True)
+  try:
+    check_output(workdir, "workdir", directory=True)
+  except WriteError as e:
+    raise ExperimentError(str(e)) from None
   names = [name for name, _ in runs]
   sweep = {"description": description, "runs": names}
   sweep_path = workdir / SWEEP_FILE
-  if sweep_path.exists():
-    saved = json.loads(sweep_path.read_text())
-    if saved.get("runs") != names:
+  written = os.path.lexists(sweep_path)
+  if written:
+    try:
+      saved = read_json(sweep_path, "sweep file")
+    except ReadError as e:
+      raise ExperimentError(f"workdir: {e}; use another workdir") from None
+    if not isinstance(saved, dict) or saved.get("runs") != names:
+      others = saved.get("runs") if isinstance(saved, dict) else None
+      listed = ", ".join(map(str, others[:3])) if isinstance(others, list) else "?"
       raise ExperimentError(f"workdir: {workdir} holds a sweep of other runs "
-                            f"({', '.join(saved.get('runs', [])[:3])}...); use another workdir")
-  else:
-    atomic_write(sweep_path, json.dumps(sweep, indent=2) + "\n")
+                            f"({shown(listed)}...); use another workdir")
   results = {}
   for i, (name, config) in enumerate(runs):
     if progress:
       print(f"[{i + 1}/{len(runs)}] {name}", flush=True)
+    if not written and i > 0:   # the first run started: its data loaded, its directory made
+      atomic_write(sweep_path, json.dumps(sweep, indent=2) + "\n")
+      written = True
     results[name] = run_one(config, workdir / name, units, progress=progress,
                             max_rounds=max_rounds)
+  if not written:
+    atomic_write(sweep_path, json.dumps(sweep, indent=2) + "\n")
   plot_sweep(results, workdir / PLOT_FILE, title=description, units=units)
   return results

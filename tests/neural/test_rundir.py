@@ -4,7 +4,7 @@ nothing created by a failed start, and the one-line errors of corrupt files."""
 import json
 import os
 import pickle
-from typing import NamedTuple
+import sys
 
 import filelock
 import jax
@@ -13,9 +13,12 @@ import pytest
 
 import fedkrr
 import neural
-from neural._src import checkpoint as checkpoint_lib
 from neural._src.checkpoint import CheckpointError
+from neural._src.checkpoint import ModelSlot
+from neural._src.checkpoint import Node
 from neural._src.checkpoint import load_checkpoint
+from neural._src.checkpoint import read_checkpoint
+from neural._src.checkpoint import restore
 from neural._src.checkpoint import save_checkpoint
 from neural._src.cli import main
 from neural._src.config import ExperimentConfig
@@ -50,7 +53,7 @@ def finished_run(tmp_path_factory):
   return workdir, rows
 
 
-def test_checkpoint_round_trip_keeps_states_models_and_row_order(tmp_path):
+def _tree():
   model = neural.get_model("vgg", 3, tiny=True)
   variables = neural.init_variables(model, jax.random.PRNGKey(0), (8, 8, 1))
   x = np.random.default_rng(0).random((10, 8, 8, 1)).astype(np.float32)
@@ -59,59 +62,80 @@ def test_checkpoint_round_trip_keeps_states_models_and_row_order(tmp_path):
   tx = neural.make_optimizer(neural.OptimizerConfig("adam", schedule="cosine", decay_steps=4))
   state = fedkrr.get_protocol("ekd").init([np.ones((2, 3)), np.zeros((2, 3))])
   tree = {"round": 2, "state": state, "models": (FlaxModel(model, variables), forest, None),
-          "opt": tx.init(variables["params"]), "rows": [{"round": 0, "agent": "server", "v": 0.5}],
-          "by_int": {3: np.float32(1.5)}}
-  save_checkpoint(tmp_path / "c.npz", tree)
-  back = load_checkpoint(tmp_path / "c.npz")
-  assert type(back["state"]) is type(state) and back["state"].round == 0
-  assert list(back["rows"][0]) == ["round", "agent", "v"]   # key order kept: byte-identical rows
-  assert back["models"][0].model == model and back["models"][2] is None
-  np.testing.assert_allclose(back["models"][0].predict(x), FlaxModel(model, variables).predict(x))
-  np.testing.assert_allclose(back["models"][1].predict(x), forest.predict(x))
-  assert jax.tree.structure(back["opt"]) == jax.tree.structure(tx.init(variables["params"]))
+          "opt": tx.init(variables["params"]), "by_int": {3: np.float32(1.5)}}
+  return tree, x
+
+
+def _slots(tree):
+  """The tree's target: models as slots (module and variables' shapes), the rest as is."""
+  flax_model, forest, _ = tree["models"]
+  return {**tree, "models": (ModelSlot(flax_model.model, flax_model.variables, 3),
+                             ModelSlot(None, None, forest.num_outputs), None)}
+
+
+def test_checkpoint_round_trip_restores_into_the_target(tmp_path):
+  tree, x = _tree()
+  save_checkpoint(tmp_path / "c.npz", {**tree, "rows": [{"round": 0, "agent": "server"}]})
+  raw = read_checkpoint(tmp_path / "c.npz")
+  assert list(raw["rows"][0]) == ["round", "agent"]   # plain data, key order kept
+  back = restore({k: v for k, v in raw.items() if k != "rows"}, _slots(tree))
+  assert type(back["state"]) is type(tree["state"]) and back["state"].round == 0
+  assert back["models"][0].model is tree["models"][0].model and back["models"][2] is None
+  np.testing.assert_allclose(back["models"][0].predict(x), tree["models"][0].predict(x))
+  np.testing.assert_allclose(back["models"][1].predict(x), tree["models"][1].predict(x))
+  assert jax.tree.structure(back["opt"]) == jax.tree.structure(tree["opt"])
   assert back["by_int"] == {3: np.float32(1.5)}
 
 
-def test_a_checkpoint_naming_another_type_is_refused(tmp_path):
-  save_checkpoint(tmp_path / "c.npz", {"s": fedkrr.get_protocol("avgkd").init([np.ones(2)] * 2)})
-  with np.load(tmp_path / "c.npz") as data:
+def _with_skeleton(path, edit):
+  with np.load(path) as data:
     arrays = dict(data)
-  skeleton = str(arrays["__skeleton__"]).replace("fedkrr._src.protocols:AveragedState",
-                                                 "os:system")
-  np.savez(tmp_path / "c.npz", **{**arrays, "__skeleton__": np.asarray(skeleton)})
-  with pytest.raises(CheckpointError, match="may not hold"):
-    load_checkpoint(tmp_path / "c.npz")
+  arrays["__skeleton__"] = np.asarray(edit(str(arrays["__skeleton__"])))
+  np.savez(path, **arrays)
 
 
-class _OutsideState(NamedTuple):   # a method's state defined outside fedkrr and neural
-  step: int
-  values: np.ndarray
+@pytest.mark.parametrize("name", ["neural._src.report:platform.uname_result", "os:system",
+                                  "neural.__main__:X", "builtins:eval"])
+def test_a_type_named_by_a_checkpoint_is_never_looked_up(tmp_path, name):
+  """The file names a type as a string: compared with the target's, never imported."""
+  target = {"s": fedkrr.get_protocol("avgkd").init([np.ones(2)] * 2)}
+  save_checkpoint(tmp_path / "c.npz", target)
+  _with_skeleton(tmp_path / "c.npz",
+                 lambda s: s.replace("fedkrr._src.protocols:AveragedState", name))
+  modules = set(sys.modules)
+  raw = read_checkpoint(tmp_path / "c.npz")
+  assert isinstance(raw["s"], Node) and raw["s"].name == name   # inert data
+  with pytest.raises(CheckpointError, match="where an AveragedState .*belongs"):
+    restore(raw, target)
+  assert set(sys.modules) == modules   # nothing was imported
 
 
-def test_only_trusted_modules_beyond_the_packages_may_name_a_type(tmp_path, monkeypatch):
-  """A method registered from its own module may keep NamedTuples; nothing else may."""
-  monkeypatch.setattr(checkpoint_lib, "_TRUSTED_MODULES", set())
-  save_checkpoint(tmp_path / "c.npz", {"state": _OutsideState(2, np.arange(3.0))})
-  with pytest.raises(CheckpointError, match="may not hold"):
-    load_checkpoint(tmp_path / "c.npz")
-  checkpoint_lib.trust_module(__name__)   # what register_method does for its module
-  back = load_checkpoint(tmp_path / "c.npz")["state"]
-  assert type(back) is _OutsideState and back.step == 2
-  np.testing.assert_array_equal(back.values, np.arange(3.0))
-  checkpoint_lib.trust_module("no_such_module_anywhere")   # trusted, but never imported by it
-  with np.load(tmp_path / "c.npz") as data:
-    arrays = dict(data)
-  skeleton = str(arrays["__skeleton__"]).replace(f"{__name__}:", "no_such_module_anywhere:")
-  np.savez(tmp_path / "c.npz", **{**arrays, "__skeleton__": np.asarray(skeleton)})
-  with pytest.raises(CheckpointError, match="does not exist here"):
-    load_checkpoint(tmp_path / "c.npz")
+@pytest.mark.parametrize("edit, message", [
+    (lambda s: s.replace('"ref": "a0"', '"ref": "a1"'), r"\['s'\]\.targets\[0\]: an array"),
+    (lambda s: s.replace('{"t": "array", "ref": "a0"}', '3'), "an int in the file where an array"),
+    (lambda s: s.replace('"items": [0,', '"items": [true,'), "a bool in the file where an int"),
+])
+def test_a_checkpoint_that_differs_from_the_target_names_the_place(tmp_path, edit, message):
+  target = {"s": fedkrr.get_protocol("avgkd").init([np.ones(2), np.ones((3,))])}
+  save_checkpoint(tmp_path / "c.npz", target)
+  _with_skeleton(tmp_path / "c.npz", edit)
+  with pytest.raises(CheckpointError, match=message):
+    restore(read_checkpoint(tmp_path / "c.npz"), target)
+
+
+def test_a_checkpoint_nested_too_deep_is_one_error(tmp_path):
+  save_checkpoint(tmp_path / "c.npz", {"s": 1})
+  deep = '{"t": "list", "items": [' * 5000 + "1" + "]}" * 5000
+  _with_skeleton(tmp_path / "c.npz", lambda s: s.replace('"tree": {', f'"x": {deep}, "tree": {{'))
+  with pytest.raises(CheckpointError, match="nested more than"):
+    read_checkpoint(tmp_path / "c.npz")
 
 
 @pytest.mark.parametrize("content", [b"", b"garbage", b"PK\x03\x04truncated"])
 def test_unreadable_checkpoints_are_named(tmp_path, content):
   (tmp_path / "c.npz").write_bytes(content)
   with pytest.raises(CheckpointError, match="c.npz") as info:
-    load_checkpoint(tmp_path / "c.npz")
+    load_checkpoint(tmp_path / "c.npz", {})
   assert "allow_pickle" not in str(info.value)
 
 
@@ -135,7 +159,7 @@ def test_an_object_array_in_a_checkpoint_is_not_unpickled(tmp_path, finished_run
   bad = tmp_path / CHECKPOINT_FILE
   np.savez(bad, **arrays, evil=np.array([Exploit(proof)], dtype=object))
   with pytest.raises(CheckpointError, match="Python objects"):
-    load_checkpoint(bad)
+    read_checkpoint(bad)
   assert not proof.exists()
 
 
