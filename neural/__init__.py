@@ -14,7 +14,10 @@ from neural import methods
 from neural._src.augment import AUGMENTS
 from neural._src.augment import Augment
 from neural._src.checkpoint import CheckpointError
+from neural._src.checkpoint import ModelSlot
 from neural._src.checkpoint import load_checkpoint
+from neural._src.checkpoint import read_checkpoint
+from neural._src.checkpoint import restore
 from neural._src.checkpoint import save_checkpoint
 from neural._src.claims import CLAIMS
 from neural._src.claims import Check
@@ -136,6 +139,7 @@ from neural._src.rundir import read_metrics
 from neural._src.soft_targets import SoftTargets
 from neural._src.soft_targets import Teacher
 from neural._src.specs import ConfigSpec
+from neural._src.specs import load_run_checkpoint
 from neural._src.specs import load_spec
 from neural._src.specs import run_configs
 from neural._src.specs import shipped_configs

@@ -145,7 +145,7 @@ def _toy(args: argparse.Namespace) -> int:
   check_memory(args.rounds * 16 * config.num_points * 8,
                f"the toy experiment with {args.rounds} rounds",
                "use fewer --rounds (the paper: 250)")
-  result = toy.toy_experiment(jax.random.key(args.seed), config)
+  result = toy.toy_experiment(jax.random.key(args.seed), config, progress=True)
   paths = toy.write_toy(result, args.out, seed=args.seed)
   print(f"wrote {', '.join(paths.values())}")
   for line in toy.toy_summary(result):

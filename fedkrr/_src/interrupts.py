@@ -96,8 +96,8 @@ def _exit(signum: int) -> None:
         stream.flush()
   except Exception:   # a stream in use by the code the signal cut: its tail is lost
     pass
-  try:
-    prefix = "\n" if os.isatty(2) else ""   # after a progress bar's partial line
+  try:   # on a line of its own, after a progress bar's partial line
+    prefix = "\r\x1b[K" if os.isatty(2) else "\n"
     os.write(2, (prefix + line).encode("utf-8", "replace"))
   except OSError:
     pass

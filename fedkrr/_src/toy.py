@@ -248,7 +248,8 @@ def toy_curves(problem: FederatedProblem, a: Array, b: Array, rounds: int
   return dict(akd=akd, avgkd=avgkd, ekd=ekd, central=central, local=local)
 
 
-def toy_experiment(key: Array | int, config: ToyConfig = ToyConfig(), dtype=None) -> ToyResult:
+def toy_experiment(key: Array | int, config: ToyConfig = ToyConfig(), dtype=None,
+                   progress: bool = False) -> ToyResult:
   """Runs the toy experiment of Fig. 3: AKD, AvgKD, EKD vs central and local training.
 
   The data is drawn once (:func:`toy_data`); each panel's problem splits it as
@@ -258,6 +259,7 @@ def toy_experiment(key: Array | int, config: ToyConfig = ToyConfig(), dtype=None
     key: a JAX PRNG key (an int is turned into ``jax.random.key(key)``).
     config: the experiment's parameters (:class:`ToyConfig`).
     dtype: floating dtype; default float64 if x64 is enabled, else float32.
+    progress: a progress bar over the panels.
 
   Returns:
     A :class:`ToyResult` of training losses (MSE on all n points).
@@ -277,8 +279,12 @@ def toy_experiment(key: Array | int, config: ToyConfig = ToyConfig(), dtype=None
   # the stacked panels: under vmap the c = 0 branch of every ridge factor runs too, as a
   # batched eigh, and two batched eighs that XLA's CPU runtime runs side by side can
   # deadlock its intra-op thread pool (seen with jax 0.10.2 on a 2-core machine).
+  panels = config.panels
+  if progress:
+    from tqdm.auto import tqdm
+    panels = tqdm(panels, desc="toy panels", unit="panel")
   per_panel = [toy_curves(toy_problem(data, panel, config), data.a, data.b, config.rounds)
-               for panel in config.panels]
+               for panel in panels]
   curves = {k: jnp.stack([c[k] for c in per_panel]) for k in per_panel[0]}
   return ToyResult(config=config, zero=jnp.mean(data.b ** 2), **curves)
 

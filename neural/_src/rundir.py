@@ -296,6 +296,41 @@ def _check_checkpoint(raw: Any, config: Any, rounds: int) -> tuple[int, list[dic
   return done, rows
 
 
+def _restore_state(path: Path, raw: dict[str, Any], target: dict[str, Any]) -> dict[str, Any]:
+  """The parts of a checkpoint named by ``target``, restored into it (ExperimentError if not)."""
+  try:
+    missing = [k for k in target if k not in raw]
+    if missing:
+      raise CheckpointError(f"it holds no {', '.join(missing)}")
+    return restore({k: raw[k] for k in target}, target)
+  except CheckpointError as e:
+    raise ExperimentError(f"checkpoint {path} is unusable: {e}; {_restart()}") from None
+
+
+def read_run_checkpoint(workdir: str | os.PathLike, config: Any, *, rounds: int,
+                        load_data: Callable[[], Any],
+                        expected: Callable[[Any, int], dict[str, Any]]) -> dict[str, Any]:
+  """The checkpoint of a run directory, checked and restored as :func:`open_run` does it.
+
+  Reads only (no lock, nothing written). The arguments are those of :func:`open_run`.
+
+  Returns:
+    ``{"round", "rows", "config"}`` and the parts of ``expected(data, round)``.
+
+  Raises:
+    ExperimentError: no checkpoint, or an unusable one (the message names the place).
+  """
+  path = Path(workdir) / CHECKPOINT_FILE
+  try:
+    raw = read_checkpoint(path)
+    done, rows = _check_checkpoint(raw, config, rounds)
+  except CheckpointError as e:
+    raise ExperimentError(f"{e}" if str(e).startswith("checkpoint ") else
+                          f"checkpoint {path} is unusable: {e}") from None
+  return {"round": done, "rows": rows, "config": raw["config"],
+          **_restore_state(path, raw, expected(load_data(), done))}
+
+
 @contextlib.contextmanager
 def open_run(workdir: str | os.PathLike, config: Any, *,
              from_dict: Callable[[dict[str, Any]], Any], rounds: int,
@@ -378,16 +413,8 @@ def open_run(workdir: str | os.PathLike, config: Any, *,
     if data is None and done < rounds:
       data = load_data()                     # fails before the config is written
     if raw is not None and done < rounds:
-      target = expected(data, done)
-      try:
-        missing = [k for k in target if k not in raw]
-        if missing:
-          raise CheckpointError(f"it holds no {', '.join(missing)}")
-        assert checkpoint is not None
-        checkpoint.update(restore({k: raw[k] for k in target}, target))
-      except CheckpointError as e:
-        raise ExperimentError(f"checkpoint {path} is unusable: {e}; {_restart()}") \
-            from None
+      assert checkpoint is not None
+      checkpoint.update(_restore_state(path, raw, expected(data, done)))
     if replace:
       atomic_write(workdir / CONFIG_FILE, config.to_json())
     _repair_metrics(workdir, rows, done)

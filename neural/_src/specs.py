@@ -39,14 +39,20 @@ from neural._src.config import ExperimentConfig
 from neural._src.config import RunConfig
 from neural._src.config import shown
 from neural._src.config import with_changes
+from neural._src.experiment import expected_state
+from neural._src.experiment import total_rounds
 from neural._src.experiment import train_and_evaluate
 from neural._src.methods.registry import MethodConfig
+from neural._src.methods.registry import get_method
+from neural._src.methods.registry import load_method_data
 from neural._src.methods.registry import method_config_from_dict
 from neural._src.methods.registry import method_configs
 from neural._src.methods.registry import run_method
 from neural._src.plots import plot_sweep
+from neural._src.run_data import load_run_data
 from neural._src.rundir import PLOT_FILE
 from neural._src.rundir import ExperimentError
+from neural._src.rundir import read_run_checkpoint
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 SWEEP_FILE = "sweep.json"
@@ -198,6 +204,29 @@ def run_one(config: RunConfig, workdir: str | os.PathLike, units: str = "paper",
     return run_method(config, workdir, **kwargs)
   # Not a method's config: a KD experiment (see config_from_dict).
   return train_and_evaluate(cast(ExperimentConfig, config), workdir, units=units, **kwargs)
+
+
+def load_run_checkpoint(config: RunConfig, workdir: str | os.PathLike) -> dict[str, Any]:
+  """The checkpoint of ``config``'s run in ``workdir``, restored into the state the config
+  builds (read only; the same checks as a resume).
+
+  Returns:
+    ``{"round", "rows", "config", "state", ...}``: the KD protocols' checkpoints also hold
+    ``inits`` (the warm starts) and ``running`` (EKD's running test predictions).
+
+  Raises:
+    ExperimentError: no checkpoint there, or one that does not fit the config.
+  """
+  if isinstance(config, MethodConfig):
+    method = get_method(config.method)
+    return read_run_checkpoint(
+        workdir, config, rounds=config.rounds,
+        load_data=lambda: (method.load_data or load_method_data)(config),
+        expected=lambda data, done: {"state": method.init(config, data)})
+  kd = cast(ExperimentConfig, config)
+  return read_run_checkpoint(workdir, kd, rounds=total_rounds(kd),
+                             load_data=lambda: load_run_data(kd),
+                             expected=lambda data, done: expected_state(kd, data, done))
 
 
 def run_configs(runs: Sequence[tuple[str, RunConfig]], workdir: str | os.PathLike, *,

@@ -4,11 +4,13 @@ nothing created by a failed start, and the one-line errors of corrupt files."""
 import json
 import os
 import pickle
+import subprocess
 import sys
 
 import filelock
 import jax
 import numpy as np
+import processes  # tests/ is no package: pytest puts its folders on sys.path
 import pytest
 
 import fedkrr
@@ -292,3 +294,170 @@ def test_a_cifar_batch_that_would_run_code_is_refused(tmp_path):
   with pytest.raises(DataError, match="system"):
     _read_cifar_batch(str(tmp_path / "test_batch"))
   assert not proof.exists()
+
+
+# ---------------------------------------------------------------------------
+# Checkpoints with wrong content, checked before anything is written
+
+
+def _edit_checkpoint(path, edit):
+  """Applies ``edit(top)`` to the checkpoint's top-level items (a dict of skeleton nodes)."""
+  def change(text):
+    skeleton = json.loads(text)
+    top = dict(skeleton["tree"]["items"])
+    edit(top)
+    skeleton["tree"]["items"] = [[k, v] for k, v in top.items()]
+    return json.dumps(skeleton)
+  _with_skeleton(path, change)
+
+
+def _first(node, tag):
+  """The first skeleton node tagged ``tag`` under ``node`` (depth first)."""
+  if isinstance(node, dict):
+    if node.get("t") == tag:
+      return node
+    children = list(node.values())
+  elif isinstance(node, list):
+    children = node
+  else:
+    return None
+  for child in children:
+    found = _first(child, tag)
+    if found is not None:
+      return found
+  return None
+
+
+def _forest_for_network(top):
+  network = _first(top["state"], "flax_model")
+  network.clear()
+  network.update({"t": "forest_model", "skops": {"t": "array", "ref": "a0"}, "num_outputs": 10})
+
+
+@pytest.mark.parametrize("protocol, edit, message", [
+    ("avgkd", lambda top: top.update(rows={"t": "list", "items": [1, 2]}),
+     "rows[0] is not a JSON object"),
+    ("avgkd", lambda top: top.pop("state"), "no state"),
+    ("avgkd", lambda top: top.update(round=7), "round 7 is not a round count in 0..2"),
+    ("avgkd", lambda top: top.update(round=-1), "round -1 is not a round count"),
+    ("backfit-gs", _forest_for_network, "a ForestModel in the file where a trained network"),
+    ("avgkd", lambda top: top["state"].update(type="neural._src.report:platform.uname_result"),
+     "an uname_result of 2 fields in the file where an AveragedState"),
+    ("avgkd", lambda top: top["state"].update(type="neural.__main__:X"),
+     "a X of 2 fields in the file where an AveragedState"),
+])
+def test_a_checkpoint_with_wrong_content_is_refused_before_anything_is_written(
+    tmp_path, capsys, protocol, edit, message):
+  workdir = tmp_path / "run"
+  flags = [*FLAGS, "--protocol", protocol, "--workdir", str(workdir)]
+  assert main(["run", *flags, "--max-rounds", "1"]) == 0
+  _edit_checkpoint(workdir / CHECKPOINT_FILE, edit)
+  before = {p.name: p.read_bytes() for p in workdir.iterdir() if p.name != LOCK_FILE}
+  modules = set(sys.modules)
+  capsys.readouterr()
+  assert main(["run", *flags]) == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and message in err[0] and "delete it" in err[0], err
+  assert {p.name: p.read_bytes() for p in workdir.iterdir() if p.name != LOCK_FILE} == before
+  assert set(sys.modules) == modules   # nothing imported (neural.__main__ would run the CLI)
+
+
+def test_a_checkpoint_of_the_first_format_still_resumes(tmp_path, capsys):
+  workdir = tmp_path / "run"
+  assert main(["run", *FLAGS, "--max-rounds", "1", "--workdir", str(workdir)]) == 0
+  _with_skeleton(workdir / CHECKPOINT_FILE,
+                 lambda s: s.replace("neural-checkpoint/2", "neural-checkpoint/1"))
+  assert main(["run", *FLAGS, "--workdir", str(workdir)]) == 0
+  assert max(r["round"] for r in read_metrics(workdir)) == 1
+
+
+def test_importing_neural_main_runs_nothing():
+  import importlib
+  module = importlib.import_module("neural.__main__")   # guarded: the CLI runs as a script only
+  assert callable(module.main)
+
+
+# ---------------------------------------------------------------------------
+# Training that diverges, configs that are not finite
+
+
+def test_a_run_that_diverges_stops_naming_round_agent_and_learning_rate(tmp_path, capsys):
+  workdir = tmp_path / "run"
+  assert main(["run", *FLAGS, "--lr", "1e30", "--workdir", str(workdir)]) == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and "round 0, agent 0" in err[0] and "learning_rate=1e+30" in err[0]
+  assert not (workdir / METRICS_FILE).exists() and not (workdir / CHECKPOINT_FILE).exists()
+  assert main(["run", *FLAGS, "--workdir", str(workdir)]) == 0   # a corrected config runs
+  assert "replaced" in capsys.readouterr().err
+
+
+def test_a_method_that_diverges_stops_before_writing_the_round(tmp_path):
+  from neural._src.methods import mhd
+  from neural._src.rundir import DivergenceError
+  config = mhd.MHDConfig(method="mhd-isolated", dataset="digits", train_subset=120,
+                         test_subset=30, agents=2, rounds=1, model="mlp", width=8, tiny=True,
+                         aux_heads=1, public_fraction=0.25, labels_per_client=3,
+                         graph="complete", steps_per_round=2, batch_size=8,
+                         public_batch_size=8, optimizer="sgd", momentum=0.0, cosine=False,
+                         learning_rate=1e30)
+  with pytest.raises(DivergenceError, match=r"round 0.*learning_rate=1e\+30"):
+    neural.methods.run_method(config, tmp_path / "run")
+  assert not (tmp_path / "run" / METRICS_FILE).exists()
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--lr", "inf"], "learning_rate: expected a finite number, got inf"),
+    (["--set", "learning_rate=NaN"], "learning_rate: expected a number, got 'NaN'"),
+    (["--set", "proportions=" + "[" * 3000 + "]" * 3000], "proportions: expected"),
+])
+def test_configs_refuse_numbers_that_are_not_finite(tmp_path, capsys, flags, message):
+  assert main(["run", *FLAGS, *flags, "--workdir", str(tmp_path / "run")]) == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and message in err[0] and len(err[0]) < 400
+  assert not (tmp_path / "run").exists()
+
+
+def test_metric_rows_are_always_valid_json(tmp_path):
+  from neural._src.rundir import ExperimentError
+  from neural._src.rundir import append_metrics
+  with pytest.raises(ExperimentError, match="not finite"):
+    append_metrics(tmp_path, [{"round": 0, "test_loss": float("nan")}])
+  assert not (tmp_path / METRICS_FILE).exists()
+
+
+# ---------------------------------------------------------------------------
+# Workdirs: races, symbolic links
+
+
+@pytest.mark.parametrize("kind, message", [("dangling", "dangling symbolic link"),
+                                           ("loop", "symbolic link loop"),
+                                           ("under a file", "which is a regular file")])
+def test_unusable_workdirs_are_refused_before_the_data_loads(tmp_path, capsys, monkeypatch, kind,
+                                                             message):
+  from neural._src import run_data
+  monkeypatch.setattr(run_data, "load_dataset", lambda *a, **k: pytest.fail("data loaded"))
+  if kind == "under a file":
+    (tmp_path / "file").write_text("x")
+    workdir = tmp_path / "file" / "run"
+  else:
+    workdir = tmp_path / "link"
+    workdir.symlink_to(tmp_path / ("nowhere" if kind == "dangling" else "link"))
+  assert main(["run", *FLAGS, "--workdir", str(workdir)]) == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and message in err[0]
+
+
+def test_two_runs_started_together_on_a_new_workdir(tmp_path):
+  """One runs; the other is told the workdir is in use (never 'File exists')."""
+  workdir = tmp_path / "new" / "run"
+  args = [sys.executable, "-m", "neural", "run", *FLAGS, "--rounds", "4", "--workdir",
+          str(workdir)]
+  procs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=processes.env()) for _ in range(2)]
+  results = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
+  assert all(code in (0, 2) for code, _ in results) and any(code == 0 for code, _ in results)
+  for code, err in results:
+    assert "Errno" not in err and "Traceback" not in err
+    if code == 2:
+      assert "in use by another run" in err
+  assert max(r["round"] for r in read_metrics(workdir)) == 3
