@@ -460,8 +460,17 @@ class _BatchUnpickler(pickle.Unpickler):
       return np.ndarray   # only ever passed to _reconstruct, which does not call it
     if (module, name) == ("numpy", "dtype"):
       return _dtype
+    if (module, name) == ("_codecs", "encode"):   # bytes in protocol 2 pickles of Python 3
+      return _latin1
     raise pickle.UnpicklingError(f"it names {module}.{name}, which a CIFAR-10 batch never "
                                  f"holds (refused: unpickling it could run code)")
+
+
+def _latin1(text, encoding="latin1"):
+  """``_codecs.encode`` for what protocol 2 writes: a string's bytes in Latin-1, nothing else."""
+  if not isinstance(text, str) or encoding not in ("latin1", "latin-1"):
+    raise pickle.UnpicklingError("an encoding other than a string's Latin-1 bytes")
+  return text.encode("latin1")
 
 
 def _reconstruct(subtype, shape, dtype):
