@@ -305,8 +305,9 @@ def _plan_memory(problem, args: argparse.Namespace, n_eval: int, float32: bool) 
   if not float32 and (_estimates(problem, args, n_eval, kept, 4)[method] or 0) <= limit:
     options.append("--float32")
   for other in ("closed-form", "matfree"):
-    if other != method and need[other] is not None and need[other] <= limit:
-      options.append(f"--method {other} (about {format_bytes(need[other])})")
+    size = need[other]
+    if other != method and size is not None and size <= limit:
+      options.append(f"--method {other} (about {format_bytes(size)})")
   hint = ("; ".join(options) if options else
           "nothing the command offers fits: use a machine with more memory, or fewer points")
   what = (f"{args.protocol} by {method} on {problem.num_points} points"

@@ -32,6 +32,7 @@ import re
 import stat
 from typing import Any
 from typing import BinaryIO
+from typing import cast
 import zipfile
 
 import numpy as np
@@ -351,7 +352,7 @@ def _member_data(zf: zipfile.ZipFile, name: str, key: str, info: zipfile.ZipInfo
   out = np.empty(shape, dtype=dtype, order="F" if fortran else "C")
   if out.nbytes == 0:
     return out
-  view = memoryview(out.reshape(-1, order="A").view(np.uint8))
+  view = memoryview(cast(Any, out.reshape(-1, order="A").view(np.uint8)))
   try:
     with zf.open(info) as stream:
       stream.read(header)

@@ -312,7 +312,7 @@ def search_claim(claim: str, budget_seconds: float, seed: int = 0,
     bar.close()
 
   name, description, value, replayed = None, "", None, None
-  files: dict[str, bytes | str] = {}
+  files: dict[str | os.PathLike, bytes | str] = {}
   if found is not None:
     fam, par, value, replayed = found
     description = (describe(fam, par, value, spec) + f"; replayed by {spec.route}: "

@@ -40,6 +40,7 @@ import os
 from pathlib import Path
 from typing import Any
 from typing import NamedTuple
+from typing import cast
 
 import flax.linen as nn
 import jax
@@ -376,8 +377,9 @@ def restore(value: Any, target: Any, where: str = "") -> Any:
     if _short(value.name) != name or len(value.items) != len(target):
       raise CheckpointError(f"{_where(where)}: {_a(_short(value.name))} of {len(value.items)} "
                             f"fields in the file where {_a(name)} of {len(target)} belongs")
+    fields = cast(Any, target)._fields
     return type(target)(*[restore(v, t, f"{where}.{field}")
-                          for v, t, field in zip(value.items, target, target._fields)])
+                          for v, t, field in zip(value.items, target, fields)])
   if isinstance(target, (list, tuple)):
     kind = type(target)
     if type(value) is not kind:

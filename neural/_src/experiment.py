@@ -376,7 +376,9 @@ def expected_state(config: ExperimentConfig, data: RunData, done: int) -> dict[s
                for learner in learners]
   state, inits, running = None, [None] * config.agents, None
   if done > 0:
-    for state_t, out in fedkrr.iterate(protocol, stand_ins, data.xs, data.ys, rounds=done):
+    replay = fedkrr.iterate(protocol, cast(Any, stand_ins), cast(Any, data.xs),
+                            cast(Any, data.ys), rounds=done)
+    for state_t, out in replay:
       state = state_t
       for model, agent in zip(out.models, out.agents):
         if hasattr(model, "variables"):
