@@ -76,6 +76,7 @@ from fedkrr._src.matfree import matfree_trajectory
 from fedkrr._src.matfree import nystrom_preconditioner
 from fedkrr._src.matfree import ridge_solve
 from fedkrr._src.memory import exact_bytes
+from fedkrr._src.memory import matfree_bytes
 from fedkrr._src.memory import memory_limit
 from fedkrr._src.nn_kernels import ReluNNGP
 from fedkrr._src.nn_kernels import ReluNTK

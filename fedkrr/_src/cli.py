@@ -199,12 +199,12 @@ def _search(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
+  check_output(args.out, "--out", directory=True)
   # The main job joins both halves: the command (not the fedkrr library) imports neural.
   from neural import MainJobSettings
   from neural import parse_parts
   from neural import run_main_job
   settings = MainJobSettings(parts=parse_parts(args.parts), rounds=args.rounds, seed=args.seed)
-  check_output(args.out, "--out", directory=True)
   run_main_job(args.out, settings)
   return 0
 

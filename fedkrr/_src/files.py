@@ -172,6 +172,8 @@ def check_output(path: str | os.PathLike, flag: str, *, directory: bool = False,
   Raises:
     WriteError: an ``OSError`` naming ``flag``, the path and what is wrong.
   """
+  if not os.fspath(path):
+    raise WriteError(f"{flag}: expected a {'directory' if directory else 'file'} name, got ''")
   path = Path(os.path.abspath(os.fspath(path)))
   shown = os.fspath(path)
   if os.path.islink(path) and not os.path.exists(path):

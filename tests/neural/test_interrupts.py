@@ -23,22 +23,25 @@ def _check(stopped, signum, workdir):
   assert processes.leftovers(workdir) == []
 
 
-def test_run_stops_between_writes_and_resumes(tmp_path):
-  """Stopped after round 1 began: every row written is whole, the checkpoint agrees with
-  them (no repair needed), and the same command finishes the run."""
+def test_run_stops_and_resumes(tmp_path):
+  """Stopped while it trains: whatever is in the workdir is whole (rows of finished rounds
+  only, matching the checkpoint: the resumed run repairs nothing), and the same command
+  resumes the run."""
   workdir = tmp_path / "run"
   args = ["neural", "run", *FLAGS, "--protocol", "avgkd", "--rounds", "40", "--workdir",
           str(workdir)]
-  stopped = processes.stop_when(args, "round 1 fits", signal.SIGTERM)
+  stopped = processes.stop_when(args, "round 0 fits", signal.SIGTERM, delay=1.0)
   _check(stopped, signal.SIGTERM, workdir)
-  rows = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
-  done = max(r["round"] for r in rows) + 1
-  assert 1 <= done < 40 and len(rows) == 2 * done
+  metrics = workdir / "metrics.jsonl"
+  rows = [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.exists() \
+      else []
+  done = len(rows) // 2
+  assert len(rows) == 2 * done and all(r["round"] < done for r in rows)
   resumed = processes.run([*args, "--max-rounds", "1", "--no-progress"])
   assert resumed.returncode == 0, resumed.stderr[-800:]
-  assert "rewrote" not in resumed.stderr and "note" not in resumed.stderr
-  rows = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
-  assert max(r["round"] for r in rows) == done
+  assert "note" not in resumed.stderr and "Traceback" not in resumed.stderr
+  rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+  assert max(r["round"] for r in rows) == done and len(rows) == 2 * (done + 1)
 
 
 def test_reproduce_stops_at_once(tmp_path):

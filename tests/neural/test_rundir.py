@@ -431,14 +431,17 @@ def test_metric_rows_are_always_valid_json(tmp_path):
 
 @pytest.mark.parametrize("kind, message", [("dangling", "dangling symbolic link"),
                                            ("loop", "symbolic link loop"),
-                                           ("under a file", "which is a regular file")])
+                                           ("under a file", "which is a regular file"),
+                                           ("empty", "expected a directory name, got ''")])
 def test_unusable_workdirs_are_refused_before_the_data_loads(tmp_path, capsys, monkeypatch, kind,
                                                              message):
   from neural._src import run_data
   monkeypatch.setattr(run_data, "load_dataset", lambda *a, **k: pytest.fail("data loaded"))
   if kind == "under a file":
     (tmp_path / "file").write_text("x")
-    workdir = tmp_path / "file" / "run"
+    workdir = str(tmp_path / "file" / "run")
+  elif kind == "empty":   # not the current directory
+    workdir = ""
   else:
     workdir = tmp_path / "link"
     workdir.symlink_to(tmp_path / ("nowhere" if kind == "dangling" else "link"))
