@@ -17,7 +17,7 @@ from neural._src.checkpoint import CheckpointError
 from neural._src.checkpoint import ModelSlot
 from neural._src.checkpoint import load_checkpoint
 from neural._src.checkpoint import read_checkpoint
-from neural._src.checkpoint import restore
+from neural._src.checkpoint import restore_checkpoint
 from neural._src.checkpoint import save_checkpoint
 from neural._src.claims import CLAIMS
 from neural._src.claims import Check

@@ -9,7 +9,7 @@ the archive, ``{"t": "flax_model", ...}`` for a trained network's variables,
 
 **A checkpoint never decides which types are built.** Reading one
 (:func:`read_checkpoint`) gives plain data: dicts, lists, tuples, arrays and
-inert :class:`Node` records for the tagged nodes. :func:`restore` then fills a
+inert :class:`Node` records for the tagged nodes. :func:`restore_checkpoint` then fills a
 *target*: the tree the run itself builds from its config (a method's ``init``,
 the KD protocols' state replayed with stand-in models: see
 ``neural.train_and_evaluate``), the way ``orbax.checkpoint`` restores into a
@@ -323,7 +323,7 @@ def _restore_forest(value: Any, slot: ModelSlot, where: str) -> ForestModel:
         from None
 
 
-def restore(value: Any, target: Any, where: str = "") -> Any:
+def restore_checkpoint(value: Any, target: Any, where: str = "") -> Any:
   """``value`` (from :func:`read_checkpoint`) restored into the structure of ``target``.
 
   The result has the target's containers, NamedTuples, Flax modules and models;
@@ -345,10 +345,10 @@ def restore(value: Any, target: Any, where: str = "") -> Any:
       return _restore_forest(value, target, where)
     if not (isinstance(value, Node) and value.tag == "flax_model"):
       raise _mismatch(where, value, "a trained network")
-    variables = restore(value.items["variables"], target.variables, f"{where}.variables")
+    variables = restore_checkpoint(value.items["variables"], target.variables, f"{where}.variables")
     return FlaxModel(target.module, variables)
   if isinstance(target, FlaxModel):
-    return restore(value, ModelSlot(target.model, target.variables, 0), where)
+    return restore_checkpoint(value, ModelSlot(target.model, target.variables, 0), where)
   if isinstance(target, ForestModel):
     return _restore_forest(value, ModelSlot(None, None, target.num_outputs), where)
   if isinstance(target, nn.Module):
@@ -378,7 +378,7 @@ def restore(value: Any, target: Any, where: str = "") -> Any:
       raise CheckpointError(f"{_where(where)}: {_a(_short(value.name))} of {len(value.items)} "
                             f"fields in the file where {_a(name)} of {len(target)} belongs")
     fields = cast(Any, target)._fields
-    return type(target)(*[restore(v, t, f"{where}.{field}")
+    return type(target)(*[restore_checkpoint(v, t, f"{where}.{field}")
                           for v, t, field in zip(value.items, target, fields)])
   if isinstance(target, (list, tuple)):
     kind = type(target)
@@ -387,7 +387,8 @@ def restore(value: Any, target: Any, where: str = "") -> Any:
     if len(value) != len(target):
       raise CheckpointError(f"{_where(where)}: a {kind.__name__} of {len(value)} items in the "
                             f"file, {len(target)} expected")
-    return kind(restore(v, t, f"{where}[{i}]") for i, (v, t) in enumerate(zip(value, target)))
+    return kind(restore_checkpoint(v, t, f"{where}[{i}]")
+                for i, (v, t) in enumerate(zip(value, target)))
   if isinstance(target, dict):
     if not isinstance(value, dict):
       raise _mismatch(where, value, "a dict")
@@ -397,12 +398,14 @@ def restore(value: Any, target: Any, where: str = "") -> Any:
       raise CheckpointError(f"{_where(where)}: a dict whose keys differ from the expected ones"
                             + (f" (missing {', '.join(missing)})" if missing else "")
                             + (f" (unexpected {', '.join(extra)})" if extra else ""))
-    return {k: restore(value[k], t, f"{where}[{k!r}]") for k, t in target.items()}
+    return {k: restore_checkpoint(value[k], t, f"{where}[{k!r}]") for k, t in target.items()}
   raise CheckpointError(f"{_where(where)}: cannot restore into a {type(target).__name__}")
 
 
 def load_checkpoint(path: str | os.PathLike, target: Any) -> Any:
-  """Reads a checkpoint written by :func:`save_checkpoint` into ``target`` (see :func:`restore`).
+  """Reads a checkpoint written by :func:`save_checkpoint` into ``target``.
+
+  See :func:`read_checkpoint` and :func:`restore_checkpoint`.
 
   Args:
     path: the file.
@@ -416,6 +419,6 @@ def load_checkpoint(path: str | os.PathLike, target: Any) -> Any:
   """
   raw = read_checkpoint(path)
   try:
-    return restore(raw, target)
+    return restore_checkpoint(raw, target)
   except CheckpointError as e:
     raise CheckpointError(f"checkpoint {path} is unusable: {e}") from None

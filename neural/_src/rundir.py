@@ -62,7 +62,7 @@ from fedkrr import read_bytes
 from fedkrr import read_json
 from neural._src.checkpoint import CheckpointError
 from neural._src.checkpoint import read_checkpoint
-from neural._src.checkpoint import restore
+from neural._src.checkpoint import restore_checkpoint
 from neural._src.checkpoint import save_checkpoint
 
 CONFIG_FILE = "config.json"
@@ -302,7 +302,7 @@ def _restore_state(path: Path, raw: dict[str, Any], target: dict[str, Any]) -> d
     missing = [k for k in target if k not in raw]
     if missing:
       raise CheckpointError(f"it holds no {', '.join(missing)}")
-    return restore({k: raw[k] for k in target}, target)
+    return restore_checkpoint({k: raw[k] for k in target}, target)
   except CheckpointError as e:
     raise ExperimentError(f"checkpoint {path} is unusable: {e}; {_restart()}") from None
 
@@ -348,7 +348,7 @@ def open_run(workdir: str | os.PathLike, config: Any, *,
     expected: ``expected(data, done)``: what the run checkpoints besides its round,
       rows and config, as the run builds it from its config after ``done`` rounds
       (its shapes and types; the values are not used): the target the checkpoint
-      is restored into (``neural._src.checkpoint.restore``).
+      is restored into (``neural._src.checkpoint.restore_checkpoint``).
 
   Raises:
     ExperimentError: another run holds the workdir, it is not a usable directory,

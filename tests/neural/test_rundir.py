@@ -20,7 +20,7 @@ from neural._src.checkpoint import ModelSlot
 from neural._src.checkpoint import Node
 from neural._src.checkpoint import load_checkpoint
 from neural._src.checkpoint import read_checkpoint
-from neural._src.checkpoint import restore
+from neural._src.checkpoint import restore_checkpoint
 from neural._src.checkpoint import save_checkpoint
 from neural._src.cli import main
 from neural._src.config import ExperimentConfig
@@ -80,7 +80,7 @@ def test_checkpoint_round_trip_restores_into_the_target(tmp_path):
   save_checkpoint(tmp_path / "c.npz", {**tree, "rows": [{"round": 0, "agent": "server"}]})
   raw = read_checkpoint(tmp_path / "c.npz")
   assert list(raw["rows"][0]) == ["round", "agent"]   # plain data, key order kept
-  back = restore({k: v for k, v in raw.items() if k != "rows"}, _slots(tree))
+  back = restore_checkpoint({k: v for k, v in raw.items() if k != "rows"}, _slots(tree))
   assert type(back["state"]) is type(tree["state"]) and back["state"].round == 0
   assert back["models"][0].model is tree["models"][0].model and back["models"][2] is None
   np.testing.assert_allclose(back["models"][0].predict(x), tree["models"][0].predict(x))
@@ -108,7 +108,7 @@ def test_a_type_named_by_a_checkpoint_is_never_looked_up(tmp_path, name):
   raw = read_checkpoint(tmp_path / "c.npz")
   assert isinstance(raw["s"], Node) and raw["s"].name == name   # inert data
   with pytest.raises(CheckpointError, match="where an AveragedState .*belongs"):
-    restore(raw, target)
+    restore_checkpoint(raw, target)
   assert set(sys.modules) == modules   # nothing was imported
 
 
@@ -122,7 +122,7 @@ def test_a_checkpoint_that_differs_from_the_target_names_the_place(tmp_path, edi
   save_checkpoint(tmp_path / "c.npz", target)
   _with_skeleton(tmp_path / "c.npz", edit)
   with pytest.raises(CheckpointError, match=message):
-    restore(read_checkpoint(tmp_path / "c.npz"), target)
+    restore_checkpoint(read_checkpoint(tmp_path / "c.npz"), target)
 
 
 def test_a_checkpoint_nested_too_deep_is_one_error(tmp_path):
