@@ -75,7 +75,7 @@ def main() -> None:
     done = workdir / "groups.jsonl"
     if done.exists() and any(json.loads(line)["round"] == t for line in done.open()):
       break   # the run had already finished
-    checkpoint = neural.load_checkpoint(workdir / "checkpoint.npz")   # runs no code
+    checkpoint = neural.load_run_checkpoint(config, workdir)   # restored into the config's state
     line = {"round": t, **group_scores(config, data, checkpoint["inits"],
                                        checkpoint["state"].targets)}
     with done.open("a") as f:

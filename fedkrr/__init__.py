@@ -40,17 +40,21 @@ if TYPE_CHECKING:
   from fedkrr._src.devices import agent_sharding
   from fedkrr._src.devices import check_mesh
   from fedkrr._src.devices import shard_agents
-  from fedkrr._src.files import NpzError
+  from fedkrr._src.files import WriteError
   from fedkrr._src.files import atomic_savefig
   from fedkrr._src.files import atomic_savez
   from fedkrr._src.files import atomic_write
-  from fedkrr._src.files import read_npz
+  from fedkrr._src.files import check_output
+  from fedkrr._src.files import figure_bytes
   from fedkrr._src.files import savez_bytes
+  from fedkrr._src.files import write_files
   from fedkrr._src.geometry import Geometry
   from fedkrr._src.geometry import akd_by_projections
   from fedkrr._src.geometry import geometry
   from fedkrr._src.geometry import principal_cosines
   from fedkrr._src.geometry import stacked_gram
+  from fedkrr._src.interrupts import commit
+  from fedkrr._src.interrupts import exits_on_signals
   from fedkrr._src.kernels import RBF
   from fedkrr._src.kernels import CustomKernel
   from fedkrr._src.kernels import KernelError
@@ -183,4 +187,14 @@ if TYPE_CHECKING:
   from fedkrr._src.xla_env import avoid_cpu_eigh_deadlock
 else:
   from fedkrr._src.lazy import lazy_exports as _lazy_exports
+  from fedkrr._src.memory import matfree_bytes
+  from fedkrr._src.reading import NpzError
+  from fedkrr._src.reading import ReadError
+  from fedkrr._src.reading import available_memory
+  from fedkrr._src.reading import format_size
+  from fedkrr._src.reading import open_regular
+  from fedkrr._src.reading import parse_json
+  from fedkrr._src.reading import read_bytes
+  from fedkrr._src.reading import read_json
+  from fedkrr._src.reading import read_npz
   __getattr__, __dir__ = _lazy_exports(__name__, __file__)

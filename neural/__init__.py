@@ -172,4 +172,8 @@ if TYPE_CHECKING:
   from neural._src.training import train_batch
 else:
   from fedkrr import lazy_exports as _lazy_exports
+  from neural._src.checkpoint import ModelSlot
+  from neural._src.checkpoint import read_checkpoint
+  from neural._src.checkpoint import restore_checkpoint
+  from neural._src.specs import load_run_checkpoint
   __getattr__, __dir__ = _lazy_exports(__name__, __file__)

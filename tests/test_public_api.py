@@ -15,7 +15,9 @@ def test_fedkrr_public_names_import():
                "kernel_matvec", "ridge_solve", "nystrom_preconditioner", "NystromPreconditioner",
                "RidgeSolution", "MatfreeKRRLearner", "MatfreeKRRModel", "ConvergenceError",
                "matfree_learners", "matfree_trajectory", "choose_path", "auto_trajectory",
-               "exact_bytes", "memory_limit", "TILE_ELEMENTS",
+               "exact_bytes", "matfree_bytes", "memory_limit", "TILE_ELEMENTS",
+               "read_npz", "read_json", "parse_json", "read_bytes", "ReadError", "NpzError",
+               "write_files", "check_output", "WriteError", "exits_on_signals",
                "ridge_root", "RidgeRoot", "degradation_rate", "rate_estimate", "RateEstimate",
                "RATE_METHODS", "RADIUS_METHODS", "spectral_radius"]:
     assert name in names, name
@@ -49,7 +51,8 @@ def test_neural_public_names_import():
                "ALL_GRAPHS", "hop_distances", "islands",
                "metropolis_weights", "skewed_label_split", "Config", "RunConfig",
                "ExperimentConfig", "load_spec", "run_configs", "load_run_data", "run_main_job",
-               "MainJobSettings", "methods"]:
+               "MainJobSettings", "methods", "load_run_checkpoint", "load_checkpoint",
+               "read_checkpoint", "restore_checkpoint", "ModelSlot"]:
     assert name in names, name
   # Subset: tests may register methods of their own (tests/neural/methods/test_registry.py).
   assert {"d-distillation", "d-sgd", "silo-sgd", "mhd", "mhd-isolated", "mhd-fedavg", "repshare",

@@ -15,6 +15,8 @@ import textwrap
 import numpy as np
 
 from fedkrr._src.files import atomic_savez
+from fedkrr._src.files import check_output
+from fedkrr._src.interrupts import exits_on_signals
 from fedkrr._src.version import installed_version
 
 METHODS = ("closed-form", "simulate", "matfree", "auto")
@@ -152,13 +154,14 @@ def _toy(args: argparse.Namespace) -> int:
 
   if args.rounds < 1:
     raise ValueError(f"--rounds: expected an integer >= 1, got {args.rounds}")
+  check_output(args.out, "--out", directory=True)
   # Per round and panel: about a dozen vectors of the n points (coefficients, predictions).
   config = toy.ToyConfig(rounds=args.rounds)
   check_memory(args.rounds * 16 * config.num_points * 8,
                f"the toy experiment with {args.rounds} rounds",
                "use fewer --rounds (the paper: 250)")
-  result = toy.toy_experiment(jax.random.key(args.seed), config)
-  paths = toy.write_toy(result, args.out)
+  result = toy.toy_experiment(jax.random.key(args.seed), config, progress=True)
+  paths = toy.write_toy(result, args.out, seed=args.seed)
   print(f"wrote {', '.join(paths.values())}")
   for line in toy.toy_summary(result):
     print(line)
@@ -170,6 +173,8 @@ def _verify(args: argparse.Namespace) -> int:
 
   if args.seeds < 1:
     raise ValueError(f"--seeds: expected an integer >= 1, got {args.seeds}")
+  if args.json:
+    check_output(args.json, "--json")
   rows = verify.run_checks(seeds=tuple(range(args.seeds)), only=args.only, progress=True)
   print(verify.checks_table(rows))
   if args.json:
@@ -186,8 +191,7 @@ def _verify(args: argparse.Namespace) -> int:
 def _search(args: argparse.Namespace) -> int:
   from fedkrr._src import search
 
-  if os.path.exists(args.out) and not os.path.isdir(args.out):
-    raise ValueError(f"--out: expected a directory, got the file {args.out!r}")
+  check_output(args.out, "--out", directory=True)
   if args.max_instances is not None and args.max_instances < 1:
     raise ValueError(f"--max-instances: expected an integer >= 1, got {args.max_instances}")
   if not args.budget_seconds > 0:
@@ -210,6 +214,7 @@ def _search(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
+  check_output(args.out, "--out", directory=True)
   # The main job joins both halves: the command (not the fedkrr library) imports neural.
   from neural import MainJobSettings
   from neural import parse_parts
@@ -227,14 +232,10 @@ def _enable_x64(float32: bool) -> None:
 
 
 def _check_out(out: str, problem: str) -> None:
-  """--out must be a file name in an existing directory, other than the input."""
-  if out.endswith(os.sep) or os.path.isdir(out):
+  """--out must be a file name in a writable directory (created if missing), not the input."""
+  if out.endswith(os.sep):
     raise ValueError(f"--out: expected a file name, got the directory {out!r}")
-  out_dir = os.path.dirname(os.path.abspath(out))
-  if not os.path.isdir(out_dir):
-    raise FileNotFoundError(f"--out: directory {out_dir} does not exist")
-  if os.path.exists(problem) and os.path.exists(out) and os.path.samefile(out, problem):
-    raise ValueError(f"--out: {out} is the problem file; writing it would overwrite the input")
+  check_output(out, "--out", inputs=[problem], create=False)
 
 
 def _check_finite(problem, preds: np.ndarray, what: str) -> None:
@@ -257,22 +258,78 @@ def _check_finite(problem, preds: np.ndarray, what: str) -> None:
   raise ValueError(f"{what} are not finite (NaN or inf) from round {first} on: {causes[0]}")
 
 
-def _auto_method(problem, protocol: str, rounds: int | None, n_eval: int, every: int) -> str:
-  """``closed-form`` or ``matfree`` for ``--method auto``: :func:`fedkrr.choose_path`'s rule;
-  for ``central`` and ``local``, the closed form's Gram blocks (``N^2`` or ``max N_a^2``
-  entries, twice: matrix and factor) against half of the memory."""
-  from fedkrr._src import matfree
+def _estimates(problem, args: argparse.Namespace, n_eval: int, kept: int, itemsize: int
+               ) -> dict[str, int | None]:
+  """The peak memory each method would need for this run (``None``: it cannot run it)."""
+  from fedkrr._src import memory
   from fedkrr._src import protocols
+
+  baseline = args.protocol in protocols.BASELINES
+  sizes, n = problem.sizes, problem.num_points
+  outputs = int(np.prod(problem.ys[0].shape[1:], dtype=np.int64))
+  dim = int(problem.xs[0].shape[1])
+  trajectory = memory.trajectory_bytes(args.protocol, n, problem.num_agents, outputs, n_eval,
+                                       kept, itemsize) if not baseline else 0
+  if baseline:
+    exact = memory.baseline_bytes(args.protocol, sizes, outputs, n_eval, itemsize)
+  else:
+    exact = memory.exact_bytes(args.protocol, sizes, outputs, n_eval, kept, itemsize)
+    if args.limit:   # one solve with the N x N recurrence matrix
+      exact += 3 * n * n * itemsize
+  matfree = None
+  if float(problem.ridge) > 0 and (baseline or not args.limit):
+    matfree = memory.matfree_bytes(args.protocol, sizes, dim, outputs, n_eval, kept, itemsize)
+  simulate = None if baseline else 2 * max(sizes) ** 2 * itemsize + trajectory
+  return {"closed-form": exact, "matfree": matfree, "simulate": simulate}
+
+
+def _plan_memory(problem, args: argparse.Namespace, n_eval: int, float32: bool) -> str:
+  """The method for ``args.method`` ("auto": fedkrr.choose_path's rule), after a check that
+  it fits in memory; a ``SizeError`` with only the changes that would fit otherwise."""
+  from fedkrr._src import protocols
+  from fedkrr._src.memory import SizeError
+  from fedkrr._src.memory import format_bytes
   from fedkrr._src.memory import memory_limit
 
-  if protocol in protocols.BASELINES:
-    if not float(problem.ridge) > 0:
-      return "closed-form"
-    n = problem.num_points if protocol == "central" else max(problem.sizes)
-    need = 2 * n * n * problem.ridge.dtype.itemsize
-    return "closed-form" if need <= memory_limit() // 2 else "matfree"
-  path = matfree.choose_path(problem, protocol, int(rounds or 1), n_eval, every)
-  return "closed-form" if path == "exact" else "matfree"
+  baseline = args.protocol in protocols.BASELINES
+  itemsize = 4 if float32 else 8
+  kept = 1 if baseline else -(-args.rounds // args.every)
+  need = _estimates(problem, args, n_eval, kept, itemsize)
+  limit = memory_limit()
+  method = args.method
+  if method == "auto":
+    exact = need["closed-form"] or 0
+    method = "matfree" if need["matfree"] is not None and exact > limit // 2 else "closed-form"
+    print(f"fedkrr: --method auto: {method}", file=sys.stderr)
+  if method == "matfree" and need["matfree"] is None:
+    return method   # refused with its own reason (c = 0, --limit) by the caller or the library
+  here = need[method] or 0
+  if here <= limit:
+    return method
+  options = []
+  if not baseline and kept > 1:
+    one = _estimates(problem, args, n_eval, 1, itemsize)[method] or 0
+    slope = ((_estimates(problem, args, n_eval, 2, itemsize)[method] or 0) - one)
+    if one <= limit and slope > 0:
+      most = 1 + (limit - one) // slope
+      if most < kept:
+        every = -(-args.rounds // most)
+        if args.protocol == "akd":   # a multiple of the number of agents
+          every = -(-every // problem.num_agents) * problem.num_agents
+        options.append(f"keep at most {most} rounds (--every {every}, or fewer --rounds)")
+  if not float32 and (_estimates(problem, args, n_eval, kept, 4)[method] or 0) <= limit:
+    options.append("--float32")
+  for other in ("closed-form", "matfree"):
+    size = need[other]
+    if other != method and size is not None and size <= limit:
+      options.append(f"--method {other} (about {format_bytes(size)})")
+  hint = ("; ".join(options) if options else
+          "nothing the command offers fits: use a machine with more memory, or fewer points")
+  what = (f"{args.protocol} by {method} on {problem.num_points} points"
+          + ("" if baseline else f" with {args.rounds} rounds ({kept} kept)")
+          + f" and {n_eval} evaluation points")
+  raise SizeError(f"{what} needs about {format_bytes(here)}, more than the "
+                  f"{format_bytes(limit)} this machine has free; {hint}")
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -282,8 +339,6 @@ def _run(args: argparse.Namespace) -> int:
   from fedkrr._src import matfree
   from fedkrr._src import protocols
   from fedkrr._src.learner import krr_learners
-  from fedkrr._src.memory import check_memory
-  from fedkrr._src.memory import trajectory_bytes
   from fedkrr._src.problem_io import load_problem
 
   baseline = args.protocol in protocols.BASELINES
@@ -300,25 +355,13 @@ def _run(args: argparse.Namespace) -> int:
       closed_form.check_every(args.every, args.protocol, problem.num_agents)
     except ValueError as e:
       raise ValueError(f"--{e}") from None
-  method = args.method
-  if method == "auto":
-    method = _auto_method(problem, args.protocol, args.rounds, x_eval.shape[0], args.every)
-    print(f"fedkrr: --method auto: {method}", file=sys.stderr)
-  if method == "matfree" and args.limit and not baseline:
+  if args.method == "matfree" and args.limit and not baseline:
     raise ValueError("--limit: the limit is one solve with the N x N recurrence matrix, which "
                      "the matrix-free path never forms; drop --limit, or use --method "
                      "closed-form")
-  if not baseline and method != "matfree":
-    kept = -(-args.rounds // args.every)
-    outputs = int(np.prod(problem.ys[0].shape[1:], dtype=np.int64))
-    need = trajectory_bytes(args.protocol, problem.num_points, problem.num_agents, outputs,
-                            x_eval.shape[0], kept, jnp.dtype(dtype).itemsize)
-    hint = (f"use fewer --rounds, --limit for t -> infinity, --every K to keep every K-th "
-            f"round{'' if args.float32 else ', --float32'}, or --method matfree (no N x N "
-            f"matrix; ridge > 0)")
-    check_memory(need, f"{args.protocol} with {args.rounds} rounds ({kept} kept) on "
-                       f"{problem.num_points} points and {x_eval.shape[0]} evaluation points",
-                 hint)
+  if args.method == "matfree":
+    matfree.check_matfree_problem(problem)   # c > 0, before the estimate
+  method = _plan_memory(problem, args, x_eval.shape[0], args.float32)
   out: dict[str, np.ndarray] = {}
   if baseline:
     if method == "closed-form":
@@ -365,6 +408,8 @@ def _run(args: argparse.Namespace) -> int:
   return 0
 
 
+@exits_on_signals("fedkrr", {"search": "the claims searched before it keep their files"},
+                  default="nothing was written")
 def main(argv: Sequence[str] | None = None) -> int:
   parser = _parser()
   args = parser.parse_args(argv)
@@ -391,8 +436,9 @@ def main(argv: Sequence[str] | None = None) -> int:
   except Exception as e:   # XLA's out-of-memory and other runtime errors: one line, no traceback
     if "RESOURCE_EXHAUSTED" not in str(e) and "out of memory" not in str(e).lower():
       raise
-    print(f"fedkrr: error: out of memory ({' '.join(str(e).split())[:200]}); use fewer rounds, "
-          f"--every K, --float32, or --method matfree", file=sys.stderr)
+    print(f"fedkrr: error: out of memory ({' '.join(str(e).split())[:200]}); the estimate that "
+          f"let it start was too low: keep fewer rounds (--every K) or use fewer points",
+          file=sys.stderr)
     return 2
 
 

@@ -2,20 +2,27 @@
 
 Every file the toolkit writes (arrays, tables, figures, reports, checkpoints) goes
 through :func:`atomic_write`, so a killed or failed command leaves the previous
-file as it was (or none), never a half-written one.
+file as it was (or none), never a half-written one; a command that writes several
+files writes them as one set with :func:`write_files` (all of them or none).
+:func:`check_output` checks an output before the command does any work. Reading is
+in ``fedkrr._src.reading`` (bounded, header first).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from collections.abc import Sequence
+import errno
 import io
 import os
 from pathlib import Path
 import stat
 import tempfile
 from typing import Any
-import zipfile
 
 import numpy as np
+
+from fedkrr._src import interrupts
 
 
 def _umask() -> int:
@@ -39,6 +46,37 @@ def _mode(path: Path) -> int:
     return 0o666 & ~_umask()
 
 
+class WriteError(OSError):
+  """An output that cannot be written, or cannot be written there (the message names it)."""
+
+
+def _write_reason(e: OSError) -> str:
+  return e.strerror or " ".join(str(e).split()) or type(e).__name__
+
+
+def _stage(path: Path, data: bytes) -> str:
+  """Writes ``data`` to a new temporary file beside ``path`` (synced); returns its name."""
+  mode = _mode(path)
+  try:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+  except OSError as e:
+    raise WriteError(f"cannot write {path}: {_write_reason(e)}") from None
+  interrupts.track_temp(tmp)
+  try:
+    os.fchmod(fd, mode)
+    with os.fdopen(fd, "wb") as f:
+      f.write(data)
+      f.flush()
+      os.fsync(f.fileno())
+  except BaseException as e:
+    Path(tmp).unlink(missing_ok=True)
+    interrupts.untrack_temp(tmp)
+    if isinstance(e, OSError):
+      raise WriteError(f"cannot write {path}: {_write_reason(e)}") from None
+    raise
+  return tmp
+
+
 def atomic_write(path: str | os.PathLike, data: bytes | str) -> Path:
   """Writes ``data`` to ``path`` atomically (text is UTF-8); returns the path.
 
@@ -46,52 +84,132 @@ def atomic_write(path: str | os.PathLike, data: bytes | str) -> Path:
   (``0o666`` less the umask), not the private mode of a temporary file.
 
   Raises:
-    OSError: the directory does not exist or is not writable (the target is untouched).
+    WriteError: an ``OSError`` naming the file: the directory does not exist, is not
+      writable, or the disk is full (the target is untouched).
   """
-  path = Path(path)
-  if isinstance(data, str):
-    data = data.encode("utf-8")
-  mode = _mode(path)
-  fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-  try:
-    os.fchmod(fd, mode)
-    with os.fdopen(fd, "wb") as f:
-      f.write(data)
-      f.flush()
-      os.fsync(f.fileno())
-    os.replace(tmp, path)
-  except BaseException:
-    Path(tmp).unlink(missing_ok=True)
-    raise
-  return path
+  return write_files({path: data})[0]
 
 
-class NpzError(ValueError):
-  """A file that :func:`read_npz` does not read (the message says why)."""
+def write_files(files: Mapping[str | os.PathLike, bytes | str]) -> list[Path]:
+  """Writes several files as one set: all of them, or (on an error) none of them.
 
+  Every file is first written to a temporary file beside it (the step that can
+  fail: a full disk, a read-only directory); only when all are written are they
+  renamed into place, in one section that Ctrl-C does not cut
+  (``fedkrr._src.interrupts.commit``). On a failure the temporary files are
+  removed and the old files stay as they were.
 
-def read_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:
-  """The arrays of an ``.npz`` archive, read with ``allow_pickle=False``: never runs code.
+  Args:
+    files: the contents (text is UTF-8) by path.
+
+  Returns:
+    The paths, in the order given.
 
   Raises:
-    NpzError: not an ``.npz`` archive (a text or ``.npy`` file, a truncated one), or one
-      holding Python objects, which are never loaded.
+    WriteError: an ``OSError`` naming the file that could not be written.
   """
+  items = [(Path(p), d.encode("utf-8") if isinstance(d, str) else bytes(d))
+           for p, d in files.items()]
+  staged: list[tuple[str, Path]] = []
   try:
-    blob = Path(path).read_bytes()
-    if not zipfile.is_zipfile(io.BytesIO(blob)):
-      raise NpzError("not an .npz archive (np.savez writes one; truncated, or another format)")
-    with np.load(io.BytesIO(blob), allow_pickle=False) as data:
-      return {k: data[k] for k in data.files}
-  except NpzError:
-    raise
-  except ValueError as e:
-    if "pickle" in str(e):
-      raise NpzError("it holds Python objects, which are never loaded") from None
-    raise NpzError(f"not a readable .npz archive ({' '.join(str(e).split())[:120]})") from None
-  except (OSError, EOFError, KeyError, zipfile.BadZipFile) as e:
-    raise NpzError(f"not a readable .npz archive ({type(e).__name__}: "
-                   f"{' '.join(str(e).split())[:120]})") from None
+    for path, data in items:
+      staged.append((_stage(path, data), path))
+    with interrupts.commit():
+      for tmp, path in staged:
+        try:
+          os.replace(tmp, path)
+        except OSError as e:
+          raise WriteError(f"cannot write {path}: {_write_reason(e)}") from None
+        interrupts.untrack_temp(tmp)
+  finally:
+    for tmp, _ in staged:
+      if os.path.lexists(tmp):
+        Path(tmp).unlink(missing_ok=True)
+      interrupts.untrack_temp(tmp)
+  return [path for path, _ in items]
+
+
+def figure_bytes(fig: Any, path: str | os.PathLike, **kwargs: Any) -> bytes:
+  """``fig.savefig`` into memory, in the format of ``path``'s suffix (for :func:`write_files`)."""
+  buffer = io.BytesIO()
+  fig.savefig(buffer, format=Path(path).suffix.lstrip(".") or "png", **kwargs)
+  return buffer.getvalue()
+
+
+# ---------------------------------------------------------------------------
+# Outputs checked before any work
+
+
+def _first_existing(path: Path) -> tuple[Path, list[str]]:
+  """The nearest ancestor of ``path`` (itself included) that exists, and the parts below it."""
+  missing: list[str] = []
+  current = path
+  while not os.path.lexists(current):
+    if current.parent == current:
+      break
+    missing.insert(0, current.name)
+    current = current.parent
+  return current, missing
+
+
+def check_output(path: str | os.PathLike, flag: str, *, directory: bool = False,
+                 inputs: Sequence[str | os.PathLike] = (), create: bool = True) -> None:
+  """Checks, before any work, that ``path`` can be written as a file (or a directory).
+
+  The path must not be (or lie under) a regular file, a dangling or looping
+  symbolic link, or an unwritable directory, and a file output must not be one
+  of ``inputs``. Missing directories are fine when the nearest existing one is
+  writable (the command creates them).
+
+  Args:
+    path: the output.
+    flag: how error messages name it (``--out``, ``workdir``).
+    directory: the output is a directory (else a file).
+    inputs: files the command reads, which the output must not replace.
+    create: missing directories above the output are fine (the command makes them);
+      else the output's directory must exist.
+
+  Raises:
+    WriteError: an ``OSError`` naming ``flag``, the path and what is wrong.
+  """
+  if not os.fspath(path):
+    raise WriteError(f"{flag}: expected a {'directory' if directory else 'file'} name, got ''")
+  path = Path(os.path.abspath(os.fspath(path)))
+  shown = os.fspath(path)
+  if os.path.islink(path) and not os.path.exists(path):
+    try:
+      target = os.readlink(path)
+    except OSError:
+      target = "?"
+    try:
+      os.stat(path)
+      what = "a dangling symbolic link"
+    except OSError as e:
+      what = ("a symbolic link loop" if e.errno == errno.ELOOP
+              else f"a dangling symbolic link (to {target})")
+    raise WriteError(f"{flag}: {shown} is {what}; remove it or name another path")
+  existing, missing = _first_existing(path)
+  if missing and not existing.is_dir():
+    kind = "a regular file" if existing.is_file() else "not a directory"
+    raise WriteError(f"{flag}: {shown} lies under {existing}, which is {kind}")
+  if not create and len(missing) > 1:
+    raise WriteError(f"{flag}: directory {path.parent} does not exist")
+  if not missing:
+    if directory and not path.is_dir():
+      raise WriteError(f"{flag}: {shown} exists and is not a directory")
+    if not directory and path.is_dir():
+      raise WriteError(f"{flag}: expected a file name, got the directory {shown}")
+    if not directory and not path.is_file():
+      raise WriteError(f"{flag}: {shown} exists and is not a regular file")
+  writable_dir = existing if missing else (path if directory else path.parent)
+  if not os.access(writable_dir, os.W_OK | os.X_OK):
+    raise WriteError(f"{flag}: cannot write in {writable_dir} (permission denied)")
+  if not directory:
+    for source in inputs:
+      source = os.fspath(source)
+      if os.path.exists(source) and os.path.exists(path) and os.path.samefile(source, path):
+        raise WriteError(f"{flag}: {shown} is the input {source}; writing it would overwrite "
+                         f"the input")
 
 
 def savez_bytes(**arrays: Any) -> bytes:
@@ -108,7 +226,4 @@ def atomic_savez(path: str | os.PathLike, **arrays: Any) -> Path:
 
 def atomic_savefig(fig: Any, path: str | os.PathLike, **kwargs: Any) -> Path:
   """``fig.savefig`` (format from the suffix) to ``path``, atomically."""
-  path = Path(path)
-  buffer = io.BytesIO()
-  fig.savefig(buffer, format=path.suffix.lstrip(".") or "png", **kwargs)
-  return atomic_write(path, buffer.getvalue())
+  return atomic_write(path, figure_bytes(fig, path, **kwargs))

@@ -17,7 +17,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from collections.abc import Mapping
 import dataclasses
-import json
 import math
 from typing import Any
 
@@ -30,6 +29,8 @@ from fedkrr._src.nn_kernels import PARAMETRIZATIONS
 from fedkrr._src.nn_kernels import ReluNNGP
 from fedkrr._src.nn_kernels import ReluNTK
 from fedkrr._src.pytree import pytree_dataclass
+from fedkrr._src.reading import ReadError
+from fedkrr._src.reading import parse_json
 
 Array = jax.Array
 
@@ -263,7 +264,7 @@ def kernel_from_dict(spec: Mapping[str, Any], where: str = "kernel") -> Any:
 def kernel_from_json(text: str, where: str = "kernel") -> Any:
   """Builds a kernel from a JSON string such as ``'{"name": "linear"}'``."""
   try:
-    spec = json.loads(text)
-  except json.JSONDecodeError as e:
-    raise KernelError(f"{where}: not valid JSON ({e.msg}): {text!r}") from None
+    spec = parse_json(text, where, max_depth=8)
+  except ReadError as e:
+    raise KernelError(f"{e} in {text[:80]!r}") from None
   return kernel_from_dict(spec, where)

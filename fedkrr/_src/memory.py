@@ -9,9 +9,11 @@ the limit and what to change.
 from __future__ import annotations
 
 from collections.abc import Sequence
-import os
 
 import jax
+
+from fedkrr._src.reading import available_memory
+from fedkrr._src.reading import format_size
 
 
 class SizeError(ValueError):
@@ -25,23 +27,12 @@ def memory_limit() -> int:
     stats = device.memory_stats() or {}
     if "bytes_limit" in stats:
       return int(stats["bytes_limit"])
-  try:
-    with open("/proc/meminfo") as f:
-      for line in f:
-        if line.startswith("MemAvailable:"):
-          return int(line.split()[1]) * 1024
-  except OSError:
-    pass
-  return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+  return available_memory()
 
 
 def format_bytes(n: float) -> str:
   """``n`` bytes in the largest binary unit that keeps it >= 1 (e.g. "7.5 GiB")."""
-  for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
-    if n < 1024 or unit == "PiB":
-      return f"{n:.3g} {unit}"
-    n /= 1024
-  return f"{n:.3g} PiB"
+  return format_size(n)
 
 
 def check_memory(nbytes: float, what: str, hint: str, limit: int | None = None) -> None:
@@ -99,3 +90,43 @@ def exact_bytes(protocol: str, sizes: Sequence[int], outputs: int, n_eval: int,
     entries += 4 * n * n
   return entries * itemsize + trajectory_bytes(protocol, n, len(sizes), outputs, n_eval,
                                                rounds_kept, itemsize)
+
+
+def matfree_bytes(protocol: str, sizes: Sequence[int], dim: int, outputs: int, n_eval: int,
+                  rounds_kept: int, itemsize: int, landmarks: int = 500,
+                  tile_elements: int = 1 << 18) -> int:
+  """About the peak memory of the matrix-free path (``fedkrr.matfree_trajectory``), in bytes.
+
+  Counted in entries of ``itemsize`` bytes, with N_a the agents' sizes, N their
+  sum, m_a = min(landmarks, N_a) and C the outputs: the problem's points and
+  labels and the evaluation points (``N d + N C + n_eval d``); every agent's
+  Nystrom basis (``N_a m_a``, kept) and the construction of the largest (two
+  more ``N_a m_a`` and four ``m_a^2``); conjugate gradients' six vectors of the
+  largest agent (``6 N_a C``) and four kernel tiles (``tile_elements``); the
+  models and targets a round holds (``3 N C``); and the predictions gathered over
+  the kept rounds, four times (the rounds' list, the stacked result, its host copy
+  and the output file's buffer): ``4 T_kept P C``, P the predictions of a round
+  (``M n_eval`` for AvgKD, PKD and pkd-mean, ``n_eval`` otherwise). For the
+  baselines ``central`` (one fit on the pooled N points) and ``local``, one round.
+  """
+  sizes = [int(n) for n in sizes]
+  n, m = sum(sizes), len(sizes)
+  fits = [n] if protocol == "central" else sizes
+  ranks = [min(int(landmarks), s) for s in fits]
+  per_round = (m if protocol in ("avgkd", "pkd", "pkd-mean", "central", "local") else 1) * n_eval
+  entries = (n * dim + n * outputs + n_eval * dim
+             + sum(s * r for s, r in zip(fits, ranks))
+             + max(2 * s * r + 4 * r * r for s, r in zip(fits, ranks))
+             + 6 * max(fits) * outputs + 4 * int(tile_elements) + 3 * n * outputs
+             + 4 * max(int(rounds_kept), 1) * per_round * outputs)
+  return entries * itemsize
+
+
+def baseline_bytes(protocol: str, sizes: Sequence[int], outputs: int, n_eval: int,
+                   itemsize: int) -> int:
+  """About the peak memory of the closed-form baselines ``central`` and ``local``: the
+  largest Gram block fitted (``N^2`` or ``max N_a^2``) twice (matrix and factor), plus the
+  M agents' predictions at the ``n_eval`` points, twice."""
+  sizes = [int(s) for s in sizes]
+  n = sum(sizes) if protocol == "central" else max(sizes)
+  return (2 * n * n + 2 * len(sizes) * n_eval * outputs) * itemsize

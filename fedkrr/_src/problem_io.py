@@ -17,21 +17,21 @@ import jax
 import numpy as np
 
 from fedkrr._src import kernels as kernels_lib
-from fedkrr._src.files import NpzError
 from fedkrr._src.files import atomic_savez
-from fedkrr._src.files import read_npz
 from fedkrr._src.problem import FederatedProblem
 from fedkrr._src.problem import ProblemError
 from fedkrr._src.problem import check_eval_points
 from fedkrr._src.problem import make_problem
+from fedkrr._src.reading import NpzError
+from fedkrr._src.reading import read_npz
 
 Array = jax.Array
 
 _LAYOUT = "x_0..x_{M-1}, y_0..y_{M-1}, kernel_0..kernel_{M-1}, ridge and x_eval"
 
 
-def save_problem(path: str | os.PathLike, problem: FederatedProblem, x_eval: Any) -> None:
-  """Writes ``problem`` and ``x_eval`` in the layout :func:`load_problem` reads."""
+def problem_arrays(problem: FederatedProblem, x_eval: Any) -> dict[str, np.ndarray]:
+  """The arrays of a problem file (the layout :func:`load_problem` reads), by name."""
   arrays: dict[str, Any] = {"ridge": np.asarray(problem.ridge), "x_eval": np.asarray(x_eval)}
   for a in range(problem.num_agents):
     kernel = problem.kernels[a]
@@ -40,7 +40,48 @@ def save_problem(path: str | os.PathLike, problem: FederatedProblem, x_eval: Any
     arrays[f"x_{a}"] = np.asarray(problem.xs[a])
     arrays[f"y_{a}"] = np.asarray(problem.ys[a])
     arrays[f"kernel_{a}"] = np.asarray(json.dumps(kernel.to_dict()))
-  atomic_savez(path, **arrays)
+  return arrays
+
+
+def save_problem(path: str | os.PathLike, problem: FederatedProblem, x_eval: Any) -> None:
+  """Writes ``problem`` and ``x_eval`` in the layout :func:`load_problem` reads."""
+  atomic_savez(path, **problem_arrays(problem, x_eval))
+
+
+_MAX_KERNEL_JSON = 2**20   # bytes of one kernel's JSON string
+
+
+def _is_problem_array(name: str) -> bool:
+  return re.fullmatch(r"(x|y|kernel)_\d+|ridge|x_eval", name) is not None
+
+
+def _check_headers(headers) -> None:
+  """The sizes the archive declares, checked against each other before any data is read."""
+  x_shapes = {}
+  for name, (shape, dtype) in headers.items():
+    if m := re.fullmatch(r"(x|y)_(\d+)", name):
+      if len(shape) not in (1, 2) or dtype.kind not in "biuf":
+        raise ValueError(f"{name}: expected a 2-D array of numbers, got shape {shape} of {dtype}")
+      if m.group(1) == "x":
+        x_shapes[m.group(2)] = shape
+    elif re.fullmatch(r"kernel_\d+", name):
+      if shape != () or dtype.kind not in "US" or dtype.itemsize > _MAX_KERNEL_JSON:
+        raise ValueError(f"{name} must be a JSON string (of at most {_MAX_KERNEL_JSON} bytes), "
+                         f"got an array of shape {shape} and dtype {dtype}")
+    elif name == "ridge" and (len(shape) > 1 or int(np.prod(shape)) != 1):
+      raise ValueError(f"ridge: expected a scalar, got shape {shape}")
+  for name, (shape, _) in headers.items():
+    if (m := re.fullmatch(r"y_(\d+)", name)) and m.group(1) in x_shapes:
+      x_shape = x_shapes[m.group(1)]
+      if len(shape) >= 1 and len(x_shape) >= 1 and shape[0] != x_shape[0]:
+        raise ValueError(f"ys[{m.group(1)}]: expected shape ({x_shape[0]},) or "
+                         f"({x_shape[0]}, C) like x_{m.group(1)}, got {shape}")
+  if "x_eval" in headers and "0" in x_shapes:
+    shape, dtype = headers["x_eval"]
+    if dtype.kind not in "biuf" or len(shape) != 2 or len(x_shapes["0"]) != 2 \
+        or shape[1] != x_shapes["0"][1]:
+      raise ValueError(f"x_eval: expected shape (n, {x_shapes['0'][-1]}), got {shape} "
+                       f"(of {dtype})")
 
 
 def load_problem(path: str | os.PathLike, dtype=None) -> tuple[FederatedProblem, Array]:
@@ -52,12 +93,12 @@ def load_problem(path: str | os.PathLike, dtype=None) -> tuple[FederatedProblem,
     KernelError: a kernel string is not a valid kernel.
   """
   path = os.fspath(path)
-  if not os.path.exists(path):
+  if not os.path.lexists(path):
     raise ProblemError(f"{path}: no such file (expected an .npz with {_LAYOUT})")
   try:
-    arrays = read_npz(path)
+    arrays = read_npz(path, check=_check_headers, keep=_is_problem_array)
   except NpzError as e:
-    raise ProblemError(f"{path}: {e}; expected {_LAYOUT}") from None
+    raise ProblemError(f"{e}; expected {_LAYOUT}") from None
 
   agents = sorted(int(m.group(1)) for k in arrays if (m := re.fullmatch(r"x_(\d+)", k)))
   if not agents:

@@ -35,7 +35,10 @@ import numpy as np
 
 from fedkrr._src import search_space as space_lib
 from fedkrr._src.files import atomic_write
-from fedkrr._src.problem_io import save_problem
+from fedkrr._src.files import savez_bytes
+from fedkrr._src.files import write_files
+from fedkrr._src.problem_io import problem_arrays
+from fedkrr._src.reading import read_json
 from fedkrr._src.search_claims import BY_ID
 from fedkrr._src.search_claims import SEARCHES
 from fedkrr._src.search_claims import ClaimSearch
@@ -309,14 +312,15 @@ def search_claim(claim: str, budget_seconds: float, seed: int = 0,
     bar.close()
 
   name, description, value, replayed = None, "", None, None
+  files: dict[str | os.PathLike, bytes | str] = {}
   if found is not None:
     fam, par, value, replayed = found
     description = (describe(fam, par, value, spec) + f"; replayed by {spec.route}: "
                    f"{replayed:.6g}")
     if out is not None:
       name = f"{spec.id}.npz"
-      os.makedirs(out, exist_ok=True)
-      save_problem(os.path.join(out, name), fam.problem(par), par["x_eval"])
+      files[os.path.join(out, name)] = savez_bytes(**problem_arrays(fam.problem(par),
+                                                                    par["x_eval"]))
   else:
     description = (f"no violation in {searched} instances ({spec.space.agents} "
                    f"agents, kernels {spec.space.kernels} from {', '.join(spec.space.kinds)}, "
@@ -334,9 +338,10 @@ def search_claim(claim: str, budget_seconds: float, seed: int = 0,
       counterexample_residual=value, replay_residual=replayed, replay_route=spec.route,
       replay_command=command, rejected=rejected, space=spec.space.describe(), seed=seed,
       budget_seconds=float(budget_seconds), elapsed_seconds=round(time.monotonic() - start, 2))
-  if out is not None:
+  if out is not None:   # the counterexample and its description: one set
     os.makedirs(out, exist_ok=True)
-    atomic_write(os.path.join(out, f"{spec.id}.json"), json.dumps(result.as_dict(), indent=1))
+    files[os.path.join(out, f"{spec.id}.json")] = json.dumps(result.as_dict(), indent=1)
+    write_files(files)
   return result
 
 
@@ -383,7 +388,7 @@ def known_findings() -> list[SearchResult]:
   path = FINDINGS_DIR / "summary.json"
   if not path.exists():
     return []
-  return [SearchResult(**record) for record in json.loads(path.read_text())]
+  return [SearchResult(**record) for record in read_json(path, "findings summary")]
 
 
 def findings_dir() -> Path:

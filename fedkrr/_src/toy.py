@@ -52,7 +52,8 @@ import numpy as np
 from fedkrr._src import closed_form
 from fedkrr._src import kernels as kernels_lib
 from fedkrr._src.files import atomic_savefig
-from fedkrr._src.files import atomic_write
+from fedkrr._src.files import figure_bytes
+from fedkrr._src.files import write_files
 from fedkrr._src.problem import FederatedProblem
 from fedkrr._src.problem import make_problem
 
@@ -247,7 +248,8 @@ def toy_curves(problem: FederatedProblem, a: Array, b: Array, rounds: int
   return dict(akd=akd, avgkd=avgkd, ekd=ekd, central=central, local=local)
 
 
-def toy_experiment(key: Array | int, config: ToyConfig = ToyConfig(), dtype=None) -> ToyResult:
+def toy_experiment(key: Array | int, config: ToyConfig = ToyConfig(), dtype=None,
+                   progress: bool = False) -> ToyResult:
   """Runs the toy experiment of Fig. 3: AKD, AvgKD, EKD vs central and local training.
 
   The data is drawn once (:func:`toy_data`); each panel's problem splits it as
@@ -257,6 +259,7 @@ def toy_experiment(key: Array | int, config: ToyConfig = ToyConfig(), dtype=None
     key: a JAX PRNG key (an int is turned into ``jax.random.key(key)``).
     config: the experiment's parameters (:class:`ToyConfig`).
     dtype: floating dtype; default float64 if x64 is enabled, else float32.
+    progress: a progress bar over the panels.
 
   Returns:
     A :class:`ToyResult` of training losses (MSE on all n points).
@@ -276,8 +279,12 @@ def toy_experiment(key: Array | int, config: ToyConfig = ToyConfig(), dtype=None
   # the stacked panels: under vmap the c = 0 branch of every ridge factor runs too, as a
   # batched eigh, and two batched eighs that XLA's CPU runtime runs side by side can
   # deadlock its intra-op thread pool (seen with jax 0.10.2 on a 2-core machine).
+  panels = config.panels
+  if progress:
+    from tqdm.auto import tqdm
+    panels = tqdm(panels, desc="toy panels", unit="panel")
   per_panel = [toy_curves(toy_problem(data, panel, config), data.a, data.b, config.rounds)
-               for panel in config.panels]
+               for panel in panels]
   curves = {k: jnp.stack([c[k] for c in per_panel]) for k in per_panel[0]}
   return ToyResult(config=config, zero=jnp.mean(data.b ** 2), **curves)
 
@@ -386,15 +393,23 @@ def plot_toy(result: ToyResult, path: str | os.PathLike | None = None):
   return fig
 
 
-def write_toy(result: ToyResult, out_dir: str | os.PathLike) -> dict[str, str]:
+def write_toy(result: ToyResult, out_dir: str | os.PathLike, seed: int | None = None
+              ) -> dict[str, str]:
   """Writes toy.png, toy.pdf (the figure), toy.csv (:func:`toy_rows`) and toy_config.json.
+
+  The four files are written as one set (``fedkrr.write_files``): all of them or,
+  on an error such as a full disk, none (the previous files stay).
 
   Args:
     result: a :class:`ToyResult`.
     out_dir: the output directory (created if missing).
+    seed: the seed of the run, recorded in toy_config.json (``None``: not recorded).
 
   Returns:
     The paths written, keyed by ``png``, ``pdf``, ``csv`` and ``config``.
+
+  Raises:
+    WriteError: a file could not be written (named); none of the four was.
   """
   os.makedirs(out_dir, exist_ok=True)
   paths = {kind: os.path.join(out_dir, name) for kind, name in
@@ -405,8 +420,10 @@ def write_toy(result: ToyResult, out_dir: str | os.PathLike) -> dict[str, str]:
   writer.writeheader()
   writer.writerows(toy_rows(result))
   fig = plot_toy(result)   # everything is computed before the first file is replaced
-  atomic_write(paths["csv"], table.getvalue())
-  atomic_write(paths["config"], json.dumps(result.config.to_dict(), indent=2))
-  for kind in ("png", "pdf"):
-    atomic_savefig(fig, paths[kind], dpi=120)
+  config = result.config.to_dict() if seed is None else {"seed": int(seed),
+                                                          **result.config.to_dict()}
+  write_files({paths["csv"]: table.getvalue(),
+               paths["config"]: json.dumps(config, indent=2),
+               paths["png"]: figure_bytes(fig, paths["png"], dpi=120),
+               paths["pdf"]: figure_bytes(fig, paths["pdf"], dpi=120)})
   return paths

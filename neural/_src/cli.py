@@ -20,7 +20,6 @@ from collections.abc import Callable
 from collections.abc import Iterator
 from collections.abc import Sequence
 import dataclasses
-import json
 import re
 import sys
 import textwrap
@@ -29,7 +28,10 @@ import typing
 from typing import Any
 from typing import cast
 
+from fedkrr import ReadError
 from fedkrr import __version__
+from fedkrr import exits_on_signals
+from fedkrr import parse_json
 from neural._src.config import ExperimentConfig
 from neural._src.config import RunConfig
 from neural._src.config import describe_type
@@ -408,8 +410,8 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
     if not eq or not field.strip():
       raise ValueError(f"--set: expected FIELD=VALUE, got {item!r}")
     try:
-      out[field.strip()] = json.loads(text)
-    except json.JSONDecodeError:
+      out[field.strip()] = parse_json(text, f"--set {field.strip()}")
+    except ReadError:
       out[field.strip()] = text
   return out
 
@@ -555,6 +557,8 @@ _HANDLERS: dict[str, Callable[[argparse.Namespace], int]] = {
     "data": _data}
 
 
+@exits_on_signals("neural", dict.fromkeys(("run", "reproduce", "compare"),
+                                           "run the same command again to resume"))
 def main(argv: Sequence[str] | None = None) -> int:
   argv = list(sys.argv[1:] if argv is None else argv)
   if not argv or argv[0] not in COMMANDS:

@@ -96,7 +96,9 @@ import fedkrr
 from fedkrr import FederatedProblem
 from fedkrr import atomic_savefig
 from fedkrr import atomic_write
+from fedkrr import figure_bytes
 from fedkrr import pytree_dataclass
+from fedkrr import write_files
 from neural._src.config import FOREST
 from neural._src.config import KD_PROTOCOLS
 from neural._src.config import ExperimentConfig
@@ -543,6 +545,11 @@ def _fmt(value: Any, digits: int = 4) -> str:
 
 def write_markdown(comparison: Comparison, path: str | os.PathLike) -> None:
   """``compare.md``: the settings, the per-round table and the rates table."""
+  atomic_write(path, markdown_text(comparison))
+
+
+def markdown_text(comparison: Comparison) -> str:
+  """The text of ``compare.md`` (see :func:`write_markdown`)."""
   c = comparison.config
   lines = [
       f"# Theory vs network: {c.protocol} on {c.dataset}",
@@ -583,7 +590,7 @@ def write_markdown(comparison: Comparison, path: str | os.PathLike) -> None:
                  f"{_fmt(r['theory_fit_accuracy'])} | {_fmt(r['network_fit_accuracy'])} | "
                  f"{_fmt(r['theory_limit_accuracy'])} | "
                  f"{_fmt(r['theory_limit_sq_error'], 5)} |")
-  atomic_write(path, "\n".join(lines) + "\n")
+  return "\n".join(lines) + "\n"
 
 
 _COLORS = ("tab:blue", "tab:red", "tab:orange", "tab:purple", "tab:brown", "tab:pink",
@@ -595,6 +602,11 @@ def plot_comparison(comparison: Comparison, path: str | os.PathLike) -> None:
 
   Theory dashed, network solid, one colour per series; the rates in the title.
   """
+  atomic_savefig(comparison_figure(comparison), path, dpi=110)
+
+
+def comparison_figure(comparison: Comparison) -> Figure:
+  """The figure of ``compare.png`` (see :func:`plot_comparison`)."""
   fig = Figure(figsize=(15, 4.4), layout="constrained")
   axes = fig.subplots(1, 3)
   series_names = list(comparison.rates)
@@ -634,7 +646,7 @@ def plot_comparison(comparison: Comparison, path: str | os.PathLike) -> None:
                f"{comparison.spectral_radius:.4f} per round"
                + (f"\nfitted rates of the squared error, per round: {'; '.join(fitted)}"
                   if fitted else ""), fontsize=9)
-  atomic_savefig(fig, path, dpi=110)
+  return fig
 
 
 # ---------------------------------------------------------------------------
@@ -707,7 +719,8 @@ def compare(config: ExperimentConfig, workdir: str | os.PathLike, *, kernel: str
   result = Comparison(config, kernel, theory.ridge, theory.scales, curves.spectral_radius,
                       curves.degradation_rate, rows, rates,
                       {k: round(v, 3) for k, v in timings.items()}, paths)
-  atomic_write(paths["json"], json.dumps(result.to_dict(), indent=2) + "\n")
-  write_markdown(result, paths["markdown"])
-  plot_comparison(result, paths["figure"])
+  write_files({paths["json"]: json.dumps(result.to_dict(), indent=2) + "\n",   # one set
+               paths["markdown"]: markdown_text(result),
+               paths["figure"]: figure_bytes(comparison_figure(result), paths["figure"],
+                                             dpi=110)})
   return result

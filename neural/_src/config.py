@@ -27,6 +27,7 @@ from collections.abc import Mapping
 import dataclasses
 import functools
 import json
+import math
 import re
 import types
 import typing
@@ -35,6 +36,8 @@ from typing import Any
 from typing import ClassVar
 from typing import Self
 
+from fedkrr import ReadError
+from fedkrr import parse_json
 from neural._src.choices import AGENT_BATCHING
 from neural._src.choices import AUGMENTS
 from neural._src.choices import MODELS
@@ -58,12 +61,18 @@ class ConfigError(ValueError):
   """A config field (named in the message) has a value that is not allowed."""
 
 
+def shown(value: Any, limit: int = 80) -> str:
+  """``repr(value)``, cut to about ``limit`` characters (error messages stay one short line)."""
+  text = repr(value)
+  return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def json_fields(text: str) -> dict[str, Any]:
   """The JSON object of config fields in ``text``; ``ConfigError`` if it is not one."""
   try:
-    values = json.loads(text)
-  except json.JSONDecodeError as e:
-    raise ConfigError(f"config: not valid JSON ({e})") from None
+    values = parse_json(text, "config")
+  except ReadError as e:
+    raise ConfigError(str(e)) from None
   if not isinstance(values, dict):
     raise ConfigError("config: expected a JSON object of config fields")
   return values
@@ -96,7 +105,7 @@ class Config:
   def need(self, ok: bool, name: str, expected: str) -> None:
     """Raises ``ConfigError`` naming field ``name`` unless ``ok``."""
     if not ok:
-      raise ConfigError(f"{name}: expected {expected}, got {getattr(self, name)!r}")
+      raise ConfigError(f"{name}: expected {expected}, got {shown(getattr(self, name))}")
 
   def validate(self) -> None:
     """Checks the ranges of the fields (subclasses extend it, calling ``super()``)."""
@@ -164,6 +173,8 @@ def coerce(name: str, kind: Any, value: Any) -> Any:
   elif kind is float:
     ok = isinstance(value, (int, float)) and not isinstance(value, bool)
     value = float(value) if ok else value
+    if ok and not math.isfinite(value):
+      raise ConfigError(f"{name}: expected a finite number, got {value!r}")
   elif kind is str:
     ok = isinstance(value, str)
   elif typing.get_origin(kind) is tuple:
@@ -179,7 +190,7 @@ def coerce(name: str, kind: Any, value: Any) -> Any:
   else:
     return value
   if not ok:
-    raise ConfigError(f"{name}: expected {describe_type(kind)}, got {value!r}")
+    raise ConfigError(f"{name}: expected {describe_type(kind)}, got {shown(value)}")
   return value
 
 

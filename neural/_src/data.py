@@ -27,11 +27,21 @@ from __future__ import annotations
 import dataclasses
 import functools
 import gzip
+import io
+import math
 import os
 import pickle
+from typing import Any
 from typing import cast
+import zlib
 
 import numpy as np
+
+from fedkrr import ReadError
+from fedkrr import available_memory
+from fedkrr import format_size
+from fedkrr import open_regular
+from fedkrr import read_bytes
 
 DATASETS = ("digits", "mnist-subset", "mnist", "cifar10", "cinic10", "synthetic")
 
@@ -48,6 +58,9 @@ CIFAR10_TEST_FILE = "test_batch"
 CINIC10_SPLITS = {"train": "train", "test": "test"}
 CINIC10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse",
                    "ship", "truck")
+
+_MAX_DATA_FILE = 2**34         # bytes of one IDX file's data (full MNIST: 47 MB)
+_MAX_PNG_BYTES = 2**20         # one 32x32 PNG (CINIC-10's are about 2.5 KB)
 
 # IDX magic numbers: two zero bytes, the type code 0x08 (unsigned byte), the rank.
 _IDX_IMAGES_MAGIC = 0x00000803
@@ -299,30 +312,52 @@ def _find(directory: str, fname: str) -> str | None:
   return None
 
 
-def _read_bytes(path: str) -> bytes:
-  opener = gzip.open if path.endswith(".gz") else open
-  try:
-    with opener(path, "rb") as f:
-      return f.read()
-  except (OSError, EOFError) as e:
-    raise DataError(f"cannot read {path!r}: {e}") from e
+def _read_exactly(stream: Any, n: int, path: str, what: str) -> bytes:
+  data = bytearray()
+  while len(data) < n:
+    chunk = stream.read(min(n - len(data), 2**24))
+    if not chunk:
+      raise DataError(f"{path!r}: the file ends inside the {what} ({len(data)} of {n} bytes; "
+                      f"truncated)")
+    data += chunk
+  return bytes(data)
 
 
 def _read_idx(path: str, magic: int, rank: int) -> np.ndarray:
-  raw = _read_bytes(path)
+  """An IDX file read header first: its declared size bounded before any data is read
+  (for a ``.gz`` file, the data inflated never exceeds it)."""
   header = 4 * (1 + rank)
-  if len(raw) < header:
-    raise DataError(f"{path!r} is not an IDX file: only {len(raw)} bytes")
-  found = int.from_bytes(raw[:4], "big")
-  if found != magic:
-    raise DataError(f"{path!r}: IDX magic number {found:#010x}, expected {magic:#010x} "
-                    f"(unsigned bytes, rank {rank})")
-  dims = tuple(int.from_bytes(raw[4 * (i + 1):4 * (i + 2)], "big") for i in range(rank))
-  size = int(np.prod(dims))
-  if len(raw) - header != size:
-    raise DataError(f"{path!r}: header says shape {dims} ({size} bytes), file has "
-                    f"{len(raw) - header} bytes of data")
-  return np.frombuffer(raw, dtype=np.uint8, offset=header).reshape(dims)
+  try:
+    with open_regular(path, "IDX file") as raw:
+      stream: Any = gzip.GzipFile(fileobj=raw, mode="rb") if path.endswith(".gz") else raw
+      head = stream.read(header)
+      if len(head) < header:
+        raise DataError(f"{path!r} is not an IDX file: only {len(head)} bytes")
+      found = int.from_bytes(head[:4], "big")
+      if found != magic:
+        raise DataError(f"{path!r}: IDX magic number {found:#010x}, expected {magic:#010x} "
+                        f"(unsigned bytes, rank {rank})")
+      dims = tuple(int.from_bytes(head[4 * (i + 1):4 * (i + 2)], "big") for i in range(rank))
+      size = math.prod(dims)
+      if rank == 3 and dims[1:] != (28, 28):
+        raise DataError(f"{path!r}: header declares images of {dims[1]}x{dims[2]} pixels, "
+                        f"expected MNIST's 28x28")
+      if size > _MAX_DATA_FILE or 4 * size > available_memory():
+        raise DataError(f"{path!r}: header declares shape {dims} ({format_size(size)}), more "
+                        f"than this machine can hold as float32 images")
+      if not path.endswith(".gz"):
+        stored = os.fstat(raw.fileno()).st_size - header
+        if stored != size:
+          raise DataError(f"{path!r}: header says shape {dims} ({size} bytes), file has "
+                          f"{stored} bytes of data")
+      data = _read_exactly(stream, size, path, "data")
+      if stream.read(1):
+        raise DataError(f"{path!r}: more data than its header declares (shape {dims})")
+  except ReadError as e:
+    raise DataError(str(e)) from None
+  except (OSError, EOFError, zlib.error) as e:
+    raise DataError(f"cannot read {path!r}: {e}") from None
+  return np.frombuffer(data, dtype=np.uint8).reshape(dims)
 
 
 def read_idx_images(path: str) -> np.ndarray:
@@ -361,38 +396,151 @@ def _load_cifar10(data_dir) -> Dataset:
                  x_test=_to_unit(x_test), y_test=y_test, num_classes=10)
 
 
-class _BatchUnpickler(pickle.Unpickler):
-  """Unpickles plain data and NumPy arrays only: a file that names any other global (the
-  way a pickle runs code) is refused before anything of it is called."""
+class _Array:
+  """A NumPy array a batch describes, built by us only after its size is checked.
 
-  _ALLOWED = {("numpy", "ndarray"), ("numpy", "dtype"),
-              ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
-              ("numpy.core.numeric", "_frombuffer"), ("numpy._core.numeric", "_frombuffer")}
+  A pickled array is ``_reconstruct(ndarray, shape, dtype)`` followed by
+  ``__setstate__((version, shape, dtype, fortran, data))``; this stands in for the
+  array between the two and makes it from the bytes of ``data``, never allocating
+  what a shape merely claims.
+  """
+
+  def __init__(self, *args):
+    del args
+    self.array: np.ndarray | None = None
+
+  def __setstate__(self, state):
+    if not (isinstance(state, tuple) and len(state) == 5):
+      raise pickle.UnpicklingError("an array with an unknown pickled state")
+    _, shape, dtype, fortran, raw = state
+    if not (isinstance(shape, tuple) and all(isinstance(d, int) and d >= 0 for d in shape)):
+      raise pickle.UnpicklingError(f"an array of shape {str(shape)[:40]}")
+    if not isinstance(dtype, np.dtype) or dtype.hasobject or dtype.kind not in "biuf":
+      raise pickle.UnpicklingError(f"an array of dtype {str(dtype)[:40]}, not numbers")
+    if not isinstance(raw, (bytes, bytearray)) or len(raw) != math.prod(shape) * dtype.itemsize:
+      raise pickle.UnpicklingError(f"an array whose shape {shape} of {dtype} does not match "
+                                   f"its {len(raw) if isinstance(raw, bytes) else '?'} bytes")
+    self.array = np.frombuffer(bytes(raw), dtype=dtype).reshape(
+        shape, order="F" if fortran else "C")
+
+
+def _frombuffer(buffer, dtype, shape, order):
+  """numpy's ``_frombuffer`` (pickle protocol 5), its size checked against the buffer."""
+  dtype = np.dtype(dtype) if isinstance(dtype, np.dtype) else None
+  if dtype is None or dtype.hasobject or dtype.kind not in "biuf":
+    raise pickle.UnpicklingError("an array that is not of numbers")
+  if not isinstance(buffer, (bytes, bytearray)) or not isinstance(shape, tuple) \
+      or len(buffer) != math.prod(shape) * dtype.itemsize:
+    raise pickle.UnpicklingError("an array whose shape does not match its bytes")
+  holder = _Array()
+  holder.array = np.frombuffer(bytes(buffer), dtype=dtype).reshape(shape, order=order)
+  return holder
+
+
+def _dtype(spec, align=False, copy=False):
+  """``numpy.dtype`` of plain numbers only (a pickled dtype names its type by a string)."""
+  del align, copy
+  if not isinstance(spec, str) or len(spec) > 8:
+    raise pickle.UnpicklingError(f"a dtype {str(spec)[:20]!r}")
+  try:
+    dtype = np.dtype(spec)
+  except TypeError:
+    raise pickle.UnpicklingError(f"a dtype {spec!r}") from None
+  if dtype.kind not in "biuf":
+    raise pickle.UnpicklingError(f"a dtype {spec!r}, not numbers")
+  return dtype
+
+
+class _BatchUnpickler(pickle.Unpickler):
+  """Unpickles plain data and NumPy arrays of numbers only: a file that names any other
+  global (the way a pickle runs code) is refused before anything of it is called, and an
+  array is made from its bytes, its declared shape checked against them."""
+
+  _RECONSTRUCT = {("numpy.core.multiarray", "_reconstruct"),
+                  ("numpy._core.multiarray", "_reconstruct")}
+  _FROMBUFFER = {("numpy.core.numeric", "_frombuffer"), ("numpy._core.numeric", "_frombuffer")}
 
   def find_class(self, module, name):
-    if (module, name) in self._ALLOWED:
-      return super().find_class(module, name)
+    if (module, name) in self._RECONSTRUCT:
+      return _reconstruct
+    if (module, name) in self._FROMBUFFER:
+      return _frombuffer
+    if (module, name) == ("numpy", "ndarray"):
+      return np.ndarray   # only ever passed to _reconstruct, which does not call it
+    if (module, name) == ("numpy", "dtype"):
+      return _dtype
+    if (module, name) == ("_codecs", "encode"):   # bytes in protocol 2 pickles of Python 3
+      return _latin1
     raise pickle.UnpicklingError(f"it names {module}.{name}, which a CIFAR-10 batch never "
                                  f"holds (refused: unpickling it could run code)")
+
+
+def _latin1(text, encoding="latin1"):
+  """``_codecs.encode`` for what protocol 2 writes: a string's bytes in Latin-1, nothing else."""
+  if not isinstance(text, str) or encoding not in ("latin1", "latin-1"):
+    raise pickle.UnpicklingError("an encoding other than a string's Latin-1 bytes")
+  return text.encode("latin1")
+
+
+def _reconstruct(subtype, shape, dtype):
+  if subtype is not np.ndarray:
+    raise pickle.UnpicklingError("an array of a type other than numpy.ndarray")
+  del shape, dtype   # the state that follows gives the real shape, checked against its bytes
+  return _Array()
+
+
+def _arrays(value: Any) -> Any:
+  """The batch with every :class:`_Array` replaced by its array."""
+  if isinstance(value, _Array):
+    if value.array is None:
+      raise pickle.UnpicklingError("an array without data")
+    return value.array
+  if isinstance(value, dict):
+    return {k: _arrays(v) for k, v in value.items()}
+  if isinstance(value, list):
+    return [_arrays(v) for v in value]
+  return value
+
+
+_CIFAR_BATCH_BYTES = 256 * 2**20   # a batch holds 10,000 images of 3,072 bytes (about 30 MiB)
 
 
 def _read_cifar_batch(path: str) -> tuple[np.ndarray, np.ndarray]:
   """One CIFAR-10 python batch: uint8 NHWC images (n, 32, 32, 3) and int64 labels (n,).
 
   The batches are python pickles (the format CIFAR-10 is distributed in). They are
-  read with an unpickler that admits dicts, lists, bytes, numbers and NumPy arrays
-  only, so a file that tries to run code is refused.
+  read with an unpickler that admits dicts, lists, bytes, numbers and NumPy arrays of
+  numbers only (made from their bytes, the shape checked against them), so a file that
+  tries to run code or to allocate what it does not hold is refused; the file's size is
+  bounded before it is read.
   """
   try:
-    with open(path, "rb") as f:
-      batch = _BatchUnpickler(f, encoding="bytes").load()
-  except (OSError, EOFError, ValueError, pickle.UnpicklingError) as e:
-    raise DataError(f"cannot read CIFAR-10 batch {path!r}: {e}") from e
+    blob = read_bytes(path, _CIFAR_BATCH_BYTES, "CIFAR-10 batch")
+    batch = _arrays(_BatchUnpickler(io.BytesIO(blob), encoding="bytes").load())
+  except ReadError as e:
+    raise DataError(str(e)) from None
+  except (EOFError, ValueError, TypeError, AttributeError, IndexError, KeyError,
+          MemoryError, RecursionError, pickle.UnpicklingError) as e:
+    raise DataError(f"cannot read CIFAR-10 batch {path!r}: "
+                    f"{' '.join(str(e).split())[:120] or type(e).__name__}") from None
   if not isinstance(batch, dict) or b"data" not in batch or b"labels" not in batch:
     raise DataError(f"{path!r} is not a CIFAR-10 batch: expected a dict with keys b'data' "
                     f"and b'labels'")
-  data = np.asarray(batch[b"data"], dtype=np.uint8)
-  labels = np.asarray(batch[b"labels"], dtype=np.int64)
+  data, labels = batch[b"data"], batch[b"labels"]
+  if not (isinstance(data, np.ndarray) and data.dtype == np.uint8):
+    kind = f"an array of {data.dtype}" if isinstance(data, np.ndarray) else type(data).__name__
+    raise DataError(f"{path!r}: b'data' must be an array of uint8 pixels, got {kind}")
+  if isinstance(labels, np.ndarray):
+    labels_ok = labels.ndim == 1 and labels.dtype.kind in "iu"
+  else:
+    labels_ok = isinstance(labels, list) and all(
+        isinstance(v, int) and not isinstance(v, bool) for v in labels)
+  if not labels_ok:
+    raise DataError(f"{path!r}: b'labels' must be a list of integer labels 0..9")
+  labels = np.asarray(labels, dtype=np.int64)
+  if labels.size and (labels.min() < 0 or labels.max() > 9):
+    raise DataError(f"{path!r}: b'labels' must lie in 0..9, got values in "
+                    f"{labels.min()}..{labels.max()}")
   if data.ndim != 2 or data.shape[1] != 3 * 32 * 32 or data.shape[0] != labels.shape[0]:
     raise DataError(f"{path!r}: b'data' must have shape (n, 3072) with n = len(b'labels') = "
                     f"{labels.shape[0]}, got {data.shape}")
@@ -426,24 +574,35 @@ def _read_png_folders(split_dir: str) -> tuple[np.ndarray, np.ndarray]:
   classes in CINIC-10's order, files in name order; grey images are made RGB."""
   from PIL import Image
   from PIL import UnidentifiedImageError
-  images, labels = [], []
+  listing = []
   for label, cls in enumerate(CINIC10_CLASSES):
     class_dir = os.path.join(split_dir, cls)
     if not os.path.isdir(class_dir):
       raise DataError(f"CINIC-10 class folder {class_dir!r} is missing; "
                       f"{_where_to_put('cinic10')}")
-    names = sorted(n for n in os.listdir(class_dir) if n.lower().endswith(".png"))
+    try:
+      names = sorted(n for n in os.listdir(class_dir) if n.lower().endswith(".png"))
+    except OSError as e:
+      raise DataError(f"cannot list CINIC-10 class folder {class_dir!r}: {e.strerror}") from None
     if not names:
       raise DataError(f"CINIC-10 class folder {class_dir!r} holds no .png images")
-    for fname in names:
-      path = os.path.join(class_dir, fname)
-      try:
-        with Image.open(path) as img:
-          if img.size != (32, 32):
-            raise DataError(f"{path!r}: expected a 32x32 image, got {img.size[0]}x"
-                            f"{img.size[1]}")
-          images.append(np.asarray(img.convert("RGB"), dtype=np.uint8))
-      except (OSError, UnidentifiedImageError) as e:
-        raise DataError(f"cannot read CINIC-10 image {path!r}: {e}") from e
-      labels.append(label)
-  return np.stack(images), np.asarray(labels, dtype=np.int64)
+    listing += [(os.path.join(class_dir, n), label) for n in names]
+  # Sizes before data: the images as float32 must fit in the memory free now.
+  need = len(listing) * 32 * 32 * 3 * 5   # uint8 images, then float32 copies
+  if need > available_memory():
+    raise DataError(f"{split_dir!r}: {len(listing)} images need about {format_size(need)}, more "
+                    f"than the {format_size(available_memory())} free on this machine")
+  images = np.empty((len(listing), 32, 32, 3), np.uint8)
+  for i, (path, _) in enumerate(listing):
+    try:
+      blob = read_bytes(path, _MAX_PNG_BYTES, "CINIC-10 image")
+      with Image.open(io.BytesIO(blob), formats=["PNG"]) as img:
+        if img.size != (32, 32):
+          raise DataError(f"{path!r}: expected a 32x32 image, got {img.size[0]}x{img.size[1]}")
+        images[i] = np.asarray(img.convert("RGB"), dtype=np.uint8)
+    except ReadError as e:
+      raise DataError(str(e)) from None
+    except (OSError, UnidentifiedImageError, ValueError, Image.DecompressionBombError) as e:
+      raise DataError(f"cannot read CINIC-10 image {path!r}: "
+                      f"{' '.join(str(e).split())[:120]}") from None
+  return images, np.asarray([label for _, label in listing], dtype=np.int64)

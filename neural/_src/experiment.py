@@ -51,6 +51,7 @@ import fedkrr
 from fedkrr import Protocol
 from fedkrr import RoundOutput
 from neural._src.augment import Augment
+from neural._src.checkpoint import ModelSlot
 from neural._src.config import FOREST
 from neural._src.config import KD_PROTOCOLS
 from neural._src.config import ExperimentConfig
@@ -316,12 +317,73 @@ def train_and_evaluate(config: ExperimentConfig, workdir: str | os.PathLike, *,
     raise ValueError(f"units: expected one of {', '.join(UNITS)}, got {units!r}")
   rounds = total_rounds(config)
   with open_run(workdir, config, from_dict=ExperimentConfig.from_dict, rounds=rounds,
-                load_data=lambda: load_run_data(config)) as run:
+                load_data=lambda: load_run_data(config),
+                expected=lambda data, done: expected_state(config, data, done)) as run:
     if run.done < rounds:
       _run_rounds(config, run, rounds, progress, max_rounds, on_round_end)
     if run.done >= rounds:
       _plot(run.workdir, config, run.rows, units)
     return list(run.rows)
+
+
+@dataclasses.dataclass(frozen=True)
+class _StandIn:
+  """An agent's learner in a replay: a fit gives its :class:`ModelSlot` (no training)."""
+
+  learner: Any
+  slot: ModelSlot
+  defer: bool
+  batch_key = None   # fitted one by one
+
+  def fit(self, x, targets):
+    del x, targets
+    return Teacher(self.slot) if self.defer else self.slot
+
+  def with_init(self, init):
+    del init
+    return self
+
+  def __getattr__(self, name):   # model, input_shape, config (FedAvg's checks)
+    return getattr(self.learner, name)
+
+
+def _slot(learner: Any, num_classes: int) -> ModelSlot:
+  """The :class:`ModelSlot` of a learner's models: its module and variables' shapes."""
+  if isinstance(learner, ForestLearner):
+    return ModelSlot(None, None, num_classes)
+  shapes = jax.eval_shape(lambda key: init_variables(learner.model, key, learner.input_shape),
+                          jax.random.PRNGKey(0))
+  variables = jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), shapes)
+  return ModelSlot(learner.model, variables, num_classes)
+
+
+def expected_state(config: ExperimentConfig, data: RunData, done: int) -> dict[str, Any]:
+  """What a run of ``config`` checkpoints after ``done`` rounds, built from the config.
+
+  The protocol's own ``init`` and ``step`` replayed for ``done`` rounds with
+  stand-in learners whose fits return a :class:`neural._src.checkpoint.ModelSlot`
+  (each agent's module, variables of the right shapes, zero predictions): the
+  state, the warm starts (``inits``) and EKD's running test predictions have the
+  structure, types, shapes and dtypes of the real run's, without any training.
+  A checkpoint is restored into it.
+  """
+  learners = build_learners(config, data.xs[0].shape[1:], data.num_classes, None, data.black)
+  defer = config.augment != "none" and config.protocol in KD_PROTOCOLS
+  protocol = make_protocol(config, learners)
+  stand_ins = [_StandIn(learner, _slot(learner, data.num_classes), defer)
+               for learner in learners]
+  state, inits, running = None, [None] * config.agents, None
+  if done > 0:
+    replay = fedkrr.iterate(protocol, cast(Any, stand_ins), cast(Any, data.xs),
+                            cast(Any, data.ys), rounds=done)
+    for state_t, out in replay:
+      state = state_t
+      for model, agent in zip(out.models, out.agents):
+        if hasattr(model, "variables"):
+          inits[agent] = cast(Any, model).variables
+      if out.cumulative:
+        running = np.zeros((len(data.y_test), data.num_classes), np.float32)
+  return {"state": state, "inits": inits, "running": running}
 
 
 def _run_rounds(config: ExperimentConfig, run: Run, rounds: int, progress: bool,

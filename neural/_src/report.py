@@ -34,6 +34,8 @@ import numpy as np
 import fedkrr
 from fedkrr import atomic_savefig
 from fedkrr import atomic_write
+from fedkrr import read_bytes
+from fedkrr import read_json
 from neural._src.compare import MIN_FIT_ROUNDS
 from neural._src.compare import compare
 from neural._src.config import ExperimentConfig
@@ -247,8 +249,8 @@ def _spread(values: list[float]) -> str:
 
 def _closed_forms(out: Path, settings: MainJobSettings, progress: bool):
   fedkrr.closed_form_demo(str(out), rounds=settings.rounds, seed=settings.seed)
-  summary = json.loads((out / "summary.json").read_text())
-  table = (out / "summary.md").read_text()
+  summary = read_json(out / "summary.json", "closed-form summary")
+  table = read_bytes(out / "summary.md", 2**24, "closed-form table").decode("utf-8")
   worst = max(r["max_rel_gap"] for r in summary["protocols"])
   section = ("Two agents (120 and 80 points, RBF and Laplace kernels, c = 1e-3) on an "
              f"embedded synthetic regression problem, {settings.rounds} rounds; the closed "

@@ -33,10 +33,15 @@ from pathlib import Path
 from typing import Any
 from typing import cast
 
+from fedkrr import ReadError
+from fedkrr import WriteError
 from fedkrr import atomic_write
+from fedkrr import check_output
+from fedkrr import read_json
 from neural._src.config import ConfigError
 from neural._src.config import ExperimentConfig
 from neural._src.config import RunConfig
+from neural._src.config import shown
 from neural._src.config import with_changes
 from neural._src.plots import plot_is_current
 from neural._src.plots import plot_sweep
@@ -44,9 +49,11 @@ from neural._src.rundir import METRICS_FILE
 from neural._src.rundir import PLOT_FILE
 from neural._src.rundir import ExperimentError
 from neural._src.rundir import finished_rows
+from neural._src.rundir import read_run_checkpoint
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 SWEEP_FILE = "sweep.json"
+MAX_CONFIG_BYTES = 4 * 2**20
 
 
 def config_from_dict(values: Mapping[str, Any]) -> RunConfig:
@@ -117,7 +124,9 @@ def _axis_entries(axis: Any, where: str) -> list[tuple[str, dict[str, Any]]]:
   if len(axis) == 1 and isinstance(next(iter(axis.values())), list):
     (field, values), = axis.items()
     if field not in ExperimentConfig.field_names() and field not in all_fields():
-      raise ConfigError(f"{where}: {field!r} is not a config field")
+      raise ConfigError(f"{where}: {shown(field)} is not a config field")
+    if not values:
+      raise ConfigError(f"{where}: {field!r} has no values (expected a non-empty list)")
     return [(f"{field}={_fmt(v)}", {field: v}) for v in values]
   entries = []
   for name, changes in axis.items():
@@ -152,22 +161,26 @@ def load_spec(source: str | os.PathLike) -> ConfigSpec:
                         f"(see `neural configs`)")
     path = shipped[str(source)]
   try:
-    data = json.loads(path.read_bytes().decode("utf-8"))
-  except UnicodeDecodeError as e:
-    raise ConfigError(f"config: {path} is not UTF-8 text ({e.reason} at byte {e.start})") from None
-  except json.JSONDecodeError as e:
-    raise ConfigError(f"config: {path} is not valid JSON ({e})") from None
+    data = read_json(path, "config file", limit=MAX_CONFIG_BYTES)
+  except ReadError as e:
+    raise ConfigError(f"config: {e}") from None
   if not isinstance(data, dict):
     raise ConfigError(f"config: {path} must hold a JSON object")
   if "base" not in data:
     return ConfigSpec(base=data)
   extra = sorted(set(data) - {"base", "grid", "description", "figure"})
   if extra:
-    raise ConfigError(f"config: unknown key {extra[0]!r} in {path} "
+    raise ConfigError(f"config: unknown key {shown(extra[0])} in {path} "
                       f"(expected base, grid, description, figure)")
   grid = data.get("grid", [])
+  if not isinstance(data["base"], dict):
+    raise ConfigError(f"base: expected an object of config fields in {path}, got "
+                      f"{shown(data['base'])}")
   if not isinstance(grid, list):
     raise ConfigError(f"grid: expected a list of axes in {path}")
+  for key in ("description", "figure"):
+    if not isinstance(data.get(key, ""), str):
+      raise ConfigError(f"{key}: expected a string in {path}, got {shown(data[key])}")
   spec = ConfigSpec(dict(data["base"]), tuple(grid), data.get("description", ""),
                     data.get("figure", ""))
   spec.expand()   # validates every run
@@ -211,6 +224,35 @@ def run_one(config: RunConfig, workdir: str | os.PathLike, units: str = "paper",
   return train_and_evaluate(cast(ExperimentConfig, config), workdir, units=units, **kwargs)
 
 
+def load_run_checkpoint(config: RunConfig, workdir: str | os.PathLike) -> dict[str, Any]:
+  """The checkpoint of ``config``'s run in ``workdir``, restored into the state the config
+  builds (read only; the same checks as a resume).
+
+  Returns:
+    ``{"round", "rows", "config", "state", ...}``: the KD protocols' checkpoints also hold
+    ``inits`` (the warm starts) and ``running`` (EKD's running test predictions).
+
+  Raises:
+    ExperimentError: no checkpoint there, or one that does not fit the config.
+  """
+  from neural._src.experiment import expected_state  # deferred: JAX, Flax, Optax
+  from neural._src.methods.registry import MethodConfig  # deferred: JAX, the methods
+  from neural._src.methods.registry import get_method  # deferred: JAX, the methods
+  from neural._src.methods.registry import load_method_data  # deferred: JAX, the methods
+  from neural._src.run_data import load_run_data  # deferred: JAX
+
+  if isinstance(config, MethodConfig):
+    method = get_method(config.method)
+    return read_run_checkpoint(
+        workdir, config, rounds=config.rounds,
+        load_data=lambda: (method.load_data or load_method_data)(config),
+        expected=lambda data, done: {"state": method.init(config, data)})
+  kd = cast(ExperimentConfig, config)
+  return read_run_checkpoint(workdir, kd, rounds=kd.total_rounds,
+                             load_data=lambda: load_run_data(kd),
+                             expected=lambda data, done: expected_state(kd, data, done))
+
+
 def run_configs(runs: Sequence[tuple[str, RunConfig]], workdir: str | os.PathLike, *,
                 progress: bool = False, description: str = "",
                 max_rounds: int | None = None,
@@ -227,23 +269,35 @@ def run_configs(runs: Sequence[tuple[str, RunConfig]], workdir: str | os.PathLik
   workdir = Path(workdir)
   if len(runs) == 1 and runs[0][0] == "":
     return {"": run_one(runs[0][1], workdir, units, progress=progress, max_rounds=max_rounds)}
-  workdir.mkdir(parents=True, exist_ok=True)
+  try:
+    check_output(workdir, "workdir", directory=True)
+  except WriteError as e:
+    raise ExperimentError(str(e)) from None
   names = [name for name, _ in runs]
   sweep = {"description": description, "runs": names}
   sweep_path = workdir / SWEEP_FILE
-  if sweep_path.exists():
-    saved = json.loads(sweep_path.read_text())
-    if saved.get("runs") != names:
+  written = os.path.lexists(sweep_path)
+  if written:
+    try:
+      saved = read_json(sweep_path, "sweep file")
+    except ReadError as e:
+      raise ExperimentError(f"workdir: {e}; use another workdir") from None
+    if not isinstance(saved, dict) or saved.get("runs") != names:
+      others = saved.get("runs") if isinstance(saved, dict) else None
+      listed = ", ".join(map(str, others[:3])) if isinstance(others, list) else "?"
       raise ExperimentError(f"workdir: {workdir} holds a sweep of other runs "
-                            f"({', '.join(saved.get('runs', [])[:3])}...); use another workdir")
-  else:
-    atomic_write(sweep_path, json.dumps(sweep, indent=2) + "\n")
+                            f"({shown(listed)}...); use another workdir")
   results = {}
   for i, (name, config) in enumerate(runs):
     if progress:
       print(f"[{i + 1}/{len(runs)}] {name}", flush=True)
+    if not written and i > 0:   # the first run started: its data loaded, its directory made
+      atomic_write(sweep_path, json.dumps(sweep, indent=2) + "\n")
+      written = True
     results[name] = run_one(config, workdir / name, units, progress=progress,
                             max_rounds=max_rounds)
+  if not written:
+    atomic_write(sweep_path, json.dumps(sweep, indent=2) + "\n")
   if not plot_is_current(workdir / PLOT_FILE, units, workdir / SWEEP_FILE) or any(
       not plot_is_current(workdir / PLOT_FILE, units, workdir / name / METRICS_FILE)
       for name in names):

@@ -206,7 +206,7 @@ def test_a_run_that_cannot_fit_in_memory_is_refused_before_it_starts(problem_fil
   out.write_bytes(b"previous result")
   assert _run("--problem", problem_file, "--protocol", "ekd", "--rounds", 10**9, "--out", out) == 2
   err = capsys.readouterr().err
-  assert err.count("\n") == 1 and "needs about" in err and "--every K" in err
+  assert err.count("\n") == 1 and "needs about" in err and "--every " in err
   assert out.read_bytes() == b"previous result"
 
 
@@ -304,3 +304,36 @@ def test_help_names_the_claim_ids_and_what_verify_costs(capsys):
   for claim in BY_ID:
     assert f"  {claim} " in out, claim   # one id per line: never broken at a hyphen
   assert "Time: about" in out and "CPU time" in out
+
+
+@pytest.fixture(scope="module")
+def wide_problem(tmp_path_factory):
+  """120,000 points in two agents: only its estimate is ever computed here."""
+  def write(ridge):
+    rng = np.random.default_rng(0)
+    xs = [rng.normal(size=(60_000, 1)), rng.normal(size=(60_000, 1))]
+    ys = [rng.normal(size=60_000), rng.normal(size=60_000)]
+    path = tmp_path_factory.mktemp("wide") / f"p{ridge}.npz"
+    save_problem(path, fedkrr.make_problem(xs, ys, fedkrr.RBF(0.5), ridge), xs[0][:5])
+    return path
+  return write
+
+
+@pytest.mark.parametrize("method", ["matfree", "auto"])
+def test_the_matrix_free_path_refuses_what_cannot_fit(wide_problem, tmp_path, capsys, method):
+  """A billion rounds gather a billion rounds of predictions: refused before any work."""
+  assert _run("--problem", wide_problem(1e-3), "--protocol", "avgkd", "--rounds", 10**9,
+              "--method", method, "--out", tmp_path / "o.npz") == 2
+  err = capsys.readouterr().err.splitlines()
+  assert err[-1].startswith("fedkrr: error: avgkd by matfree") and "needs about" in err[-1]
+  assert "--every" in err[-1] and not (tmp_path / "o.npz").exists()
+
+
+def test_hints_only_suggest_what_would_work(wide_problem, tmp_path, capsys):
+  """c = 0: the closed form's Gram blocks do not fit, and the matrix-free path needs c > 0,
+  so neither --method matfree nor fewer rounds is suggested."""
+  assert _run("--problem", wide_problem(0.0), "--protocol", "avgkd", "--rounds", 10,
+              "--method", "auto", "--out", tmp_path / "o.npz") == 2
+  err = capsys.readouterr().err.splitlines()[-1]
+  assert "needs about" in err and "nothing the command offers fits" in err
+  assert "matfree" not in err.split("needs about")[1] and "--every" not in err

@@ -2,9 +2,14 @@
 
 import csv
 import dataclasses
+import json
+import shlex
+import subprocess
+import sys
 
 import jax
 import numpy as np
+import processes  # tests/ is no package: pytest puts its folders on sys.path
 import pytest
 
 import fedkrr
@@ -166,6 +171,24 @@ def test_cli_toy(tmp_path, capsys, x64):
   with open(tmp_path / "toy.csv") as f:
     assert len(list(csv.DictReader(f))) == 3 * (5 * 5 + 3)
   assert (tmp_path / "toy.pdf").stat().st_size > 0
+  assert json.loads((tmp_path / "toy_config.json").read_text())["seed"] == 1
+
+
+def test_cli_toy_on_a_full_disk_writes_no_file_of_the_set(tmp_path):
+  """Files may not grow past 20 KiB (``ulimit -f``: a write fails, as on a full disk): the
+  first file of the set fails, is named, and no file of the previous set is replaced."""
+  for name in ("toy.csv", "toy.png", "toy.pdf", "toy_config.json"):
+    (tmp_path / name).write_text("previous")
+  command = (f"ulimit -f 20 && exec {shlex.quote(sys.executable)} -m fedkrr._src.cli toy "
+             f"--out {shlex.quote(str(tmp_path))} --rounds 50")
+  proc = subprocess.run(["bash", "-c", command], capture_output=True, text=True,
+                        env=processes.env(), timeout=300)
+  assert proc.returncode == 2, proc.stderr[-500:]
+  err = processes.last_line(proc.stderr)
+  assert err.startswith(f"fedkrr: error: cannot write {tmp_path / 'toy.csv'}"), err
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["toy.csv", "toy.pdf", "toy.png",
+                                                         "toy_config.json"]
+  assert all(p.read_text() == "previous" for p in tmp_path.iterdir())
 
 
 def test_cli_toy_bad_rounds(tmp_path, capsys, x64):

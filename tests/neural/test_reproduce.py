@@ -485,6 +485,8 @@ def test_paper_scale_without_data_is_the_data_error(tmp_path, capsys):
                "--workdir", str(tmp_path)]) == 2
   err = capsys.readouterr().err.strip().splitlines()
   assert len(err) == 1 and "needs data_dir" in err[0] and "train-images-idx3-ubyte" in err[0]
+  assert not list(tmp_path.iterdir())   # nothing left behind: no sweep.json, no run directory
   assert main(["reproduce", "--figure", "9", "--scale", "paper", "--no-progress",
                "--data-dir", str(tmp_path / "none"), "--workdir", str(tmp_path)]) == 2
   assert "is not a directory" in capsys.readouterr().err
+  assert not list(tmp_path.iterdir())

@@ -4,18 +4,23 @@ nothing created by a failed start, and the one-line errors of corrupt files."""
 import json
 import os
 import pickle
-from typing import NamedTuple
+import subprocess
+import sys
 
 import filelock
 import jax
 import numpy as np
+import processes  # tests/ is no package: pytest puts its folders on sys.path
 import pytest
 
 import fedkrr
 import neural
-from neural._src import checkpoint as checkpoint_lib
 from neural._src.checkpoint import CheckpointError
+from neural._src.checkpoint import ModelSlot
+from neural._src.checkpoint import Node
 from neural._src.checkpoint import load_checkpoint
+from neural._src.checkpoint import read_checkpoint
+from neural._src.checkpoint import restore_checkpoint
 from neural._src.checkpoint import save_checkpoint
 from neural._src.cli import main
 from neural._src.config import ExperimentConfig
@@ -50,7 +55,7 @@ def finished_run(tmp_path_factory):
   return workdir, rows
 
 
-def test_checkpoint_round_trip_keeps_states_models_and_row_order(tmp_path):
+def _tree():
   model = neural.get_model("vgg", 3, tiny=True)
   variables = neural.init_variables(model, jax.random.PRNGKey(0), (8, 8, 1))
   x = np.random.default_rng(0).random((10, 8, 8, 1)).astype(np.float32)
@@ -59,59 +64,80 @@ def test_checkpoint_round_trip_keeps_states_models_and_row_order(tmp_path):
   tx = neural.make_optimizer(neural.OptimizerConfig("adam", schedule="cosine", decay_steps=4))
   state = fedkrr.get_protocol("ekd").init([np.ones((2, 3)), np.zeros((2, 3))])
   tree = {"round": 2, "state": state, "models": (FlaxModel(model, variables), forest, None),
-          "opt": tx.init(variables["params"]), "rows": [{"round": 0, "agent": "server", "v": 0.5}],
-          "by_int": {3: np.float32(1.5)}}
-  save_checkpoint(tmp_path / "c.npz", tree)
-  back = load_checkpoint(tmp_path / "c.npz")
-  assert type(back["state"]) is type(state) and back["state"].round == 0
-  assert list(back["rows"][0]) == ["round", "agent", "v"]   # key order kept: byte-identical rows
-  assert back["models"][0].model == model and back["models"][2] is None
-  np.testing.assert_allclose(back["models"][0].predict(x), FlaxModel(model, variables).predict(x))
-  np.testing.assert_allclose(back["models"][1].predict(x), forest.predict(x))
-  assert jax.tree.structure(back["opt"]) == jax.tree.structure(tx.init(variables["params"]))
+          "opt": tx.init(variables["params"]), "by_int": {3: np.float32(1.5)}}
+  return tree, x
+
+
+def _slots(tree):
+  """The tree's target: models as slots (module and variables' shapes), the rest as is."""
+  flax_model, forest, _ = tree["models"]
+  return {**tree, "models": (ModelSlot(flax_model.model, flax_model.variables, 3),
+                             ModelSlot(None, None, forest.num_outputs), None)}
+
+
+def test_checkpoint_round_trip_restores_into_the_target(tmp_path):
+  tree, x = _tree()
+  save_checkpoint(tmp_path / "c.npz", {**tree, "rows": [{"round": 0, "agent": "server"}]})
+  raw = read_checkpoint(tmp_path / "c.npz")
+  assert list(raw["rows"][0]) == ["round", "agent"]   # plain data, key order kept
+  back = restore_checkpoint({k: v for k, v in raw.items() if k != "rows"}, _slots(tree))
+  assert type(back["state"]) is type(tree["state"]) and back["state"].round == 0
+  assert back["models"][0].model is tree["models"][0].model and back["models"][2] is None
+  np.testing.assert_allclose(back["models"][0].predict(x), tree["models"][0].predict(x))
+  np.testing.assert_allclose(back["models"][1].predict(x), tree["models"][1].predict(x))
+  assert jax.tree.structure(back["opt"]) == jax.tree.structure(tree["opt"])
   assert back["by_int"] == {3: np.float32(1.5)}
 
 
-def test_a_checkpoint_naming_another_type_is_refused(tmp_path):
-  save_checkpoint(tmp_path / "c.npz", {"s": fedkrr.get_protocol("avgkd").init([np.ones(2)] * 2)})
-  with np.load(tmp_path / "c.npz") as data:
+def _with_skeleton(path, edit):
+  with np.load(path) as data:
     arrays = dict(data)
-  skeleton = str(arrays["__skeleton__"]).replace("fedkrr._src.protocols:AveragedState",
-                                                 "os:system")
-  np.savez(tmp_path / "c.npz", **{**arrays, "__skeleton__": np.asarray(skeleton)})
-  with pytest.raises(CheckpointError, match="may not hold"):
-    load_checkpoint(tmp_path / "c.npz")
+  arrays["__skeleton__"] = np.asarray(edit(str(arrays["__skeleton__"])))
+  np.savez(path, **arrays)
 
 
-class _OutsideState(NamedTuple):   # a method's state defined outside fedkrr and neural
-  step: int
-  values: np.ndarray
+@pytest.mark.parametrize("name", ["neural._src.report:platform.uname_result", "os:system",
+                                  "neural.__main__:X", "builtins:eval"])
+def test_a_type_named_by_a_checkpoint_is_never_looked_up(tmp_path, name):
+  """The file names a type as a string: compared with the target's, never imported."""
+  target = {"s": fedkrr.get_protocol("avgkd").init([np.ones(2)] * 2)}
+  save_checkpoint(tmp_path / "c.npz", target)
+  _with_skeleton(tmp_path / "c.npz",
+                 lambda s: s.replace("fedkrr._src.protocols:AveragedState", name))
+  modules = set(sys.modules)
+  raw = read_checkpoint(tmp_path / "c.npz")
+  assert isinstance(raw["s"], Node) and raw["s"].name == name   # inert data
+  with pytest.raises(CheckpointError, match="where an AveragedState .*belongs"):
+    restore_checkpoint(raw, target)
+  assert set(sys.modules) == modules   # nothing was imported
 
 
-def test_only_trusted_modules_beyond_the_packages_may_name_a_type(tmp_path, monkeypatch):
-  """A method registered from its own module may keep NamedTuples; nothing else may."""
-  monkeypatch.setattr(checkpoint_lib, "_TRUSTED_MODULES", set())
-  save_checkpoint(tmp_path / "c.npz", {"state": _OutsideState(2, np.arange(3.0))})
-  with pytest.raises(CheckpointError, match="may not hold"):
-    load_checkpoint(tmp_path / "c.npz")
-  checkpoint_lib.trust_module(__name__)   # what register_method does for its module
-  back = load_checkpoint(tmp_path / "c.npz")["state"]
-  assert type(back) is _OutsideState and back.step == 2
-  np.testing.assert_array_equal(back.values, np.arange(3.0))
-  checkpoint_lib.trust_module("no_such_module_anywhere")   # trusted, but never imported by it
-  with np.load(tmp_path / "c.npz") as data:
-    arrays = dict(data)
-  skeleton = str(arrays["__skeleton__"]).replace(f"{__name__}:", "no_such_module_anywhere:")
-  np.savez(tmp_path / "c.npz", **{**arrays, "__skeleton__": np.asarray(skeleton)})
-  with pytest.raises(CheckpointError, match="does not exist here"):
-    load_checkpoint(tmp_path / "c.npz")
+@pytest.mark.parametrize("edit, message", [
+    (lambda s: s.replace('"ref": "a0"', '"ref": "a1"'), r"\['s'\]\.targets\[0\]: an array"),
+    (lambda s: s.replace('{"t": "array", "ref": "a0"}', '3'), "an int in the file where an array"),
+    (lambda s: s.replace('"items": [0,', '"items": [true,'), "a bool in the file where an int"),
+])
+def test_a_checkpoint_that_differs_from_the_target_names_the_place(tmp_path, edit, message):
+  target = {"s": fedkrr.get_protocol("avgkd").init([np.ones(2), np.ones((3,))])}
+  save_checkpoint(tmp_path / "c.npz", target)
+  _with_skeleton(tmp_path / "c.npz", edit)
+  with pytest.raises(CheckpointError, match=message):
+    restore_checkpoint(read_checkpoint(tmp_path / "c.npz"), target)
+
+
+def test_a_checkpoint_nested_too_deep_is_one_error(tmp_path):
+  save_checkpoint(tmp_path / "c.npz", {"s": 1})
+  deep = '{"t": "list", "items": [' * 5000 + "1" + "]}" * 5000
+  _with_skeleton(tmp_path / "c.npz", lambda s: s.replace('"tree": {', f'"x": {deep}, "tree": {{'))
+  with pytest.raises(CheckpointError, match="nested more than"):
+    read_checkpoint(tmp_path / "c.npz")
 
 
 @pytest.mark.parametrize("content", [b"", b"garbage", b"PK\x03\x04truncated"])
 def test_unreadable_checkpoints_are_named(tmp_path, content):
   (tmp_path / "c.npz").write_bytes(content)
   with pytest.raises(CheckpointError, match="c.npz") as info:
-    load_checkpoint(tmp_path / "c.npz")
+    load_checkpoint(tmp_path / "c.npz", {})
   assert "allow_pickle" not in str(info.value)
 
 
@@ -135,7 +161,7 @@ def test_an_object_array_in_a_checkpoint_is_not_unpickled(tmp_path, finished_run
   bad = tmp_path / CHECKPOINT_FILE
   np.savez(bad, **arrays, evil=np.array([Exploit(proof)], dtype=object))
   with pytest.raises(CheckpointError, match="Python objects"):
-    load_checkpoint(bad)
+    read_checkpoint(bad)
   assert not proof.exists()
 
 
@@ -268,3 +294,173 @@ def test_a_cifar_batch_that_would_run_code_is_refused(tmp_path):
   with pytest.raises(DataError, match="system"):
     _read_cifar_batch(str(tmp_path / "test_batch"))
   assert not proof.exists()
+
+
+# ---------------------------------------------------------------------------
+# Checkpoints with wrong content, checked before anything is written
+
+
+def _edit_checkpoint(path, edit):
+  """Applies ``edit(top)`` to the checkpoint's top-level items (a dict of skeleton nodes)."""
+  def change(text):
+    skeleton = json.loads(text)
+    top = dict(skeleton["tree"]["items"])
+    edit(top)
+    skeleton["tree"]["items"] = [[k, v] for k, v in top.items()]
+    return json.dumps(skeleton)
+  _with_skeleton(path, change)
+
+
+def _first(node, tag):
+  """The first skeleton node tagged ``tag`` under ``node`` (depth first)."""
+  if isinstance(node, dict):
+    if node.get("t") == tag:
+      return node
+    children = list(node.values())
+  elif isinstance(node, list):
+    children = node
+  else:
+    return None
+  for child in children:
+    found = _first(child, tag)
+    if found is not None:
+      return found
+  return None
+
+
+def _forest_for_network(top):
+  network = _first(top["state"], "flax_model")
+  network.clear()
+  network.update({"t": "forest_model", "skops": {"t": "array", "ref": "a0"}, "num_outputs": 10})
+
+
+@pytest.mark.parametrize("protocol, edit, message", [
+    ("avgkd", lambda top: top.update(rows={"t": "list", "items": [1, 2]}),
+     "rows[0] is not a JSON object"),
+    ("avgkd", lambda top: top.pop("state"), "no state"),
+    ("avgkd", lambda top: top.update(round=7), "round 7 is not a round count in 0..2"),
+    ("avgkd", lambda top: top.update(round=-1), "round -1 is not a round count"),
+    ("backfit-gs", _forest_for_network, "a ForestModel in the file where a trained network"),
+    ("avgkd", lambda top: top["state"].update(type="neural._src.report:platform.uname_result"),
+     "an uname_result of 2 fields in the file where an AveragedState"),
+    ("avgkd", lambda top: top["state"].update(type="neural.__main__:X"),
+     "a X of 2 fields in the file where an AveragedState"),
+])
+def test_a_checkpoint_with_wrong_content_is_refused_before_anything_is_written(
+    tmp_path, capsys, protocol, edit, message):
+  workdir = tmp_path / "run"
+  flags = [*FLAGS, "--protocol", protocol, "--workdir", str(workdir)]
+  assert main(["run", *flags, "--max-rounds", "1"]) == 0
+  _edit_checkpoint(workdir / CHECKPOINT_FILE, edit)
+  before = {p.name: p.read_bytes() for p in workdir.iterdir() if p.name != LOCK_FILE}
+  modules = set(sys.modules)
+  capsys.readouterr()
+  assert main(["run", *flags]) == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and message in err[0] and "delete it" in err[0], err
+  assert {p.name: p.read_bytes() for p in workdir.iterdir() if p.name != LOCK_FILE} == before
+  assert set(sys.modules) == modules   # nothing imported (neural.__main__ would run the CLI)
+
+
+def test_a_checkpoint_of_the_first_format_still_resumes(tmp_path, capsys):
+  workdir = tmp_path / "run"
+  assert main(["run", *FLAGS, "--max-rounds", "1", "--workdir", str(workdir)]) == 0
+  _with_skeleton(workdir / CHECKPOINT_FILE,
+                 lambda s: s.replace("neural-checkpoint/2", "neural-checkpoint/1"))
+  assert main(["run", *FLAGS, "--workdir", str(workdir)]) == 0
+  assert max(r["round"] for r in read_metrics(workdir)) == 1
+
+
+def test_importing_neural_main_runs_nothing():
+  import importlib
+  module = importlib.import_module("neural.__main__")   # guarded: the CLI runs as a script only
+  assert callable(module.main)
+
+
+# ---------------------------------------------------------------------------
+# Training that diverges, configs that are not finite
+
+
+def test_a_run_that_diverges_stops_naming_round_agent_and_learning_rate(tmp_path, capsys):
+  workdir = tmp_path / "run"
+  assert main(["run", *FLAGS, "--lr", "1e30", "--workdir", str(workdir)]) == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and "round 0, agent 0" in err[0] and "learning_rate=1e+30" in err[0]
+  assert not (workdir / METRICS_FILE).exists() and not (workdir / CHECKPOINT_FILE).exists()
+  assert main(["run", *FLAGS, "--workdir", str(workdir)]) == 0   # a corrected config runs
+  assert "replaced" in capsys.readouterr().err
+
+
+def test_a_method_that_diverges_stops_before_writing_the_round(tmp_path):
+  from neural._src.methods import mhd
+  from neural._src.rundir import DivergenceError
+  config = mhd.MHDConfig(method="mhd-isolated", dataset="digits", train_subset=120,
+                         test_subset=30, agents=2, rounds=1, model="mlp", width=8, tiny=True,
+                         aux_heads=1, public_fraction=0.25, labels_per_client=3,
+                         graph="complete", steps_per_round=2, batch_size=8,
+                         public_batch_size=8, optimizer="sgd", momentum=0.0, cosine=False,
+                         learning_rate=1e30)
+  with pytest.raises(DivergenceError, match=r"round 0.*learning_rate=1e\+30"):
+    neural.methods.run_method(config, tmp_path / "run")
+  assert not (tmp_path / "run" / METRICS_FILE).exists()
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--lr", "inf"], "learning_rate: expected a finite number, got inf"),
+    (["--set", "learning_rate=NaN"], "learning_rate: expected a number, got 'NaN'"),
+    (["--set", "proportions=" + "[" * 3000 + "]" * 3000], "proportions: expected"),
+])
+def test_configs_refuse_numbers_that_are_not_finite(tmp_path, capsys, flags, message):
+  assert main(["run", *FLAGS, *flags, "--workdir", str(tmp_path / "run")]) == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and message in err[0] and len(err[0]) < 400
+  assert not (tmp_path / "run").exists()
+
+
+def test_metric_rows_are_always_valid_json(tmp_path):
+  from neural._src.rundir import ExperimentError
+  from neural._src.rundir import append_metrics
+  with pytest.raises(ExperimentError, match="not finite"):
+    append_metrics(tmp_path, [{"round": 0, "test_loss": float("nan")}])
+  assert not (tmp_path / METRICS_FILE).exists()
+
+
+# ---------------------------------------------------------------------------
+# Workdirs: races, symbolic links
+
+
+@pytest.mark.parametrize("kind, message", [("dangling", "dangling symbolic link"),
+                                           ("loop", "symbolic link loop"),
+                                           ("under a file", "which is a regular file"),
+                                           ("empty", "expected a directory name, got ''")])
+def test_unusable_workdirs_are_refused_before_the_data_loads(tmp_path, capsys, monkeypatch, kind,
+                                                             message):
+  from neural._src import run_data
+  monkeypatch.setattr(run_data, "load_dataset", lambda *a, **k: pytest.fail("data loaded"))
+  if kind == "under a file":
+    (tmp_path / "file").write_text("x")
+    workdir = str(tmp_path / "file" / "run")
+  elif kind == "empty":   # not the current directory
+    workdir = ""
+  else:
+    workdir = tmp_path / "link"
+    workdir.symlink_to(tmp_path / ("nowhere" if kind == "dangling" else "link"))
+  assert main(["run", *FLAGS, "--workdir", str(workdir)]) == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and message in err[0]
+
+
+def test_two_runs_started_together_on_a_new_workdir(tmp_path):
+  """One runs; the other is told the workdir is in use (never 'File exists')."""
+  workdir = tmp_path / "new" / "run"
+  args = [sys.executable, "-m", "neural", "run", *FLAGS, "--rounds", "4", "--workdir",
+          str(workdir)]
+  procs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=processes.env()) for _ in range(2)]
+  results = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
+  assert all(code in (0, 2) for code, _ in results) and any(code == 0 for code, _ in results)
+  for code, err in results:
+    assert "Errno" not in err and "Traceback" not in err
+    if code == 2:
+      assert "in use by another run" in err
+  assert max(r["round"] for r in read_metrics(workdir)) == 3

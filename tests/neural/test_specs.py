@@ -54,6 +54,36 @@ def test_grid_errors(tmp_path):
     load_spec(tmp_path / "missing.json")
 
 
+@pytest.mark.parametrize("content, message", [
+    ({"base": 5}, "base: expected an object of config fields"),
+    ({"base": {}, "grid": [{"alpha": []}]}, r"grid\[0\]: 'alpha' has no values"),
+    ({"base": {}, "grid": {"alpha": [1]}}, "grid: expected a list of axes"),
+    ({"base": {}, "description": ["x"]}, "description: expected a string"),
+    ({"base": {"learning_rate": 1e308 * 10}}, "not a finite number"),
+])
+def test_malformed_config_files_are_one_line_errors(tmp_path, content, message):
+  path = tmp_path / "c.json"
+  path.write_text(json.dumps(content))
+  with pytest.raises(ConfigError, match=message) as info:
+    load_spec(path)
+  assert "\n" not in str(info.value)
+
+
+def test_a_config_nested_thousands_deep_is_one_line(tmp_path):
+  path = tmp_path / "c.json"
+  path.write_text('{"base": ' + "[" * 5000 + "]" * 5000 + "}")
+  with pytest.raises(ConfigError, match="nested more than 64 levels") as info:
+    load_spec(path)
+  assert str(path) in str(info.value)
+
+
+def test_a_failed_first_run_of_a_sweep_leaves_nothing(tmp_path):
+  spec = ConfigSpec(base=dict(dataset="mnist", rounds=1), grid=({"alpha": [0.0, 1.0]},))
+  with pytest.raises(ValueError, match="needs data_dir"):
+    run_configs(spec.expand(), tmp_path / "sweep")
+  assert not (tmp_path / "sweep").exists()
+
+
 def test_plain_config_file_loads(tmp_path):
   path = tmp_path / "c.json"
   path.write_text(ExperimentConfig(rounds=7).to_json())

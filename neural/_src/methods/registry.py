@@ -36,7 +36,6 @@ import jax
 import numpy as np
 from tqdm.auto import tqdm
 
-from neural._src.checkpoint import trust_module
 from neural._src.config import ConfigError
 from neural._src.config import RunConfig
 from neural._src.plots import plot_run
@@ -81,8 +80,10 @@ class Method(NamedTuple):
   Attributes:
     name: the registered name (``config.method``).
     config_cls: its config, a frozen subclass of :class:`MethodConfig`.
-    init: ``init(config, data) -> state``: NamedTuples, dicts, tuples and arrays (what
-      a checkpoint holds: see ``neural._src.checkpoint``).
+    init: ``init(config, data) -> state``: NamedTuples, dicts, tuples, lists, arrays and
+      plain values. It is also the target a checkpoint is restored into (see
+      ``neural._src.checkpoint``): the state after any round must have the structure,
+      shapes and dtypes of ``init``'s, and no type is ever read from a file.
     step: ``step(config, data, state, t) -> (state, rows)``: round t and its metric rows.
     load_data: ``load_data(config) -> data`` (default :func:`load_method_data`).
     description: one line for listings.
@@ -97,11 +98,14 @@ class Method(NamedTuple):
 
 
 def register_method(method: Method) -> Method:
-  """Registers ``method`` under ``method.name`` (called when its module is imported)."""
+  """Registers ``method`` under ``method.name`` (called when its module is imported).
+
+  Its checkpoints need no type registered: a resumed run restores them into
+  ``method.init(config, data)``, the state the method builds from its config.
+  """
   if not (isinstance(method.config_cls, type) and issubclass(method.config_cls, MethodConfig)):
     raise TypeError(f"config_cls of {method.name!r}: expected a MethodConfig subclass")
   _REGISTRY[method.name] = method
-  trust_module(method.config_cls.__module__)   # its state's NamedTuples may be checkpointed
   return method
 
 
@@ -182,7 +186,8 @@ def run_method(config: MethodConfig, workdir: str | os.PathLike, *, progress: bo
   method = get_method(config.method)
   load = lambda: (method.load_data or load_method_data)(config)
   with open_run(workdir, config, from_dict=method_config_from_dict, rounds=config.rounds,
-                load_data=load) as run:
+                load_data=load,
+                expected=lambda data, done: {"state": method.init(config, data)}) as run:
     if run.done < config.rounds:
       state = method.init(config, run.data) if run.checkpoint is None \
           else run.checkpoint["state"]

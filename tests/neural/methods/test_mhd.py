@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import neural
 from neural._src.methods import mhd
 
 
@@ -113,9 +114,7 @@ def test_update_pools_takes_neighbour_snapshots():
 
 @pytest.fixture(scope="module")
 def smoke_runs(tmp_path_factory):
-  from neural._src.checkpoint import load_checkpoint
   from neural._src.methods.registry import run_method
-  from neural._src.rundir import CHECKPOINT_FILE
   runs = {}
   for method, rounds in (("mhd", 2), ("mhd-isolated", 1), ("mhd-fedavg", 1)):
     config = mhd.MHDConfig(method=method, dataset="digits", train_subset=240, test_subset=60,
@@ -126,7 +125,7 @@ def smoke_runs(tmp_path_factory):
                            cosine=False, learning_rate=1e-2)
     workdir = tmp_path_factory.mktemp(method)
     rows = run_method(config, workdir)
-    runs[method] = (config, rows, load_checkpoint(workdir / CHECKPOINT_FILE)["state"])
+    runs[method] = (config, rows, neural.load_run_checkpoint(config, workdir)["state"])
   return runs
 
 

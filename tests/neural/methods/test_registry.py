@@ -54,6 +54,7 @@ def _step(config, data, state, t):
                                                       state["means"].shape))
   shared = state["means"] + noise                 # what each client sends
   means = 0.5 * state["means"] + 0.5 * shared.mean(0, keepdims=True)
+  means = means.astype(state["means"].dtype)      # a state keeps init's dtypes (checkpoints)
   x_test = data.x_test.reshape(len(data.x_test), -1)
   rows = []
   for a, m in enumerate(means):

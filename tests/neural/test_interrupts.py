@@ -1,0 +1,60 @@
+"""Ctrl-C and ``kill`` stop ``neural run``, ``reproduce`` and ``compare`` the same way: real
+signals to real processes once they report progress; one line, exit 130 (SIGINT) or 143
+(SIGTERM) within seconds, no traceback, nothing half-written, and the run resumes."""
+
+import json
+import signal
+
+import processes  # tests/ is no package: pytest puts its folders on sys.path
+
+QUICK = 20.0   # seconds: the stop takes well under one; the bound leaves room for a busy CI
+FLAGS = ["--dataset", "digits", "--train-subset", "100", "--test-subset", "40", "--agents", "2",
+         "--models", "mlp", "--tiny", "--epochs", "1", "--batch-size", "32"]
+
+
+def _check(stopped, signum, workdir):
+  assert stopped.reached, stopped.stderr[-500:]
+  assert stopped.returncode == 128 + signum, stopped.stderr[-800:]
+  assert stopped.seconds < QUICK
+  line = processes.last_line(stopped.stderr)
+  assert line == (f"neural: interrupted by {signal.Signals(signum).name}; run the same command "
+                  f"again to resume"), line
+  assert "Traceback" not in stopped.stderr
+  assert processes.leftovers(workdir) == []
+
+
+def test_run_stops_and_resumes(tmp_path):
+  """Stopped while it trains: whatever is in the workdir is whole (rows of finished rounds
+  only, matching the checkpoint: the resumed run repairs nothing), and the same command
+  resumes the run."""
+  workdir = tmp_path / "run"
+  args = ["neural", "run", *FLAGS, "--protocol", "avgkd", "--rounds", "40", "--workdir",
+          str(workdir)]
+  stopped = processes.stop_when(args, "round 0 fits", signal.SIGTERM, delay=1.0)
+  _check(stopped, signal.SIGTERM, workdir)
+  metrics = workdir / "metrics.jsonl"
+  rows = [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.exists() \
+      else []
+  done = len(rows) // 2
+  assert len(rows) == 2 * done and all(r["round"] < done for r in rows)
+  resumed = processes.run([*args, "--max-rounds", "1", "--no-progress"])
+  assert resumed.returncode == 0, resumed.stderr[-800:]
+  assert "note" not in resumed.stderr and "Traceback" not in resumed.stderr
+  rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+  assert max(r["round"] for r in rows) == done and len(rows) == 2 * (done + 1)
+
+
+def test_reproduce_stops_at_once(tmp_path):
+  workdir = tmp_path / "fig"
+  stopped = processes.stop_when(["neural", "reproduce", "--figure", "5", "--workdir",
+                                 str(workdir), "--set", "rounds=30"], "rounds", signal.SIGINT)
+  _check(stopped, signal.SIGINT, tmp_path)
+  assert not (workdir / "reproduce.md").exists()
+
+
+def test_compare_stops_at_once(tmp_path):
+  workdir = tmp_path / "cmp"
+  stopped = processes.stop_when(["neural", "compare", *FLAGS, "--protocol", "avgkd", "--rounds",
+                                 "30", "--workdir", str(workdir)], "rounds", signal.SIGTERM)
+  _check(stopped, signal.SIGTERM, tmp_path)
+  assert not (workdir / "compare.json").exists()
