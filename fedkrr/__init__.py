@@ -88,6 +88,7 @@ if TYPE_CHECKING:
   from fedkrr._src.matfree import nystrom_preconditioner
   from fedkrr._src.matfree import ridge_solve
   from fedkrr._src.memory import exact_bytes
+  from fedkrr._src.memory import matfree_bytes
   from fedkrr._src.memory import memory_limit
   from fedkrr._src.nn_kernels import ReluNNGP
   from fedkrr._src.nn_kernels import ReluNTK
@@ -146,6 +147,15 @@ if TYPE_CHECKING:
   from fedkrr._src.rates import sweep_heterogeneity
   from fedkrr._src.rates import sweep_ridge
   from fedkrr._src.rates import sweep_separation
+  from fedkrr._src.reading import NpzError
+  from fedkrr._src.reading import ReadError
+  from fedkrr._src.reading import available_memory
+  from fedkrr._src.reading import format_size
+  from fedkrr._src.reading import open_regular
+  from fedkrr._src.reading import parse_json
+  from fedkrr._src.reading import read_bytes
+  from fedkrr._src.reading import read_json
+  from fedkrr._src.reading import read_npz
   from fedkrr._src.search import SearchResult
   from fedkrr._src.search import findings_dir
   from fedkrr._src.search import findings_table
@@ -187,14 +197,4 @@ if TYPE_CHECKING:
   from fedkrr._src.xla_env import avoid_cpu_eigh_deadlock
 else:
   from fedkrr._src.lazy import lazy_exports as _lazy_exports
-  from fedkrr._src.memory import matfree_bytes
-  from fedkrr._src.reading import NpzError
-  from fedkrr._src.reading import ReadError
-  from fedkrr._src.reading import available_memory
-  from fedkrr._src.reading import format_size
-  from fedkrr._src.reading import open_regular
-  from fedkrr._src.reading import parse_json
-  from fedkrr._src.reading import read_bytes
-  from fedkrr._src.reading import read_json
-  from fedkrr._src.reading import read_npz
   __getattr__, __dir__ = _lazy_exports(__name__, __file__)

@@ -23,7 +23,10 @@ if TYPE_CHECKING:
   from neural._src.authors import authors_curves
   from neural._src.authors import control_checks
   from neural._src.checkpoint import CheckpointError
+  from neural._src.checkpoint import ModelSlot
   from neural._src.checkpoint import load_checkpoint
+  from neural._src.checkpoint import read_checkpoint
+  from neural._src.checkpoint import restore_checkpoint
   from neural._src.checkpoint import save_checkpoint
   from neural._src.choices import AGENT_BATCHING
   from neural._src.choices import AUGMENTS
@@ -149,6 +152,7 @@ if TYPE_CHECKING:
   from neural._src.soft_targets import SoftTargets
   from neural._src.soft_targets import Teacher
   from neural._src.specs import ConfigSpec
+  from neural._src.specs import load_run_checkpoint
   from neural._src.specs import load_spec
   from neural._src.specs import run_configs
   from neural._src.specs import shipped_configs
@@ -172,8 +176,4 @@ if TYPE_CHECKING:
   from neural._src.training import train_batch
 else:
   from fedkrr import lazy_exports as _lazy_exports
-  from neural._src.checkpoint import ModelSlot
-  from neural._src.checkpoint import read_checkpoint
-  from neural._src.checkpoint import restore_checkpoint
-  from neural._src.specs import load_run_checkpoint
   __getattr__, __dir__ = _lazy_exports(__name__, __file__)
