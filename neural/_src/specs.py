@@ -266,13 +266,13 @@ def run_configs(runs: Sequence[tuple[str, RunConfig]], workdir: str | os.PathLik
   Returns:
     The metric rows of each run, by name.
   """
-  workdir = Path(workdir)
-  if len(runs) == 1 and runs[0][0] == "":
-    return {"": run_one(runs[0][1], workdir, units, progress=progress, max_rounds=max_rounds)}
-  try:
+  try:   # before Path(): Path("") is the current directory
     check_output(workdir, "workdir", directory=True)
   except WriteError as e:
     raise ExperimentError(str(e)) from None
+  workdir = Path(workdir)
+  if len(runs) == 1 and runs[0][0] == "":
+    return {"": run_one(runs[0][1], workdir, units, progress=progress, max_rounds=max_rounds)}
   names = [name for name, _ in runs]
   sweep = {"description": description, "runs": names}
   sweep_path = workdir / SWEEP_FILE
