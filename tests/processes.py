@@ -1,7 +1,7 @@
 """A command line run in a real process and stopped by a real signal once it reports progress.
 
 Shared by the tests of Ctrl-C and ``kill`` (tests/fedkrr/test_interrupts.py,
-tests/neural/test_interrupts.py); tests/ is no package: pytest puts its folders on
+tests/neural/test_neural_interrupts.py); tests/ is no package: pytest puts its folders on
 sys.path.
 """
 
