@@ -71,6 +71,7 @@ from fedkrr._src.matfree import matfree_learners
 from fedkrr._src.matfree import matfree_trajectory
 from fedkrr._src.matfree import nystrom_preconditioner
 from fedkrr._src.matfree import ridge_solve
+from fedkrr._src.matfree import symmetric_matvec
 from fedkrr._src.memory import exact_bytes
 from fedkrr._src.memory import memory_limit
 from fedkrr._src.nn_kernels import ReluNNGP
