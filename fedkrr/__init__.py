@@ -117,6 +117,7 @@ from fedkrr._src.rate_plots import plot_rate_curves
 from fedkrr._src.rate_plots import plot_rate_heatmap
 from fedkrr._src.rate_plots import rate_curves
 from fedkrr._src.rate_plots import sweep_kernel_mismatch
+from fedkrr._src.rates import GRID_ROUTES
 from fedkrr._src.rates import RATE_METHODS
 from fedkrr._src.rates import RateEstimate
 from fedkrr._src.rates import TwoClusters
@@ -130,6 +131,7 @@ from fedkrr._src.rates import sweep_bandwidth_ratio
 from fedkrr._src.rates import sweep_heterogeneity
 from fedkrr._src.rates import sweep_ridge
 from fedkrr._src.rates import sweep_separation
+from fedkrr._src.rates import warm_sweep
 from fedkrr._src.search import SearchResult
 from fedkrr._src.search import findings_dir
 from fedkrr._src.search import findings_table

@@ -77,11 +77,12 @@ differences ``sum_k (x_k - y_k)^2``, fused with the exponential into one loop ov
 
 
 # dtype: (Taylor degree, ln 2 high part (its low mantissa bits zero), low part, the argument
-# below which the result is 0, mantissa bits, exponent bias, integer type of the same width).
+# below which the result is 0 (just above the log of the smallest normal number, so that the
+# exponent field stays >= 1), mantissa bits, exponent bias, integer type of the same width).
 _EXP_CONSTANTS = {
-    jnp.dtype(jnp.float64): (12, 0.6931471803691238, 1.9082149292705877e-10, -708.0, 52, 1023.0,
+    jnp.dtype(jnp.float64): (12, 0.6931471803691238, 1.9082149292705877e-10, -708.39, 52, 1023.0,
                              jnp.int64),
-    jnp.dtype(jnp.float32): (7, 0.693145751953125, 1.428606765330187e-06, -87.0, 23, 127.0,
+    jnp.dtype(jnp.float32): (7, 0.693145751953125, 1.428606765330187e-06, -87.33, 23, 127.0,
                              jnp.int32),
 }
 
