@@ -93,8 +93,9 @@ def exp_nonpositive(x: Array) -> Array:
   ``2^k p(r)`` with ``k = round(x / ln 2)``, ``r = x - k ln 2`` (``|r| <= ln(2) / 2``;
   ``ln 2`` split in two so that ``k ln2_hi`` is exact) and ``p`` the Taylor polynomial of
   degree 12 (float64) or 7 (float32), whose remainder is below the dtype's rounding;
-  ``2^k`` is built from its bits (``k`` added to ``1.5 * 2^p`` puts it in the low
-  mantissa bits), with no float-to-integer conversion, which AVX2 lacks for 64 bits.
+  ``2^k`` is built from its bits (adding ``k`` to ``1.5 * 2^52``, resp. ``2^23``, puts it
+  in the low mantissa bits, which a shift moves into the exponent), with no
+  float-to-integer conversion, which AVX2 lacks for 64 bits.
   The relative error is a few units in the last place (``tests/fedkrr/test_matfree.py``
   compares it with NumPy's). Below the smallest normal number's logarithm the result is 0
   (the exact value is below 2.3e-308, resp. 1.2e-38); other dtypes use ``jnp.exp``.
