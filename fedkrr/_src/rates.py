@@ -12,8 +12,13 @@ agents' subspaces in the G geometry (App. B).
 :func:`degradation_rate` computes ``rho`` by Krylov methods on the blocks
 ``B_ij = R_i^T K^j_ij R_j`` of :func:`fedkrr.ridge_root` (Lanczos for two agents with
 one shared kernel, restarted Arnoldi otherwise) or, with ``method="dense"``, from the
-dense cycle operator; ``docs/theory.md`` ("How rates are computed") compares them.
-The sweeps are single jitted, vmapped calls over a grid of one parameter.
+dense cycle operator; where a Krylov estimate does not converge (small ridges, where the
+top eigenvalues crowd near 1) a dense eigen-solver of the same blocks takes over
+(:func:`where_unconverged`). ``docs/theory.md`` ("How rates are computed") compares them.
+The sweeps are single jitted calls over a grid of one parameter: :func:`sweep_ridge`
+decomposes each agent's Gram block once for every c, :func:`rate_grid` once per mixing
+fraction, the bandwidth sweeps start each instance's Krylov estimate from the previous
+one's (:func:`warm_sweep`), and the other sweeps are vmapped (:func:`sweep`).
 """
 
 from __future__ import annotations
