@@ -30,7 +30,11 @@ c down its column; ``fedkrr.GRID_ROUTES``), how many entries the Krylov route al
 leaves unconverged (NaN) on this grid (a second call with ``eigh_fallback=False``,
 timed apart), and the number of NaN entries left, which are recomputed on the dense route
 (as ``fedkrr.rate_grid`` does outside ``jit``; their time is added to the grid's); it
-exits non-zero if any rate is still NaN or a difference exceeds 1e-10.
+exits non-zero if any rate is still NaN or a difference exceeds 1e-10. On the sampled
+instances it also runs ``fedkrr.degradation_rate`` with ``method="symmetric"`` and
+``"krylov"`` and prints how many of their Krylov estimates did not converge (those rates
+come from the blocks' dense eigen-solver instead) and their largest difference from the
+dense route.
 
 ``--sweeps`` instead times, on one :class:`fedkrr.TwoClusters` draw (``--points`` per
 agent, mixing 0.3) with two different kernels (RBF gamma 0.2 and 0.5), side by side:
@@ -247,7 +251,24 @@ def main() -> None:
   print(f"NaN entries of the grid's route recomputed on the dense route (fell back): {nans} of "
         f"{count} ({100 * nans / count:.1f}%, {t_fallback:.2f} s); grid total {t_grid:.2f} s",
         flush=True)
-  diff = float(np.max(np.abs(grid[rows, cols] - np.asarray(dense))))
+  # degradation_rate's own Krylov routes on the sampled instances: how many estimates did
+  # not converge (rate_estimate), and the rates it returns (the blocks' dense eigen-solver
+  # there) against the dense route.
+  single_diff = 0.0
+  for method in ("symmetric", "krylov"):
+    est = jax.jit(lambda p, c, m=method: fedkrr.rate_estimate(clusters.problem(p, c), method=m,
+                                                              steps=args.steps))
+    rate = jax.jit(lambda p, c, m=method: fedkrr.degradation_rate(clusters.problem(p, c),
+                                                                  method=m, steps=args.steps))
+    unconverged = sum(not bool(est(mixings[j], ridges[i]).converged) for i, j in zip(rows, cols))
+    got = np.asarray([float(rate(mixings[j], ridges[i])) for i, j in zip(rows, cols)])
+    gap = float(np.max(np.abs(got - np.asarray(dense))))
+    single_diff = max(single_diff, gap)
+    print(f"degradation_rate(method={method!r}) on the {len(picks)} sampled instances: "
+          f"{unconverged} Krylov estimates unconverged (computed from the blocks' dense "
+          f"eigen-solver instead), {int(np.count_nonzero(np.isnan(got)))} NaN, max |diff| from "
+          f"the dense route {gap:.2e}", flush=True)
+  diff = max(float(np.max(np.abs(grid[rows, cols] - np.asarray(dense)))), single_diff)
   print(f"loop (extrapolated) / one call = {per_instance * count / t_grid:.1f}x")
   print(f"max |rho_grid - rho_dense| on the {len(picks)} sampled instances = {diff:.2e}; "
         f"rho in [{np.nanmin(grid):.3g}, {np.nanmax(grid):.3g}]")
