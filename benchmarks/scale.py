@@ -7,6 +7,8 @@
     python benchmarks/scale.py --mnist subset                   # the embedded 5,000-image subset
     python benchmarks/scale.py --data P.npz                     # any problem file (fedkrr run's)
 
+    python benchmarks/scale.py --throughput 20000               # one kernel pass: before / now
+
 Each (path, N) runs in a child process of its own, so that the peak memory is that
 run's: the child's peak resident set (``ru_maxrss``, which includes JAX's runtime,
 about 0.3 GiB) on the CPU, and also the device's ``peak_bytes_in_use`` on a GPU. The
@@ -18,7 +20,19 @@ Each run computes ``--rounds`` rounds of ``--protocol`` at ``--n-eval`` test poi
 compilation included, and the parent prints, per N: the time and peak memory of each
 path, the error of the matrix-free predictions against the exact ones (max |diff| /
 max |exact|), the ratios matrix-free / exact, and which path ``fedkrr.choose_path``
-picks on this machine. Timings on a shared CPU are noisy: compare within one run.
+picks on this machine. For the matrix-free path it also prints how many kernel entries
+the run evaluated, as passes over one agent's ``N_a^2`` block (the fits' symmetric
+products evaluate about half of it per CG iteration, plus one product per warm start;
+the predictions ``n_x N_a`` each; the preconditioners ``N_a m``), and the entries per
+second; ``--cold`` starts every CG from 0 (no warm starts) for comparison.
+
+``--throughput N_a`` times one pass over an agent's kernel (``N_a`` points, d = ``--dim``,
+RBF gamma 0.1, a vector) side by side, interleaved and repeated: the tiled product as it
+was before (``k(tile, X) @ v`` with XLA's exponential, kept in this script as
+``before_matvec``), ``fedkrr.kernel_matvec`` now, and ``fedkrr.symmetric_matvec`` (the
+CG's product); it prints each one's best wall and process-CPU time, its entries per
+second (symmetric: the full ``N_a^2`` counted, as the product it replaces) and the
+ratios to before. Timings on a shared CPU are noisy: compare within one run.
 """
 
 from __future__ import annotations
@@ -76,6 +90,106 @@ def _peak_device_bytes():
   return stats.get("peak_bytes_in_use")
 
 
+def before_matvec(kernel, x1, x2, v, tile_elements):
+  """The matrix-free kernel product as it was before the symmetric and direct-difference
+  tiles (kept here for the side-by-side pass timing): ``k(tile, x2) @ v`` in row tiles."""
+  import jax
+  import jax.numpy as jnp
+  n = x1.shape[0]
+  rows = max(1, min(n, tile_elements // x2.shape[0]))
+  tiles = -(-n // rows)
+  x1 = jnp.concatenate([x1, jnp.broadcast_to(x1[:1], (tiles * rows - n, x1.shape[1]))])
+  out = jax.lax.map(lambda t: kernel(t, x2) @ v, x1.reshape(tiles, rows, -1))
+  return out.reshape((tiles * rows,) + out.shape[2:])[:n]
+
+
+def throughput(args) -> None:
+  """One pass over an agent's kernel: before / kernel_matvec / symmetric_matvec."""
+  import fedkrr
+  fedkrr.avoid_cpu_eigh_deadlock()   # the XLA flags of the runs (child) above
+  import jax
+  jax.config.update("jax_enable_x64", args.dtype == "float64")
+  import jax.numpy as jnp
+  n = args.throughput
+  dtype = jnp.float64 if args.dtype == "float64" else jnp.float32
+  rng = np.random.default_rng(args.seed)
+  x = jnp.asarray(rng.normal(size=(n, args.dim)), dtype)
+  v = jnp.asarray(rng.normal(size=n), dtype)
+  kernel = fedkrr.RBF(0.1)
+  tile = args.tile_elements or fedkrr.TILE_ELEMENTS
+  fns = {
+      "before": jax.jit(lambda x, v: before_matvec(kernel, x, x, v, tile)),
+      "kernel_matvec": jax.jit(lambda x, v: fedkrr.kernel_matvec(kernel, x, x, v, tile)),
+      "symmetric_matvec": jax.jit(lambda x, v: fedkrr.symmetric_matvec(kernel, x, v, tile)),
+  }
+  outs = {name: np.asarray(jax.block_until_ready(fn(x, v))) for name, fn in fns.items()}
+  best = {name: [float("inf"), float("inf")] for name in fns}
+  for _ in range(args.repeats):
+    for name, fn in fns.items():
+      wall, cpu = time.perf_counter(), time.process_time()
+      jax.block_until_ready(fn(x, v))
+      best[name][0] = min(best[name][0], time.perf_counter() - wall)
+      best[name][1] = min(best[name][1], time.process_time() - cpu)
+  print(f"one pass over {n} x {n} RBF entries (d = {args.dim}, {args.dtype}, tiles of {tile} "
+        f"entries), best of {args.repeats}, load average {os.getloadavg()[0]:.1f} on "
+        f"{os.cpu_count()} cores", flush=True)
+  print(f"{'product':>17} {'wall s':>8} {'cpu s':>8} {'G entries/s':>11} {'per cpu-s':>9} "
+        f"{'wall ratio':>10} {'cpu ratio':>9} {'rel. diff':>9}")
+  ref = outs["before"]
+  for name, (wall, cpu) in best.items():
+    diff = np.max(np.abs(outs[name] - ref)) / np.max(np.abs(ref))
+    print(f"{name:>17} {wall:8.3f} {cpu:8.3f} {n * n / wall / 1e9:11.2f} {n * n / cpu / 1e9:9.2f} "
+          f"{best['before'][0] / wall:9.2f}x {best['before'][1] / cpu:8.2f}x {diff:9.1e}",
+          flush=True)
+
+
+class _Count:
+  """Kernel entries evaluated by the matrix-free run (mirrors the tiling of fedkrr's products)."""
+
+  def __init__(self, tile_elements: int):
+    self.tile = tile_elements
+    self.entries = 0
+
+  def product(self, n1: int, n2: int) -> None:
+    rows = max(1, min(n1, self.tile // max(n2, 1)))
+    self.entries += -(-n1 // rows) * rows * n2
+
+  def symmetric(self, n: int, times: int) -> None:
+    rows = max(1, min(n, (2 * self.tile) // max(n, 1)))
+    tiles = -(-n // rows)
+    self.entries += times * tiles * rows * (tiles // 2 + 1) * rows
+
+
+class _CountedModel:
+  def __init__(self, model, count: _Count):
+    self.model, self.count = model, count
+
+  def predict(self, x):
+    self.count.product(int(x.shape[0]), int(self.model.x_train.shape[0]))
+    return self.model.predict(x)
+
+
+class _CountedLearner:
+  """A matrix-free learner that counts its fits' kernel entries and forwards warm starts."""
+
+  def __init__(self, learner, count: _Count, warm: bool):
+    self.learner, self.count, self.warm = learner, count, warm
+
+  def fit(self, x, targets):
+    model = self.learner.fit(x, targets)
+    n = int(x.shape[0])
+    started = self.learner.initial is not None and self.learner.initial.shape == targets.shape
+    if self.learner.preconditioner is None or self.learner.preconditioner.basis.shape[0] != n:
+      self.count.product(n, min(self.learner.landmarks, n))
+    self.count.symmetric(n, int(model.iterations) + int(started))
+    return _CountedModel(model, self.count)
+
+  def warm_start_from(self, model):
+    if not self.warm:
+      return self
+    return _CountedLearner(self.learner.warm_start_from(model.model), self.count, self.warm)
+
+
 def child(args) -> None:
   """One (path, N) run: prints one JSON line and saves the predictions to ``--out``."""
   import fedkrr
@@ -87,15 +201,24 @@ def child(args) -> None:
   if args.path == "exact":
     preds = fedkrr.trajectory(problem, args.protocol, args.rounds, x_eval)
   else:
+    # fedkrr.matfree_trajectory's learners and rounds, each learner counting its entries.
     tile = args.tile_elements or (fedkrr.TILE_ELEMENTS if args.device == "cpu" else 1 << 24)
-    preds = fedkrr.matfree_trajectory(problem, args.protocol, args.rounds, x_eval,
-                                      landmarks=args.landmarks, tile_elements=tile)
+    count = _Count(tile)
+    learners = fedkrr.matfree_learners(problem, landmarks=args.landmarks, tile_elements=tile)
+    for n_a in problem.sizes:
+      count.product(n_a, min(args.landmarks, n_a))
+    learners = [_CountedLearner(learner, count, not args.cold) for learner in learners]
+    preds = fedkrr.simulate(args.protocol, learners, problem.xs, problem.ys, args.rounds, x_eval)
   preds = np.asarray(jax.block_until_ready(preds))
   seconds = time.perf_counter() - start
   row = {"path": args.path, "n": problem.num_points, "seconds": seconds,
          "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
          "peak_device": _peak_device_bytes(), "device": jax.devices()[0].device_kind,
          "rule": fedkrr.choose_path(problem, args.protocol, args.rounds, x_eval.shape[0])}
+  if args.path == "matfree":
+    block = sum(n_a ** 2 for n_a in problem.sizes) / problem.num_agents
+    row["entries"] = count.entries
+    row["passes"] = count.entries / block
   if y_test is not None:
     last = preds[-1, 0] if args.protocol in ("avgkd", "pkd", "pkd-mean") else preds[-1]
     row["accuracy"] = float(np.mean(np.argmax(last, axis=-1) == y_test))
@@ -109,6 +232,8 @@ def _run_child(args, path: str, n: int, out: str) -> dict | None:
   for flag in ("rounds", "protocol", "n_eval", "dim", "ridge", "landmarks", "dtype", "seed",
                "device", "tile_elements"):
     cmd += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
+  if args.cold:
+    cmd += ["--cold"]
   if args.mnist:
     cmd += ["--mnist", args.mnist]
   if args.data:
@@ -153,6 +278,11 @@ def main() -> None:
   parser.add_argument("--data", metavar="P.npz", help="a problem file (docs/cli.md)")
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--timeout", type=float, default=1800, help="seconds per run")
+  parser.add_argument("--cold", action="store_true",
+                      help="matrix-free fits start CG from 0 (no warm starts)")
+  parser.add_argument("--throughput", type=int, default=0, metavar="N_A",
+                      help="only time one kernel pass over N_A points: before / now")
+  parser.add_argument("--repeats", type=int, default=3, help="repeats of --throughput")
   parser.add_argument("--child", choices=("exact", "matfree"), help=argparse.SUPPRESS)
   parser.add_argument("--n", type=int, default=0, help=argparse.SUPPRESS)
   parser.add_argument("--out", help=argparse.SUPPRESS)
@@ -161,14 +291,19 @@ def main() -> None:
     args.path = args.child
     child(args)
     return
+  if args.throughput:
+    throughput(args)
+    return
   sizes = [0] if (args.mnist or args.data) else [int(s) for s in args.sizes.split(",")]
   what = (f"MNIST {args.mnist}" if args.mnist else args.data if args.data
           else f"synthetic d = {args.dim}")
   print(f"{what}, two agents, {args.protocol}, {args.rounds} rounds, {args.n_eval} evaluation "
         f"points, {args.dtype}, {args.device}, {os.cpu_count()} cores, ridge {args.ridge}, "
-        f"{args.landmarks} landmarks", flush=True)
-  header = (f"{'N':>8} {'path':>8} {'time s':>9} {'peak GiB':>9} {'device GiB':>10} "
-            f"{'rel. error':>10} {'time ratio':>10} {'mem ratio':>9}  rule")
+        f"{args.landmarks} landmarks{', cold CG starts' if args.cold else ''}; load average "
+        f"{os.getloadavg()[0]:.1f}", flush=True)
+  header = (f"{'N':>8} {'path':>8} {'time s':>9} {'passes':>7} {'G entries/s':>11} "
+            f"{'peak GiB':>9} {'device GiB':>10} {'rel. error':>10} {'time ratio':>10} "
+            f"{'mem ratio':>9}  rule")
   print(header, flush=True)
   with tempfile.TemporaryDirectory() as tmp:
     for n in sizes:
@@ -193,9 +328,11 @@ def main() -> None:
           ratio_t = f"{row['seconds'] / rows['exact']['seconds']:.2f}x"
           ratio_m = f"{row['peak_rss'] / rows['exact']['peak_rss']:.2f}x"
         acc = f"  accuracy {row['accuracy']:.4f}" if "accuracy" in row else ""
-        print(f"{row['n']:>8} {path:>8} {row['seconds']:>9.1f} {_gib(row['peak_rss']):>9} "
-              f"{_gib(row['peak_device']):>10} {err:>10} {ratio_t:>10} {ratio_m:>9}  "
-              f"{row['rule']}{acc}", flush=True)
+        passes = f"{row['passes']:.1f}" if "passes" in row else "-"
+        rate = f"{row['entries'] / row['seconds'] / 1e9:.2f}" if "entries" in row else "-"
+        print(f"{row['n']:>8} {path:>8} {row['seconds']:>9.1f} {passes:>7} {rate:>11} "
+              f"{_gib(row['peak_rss']):>9} {_gib(row['peak_device']):>10} {err:>10} "
+              f"{ratio_t:>10} {ratio_m:>9}  {row['rule']}{acc}", flush=True)
 
 
 if __name__ == "__main__":

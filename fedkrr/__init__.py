@@ -87,6 +87,7 @@ if TYPE_CHECKING:
   from fedkrr._src.matfree import matfree_trajectory
   from fedkrr._src.matfree import nystrom_preconditioner
   from fedkrr._src.matfree import ridge_solve
+  from fedkrr._src.matfree import symmetric_matvec
   from fedkrr._src.memory import exact_bytes
   from fedkrr._src.memory import matfree_bytes
   from fedkrr._src.memory import memory_limit
@@ -133,7 +134,8 @@ if TYPE_CHECKING:
   from fedkrr._src.rate_plots import plot_rate_heatmap
   from fedkrr._src.rate_plots import rate_curves
   from fedkrr._src.rate_plots import sweep_kernel_mismatch
-  from fedkrr._src.rates import RATE_METHODS
+  from fedkrr._src.rates import GRID_ROUTES
+from fedkrr._src.rates import RATE_METHODS
   from fedkrr._src.rates import RateEstimate
   from fedkrr._src.rates import TwoClusters
   from fedkrr._src.rates import cycle_operator
@@ -147,6 +149,7 @@ if TYPE_CHECKING:
   from fedkrr._src.rates import sweep_heterogeneity
   from fedkrr._src.rates import sweep_ridge
   from fedkrr._src.rates import sweep_separation
+  from fedkrr._src.rates import warm_sweep
   from fedkrr._src.reading import NpzError
   from fedkrr._src.reading import ReadError
   from fedkrr._src.reading import available_memory

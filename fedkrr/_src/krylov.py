@@ -305,7 +305,7 @@ def arnoldi_radius(matvec: Callable[[Array], Array], v0: Array, steps: int = 200
 
 
 def block_top_eigen(matvec: Callable[[Array], Array], start: Array, steps: int = 200,
-                    rtol: float | None = None, restart: int = 24
+                    rtol: float | None = None, restart: int = 24, active: Array | None = None
                     ) -> tuple[KrylovResult, Array]:
   """The largest eigenvalue of a symmetric positive semi-definite ``A`` by a Krylov
   method restarted from a block of Ritz vectors, stopping as soon as it has converged.
@@ -330,6 +330,8 @@ def block_top_eigen(matvec: Callable[[Array], Array], start: Array, steps: int =
     steps: about this many products at most (static).
     rtol: tolerance of the convergence flag; default :func:`default_rtol` (symmetric).
     restart: basis vectors per cycle (static).
+    active: a traced boolean; false runs no cycle (the block comes back orthonormalised,
+      the result unconverged): a sweep skips what another route will compute.
 
   Returns:
     ``(result, block)``: a :class:`KrylovResult` (residual relative to ``theta``) and
@@ -372,9 +374,11 @@ def block_top_eigen(matvec: Callable[[Array], Array], start: Array, steps: int =
     residual = jnp.linalg.norm(ritz_products[-1] - theta * ritz[-1])
     return ritz, ritz_products, theta, residual
 
+  live = jnp.ones((), bool) if active is None else jnp.asarray(active, bool)
+
   def more(state):
     i, _, _, theta, residual = state
-    return (i < cycles) & ((i == 0) | (residual > rtol * jnp.abs(theta)))
+    return (i < cycles) & live & ((i == 0) | (residual > rtol * jnp.abs(theta)))
 
   def body(state):
     i, block, block_products, _, _ = state
@@ -385,4 +389,84 @@ def block_top_eigen(matvec: Callable[[Array], Array], start: Array, steps: int =
   _, block, _, theta, residual = lax.while_loop(
       more, body, (jnp.zeros((), jnp.int32), block, apply(block), zero, zero))
   relative = residual / jnp.maximum(jnp.abs(theta), tiny)
-  return KrylovResult(jnp.abs(theta), relative, relative <= rtol), block
+  return KrylovResult(jnp.abs(theta), relative, live & (relative <= rtol)), block
+
+
+def arnoldi_continued(matvec: Callable[[Array], Array], start: Array, steps: int = 200,
+                      rtol: float | None = None, restart: int = 20,
+                      active: Array | None = None) -> tuple[KrylovResult, Array]:
+  """``max |eig(A)|`` of any real ``A`` by restarted Arnoldi from ``start``, stopping as
+  soon as it has converged; for sweeps over close matrices.
+
+  The cycles are those of :func:`arnoldi_radius` (``m = min(restart, n, steps)`` Arnoldi
+  vectors, the small Hessenberg matrix's dominant eigenvalue by repeated squaring, the
+  next cycle started from its Ritz vector, or the sum of the two of a complex pair), run
+  in a ``lax.while_loop`` until the relative residual is at most ``rtol`` or
+  ``ceil(steps / m)`` cycles have run. Started from the previous matrix's Ritz vector
+  (returned), a nearby matrix usually needs one cycle instead of the fixed
+  ``steps`` products of :func:`arnoldi_radius`. Under ``vmap`` the cycles run until every
+  instance has stopped.
+
+  Args:
+    matvec: ``v -> A v`` for v of shape (n,).
+    start: start vector, shape (n,) (e.g. :func:`start_vector`, or the vector returned for
+      the previous matrix of a sweep).
+    steps: about this many products at most (static).
+    rtol: tolerance of the convergence flag; default :func:`default_rtol`.
+    restart: Krylov vectors per cycle (static).
+    active: a traced boolean; false runs no cycle (the result unconverged).
+
+  Returns:
+    ``(result, vector)``: the :class:`KrylovResult` of the cycle with the smallest relative
+    residual, and that cycle's Ritz vector (in R^n) to start the next matrix from.
+  """
+  _check(steps, start)
+  if not isinstance(restart, int) or isinstance(restart, bool) or restart < 1:
+    raise ValueError(f"restart: expected an integer >= 1, got {restart!r}")
+  dtype = start.dtype
+  rtol = default_rtol(dtype) if rtol is None else rtol
+  n = start.shape[0]
+  m = min(restart, n, steps)
+  cycles = -(-steps // m)
+  key = jax.random.key(1)
+  tiny = jnp.finfo(dtype).tiny
+  live = jnp.ones((), bool) if active is None else jnp.asarray(active, bool)
+
+  small = jnp.sqrt(tiny)
+
+  def cycle(v):
+    basis = jnp.zeros((m + 1, n), dtype).at[0].set(v / jnp.maximum(jnp.linalg.norm(v), tiny))
+
+    def step(j, carry):
+      basis, hess = carry
+      w, coeffs, dependent = _orthogonalise(basis, matvec(basis[j]))
+      beta = jnp.linalg.norm(w)
+      broke = dependent | (beta <= small)
+      # A fresh vector only at a breakdown (a lax.cond: this runs once per product).
+      q_next = lax.cond(broke, lambda w: _next_vector(basis, w, broke, j, key)[0],
+                        lambda w: w / jnp.where(broke, 1.0, beta), w)
+      beta = jnp.where(broke, 0.0, beta).astype(dtype)
+      return basis.at[j + 1].set(q_next), hess.at[:, j].set(coeffs.at[j + 1].set(beta))
+
+    basis, hess = lax.fori_loop(0, m, step, (basis, jnp.zeros((m + 1, m), dtype)))
+    radius, residual, y = _dominant(hess[:m], hess[m, m - 1])
+    scale = jnp.linalg.norm(hess)
+    relative = jnp.where(scale > 0, residual / jnp.where(scale > 0, scale, 1.0), 0.0)
+    return basis[:m].T @ y, radius, relative
+
+  def more(state):
+    i, _, _, _, best_relative, _ = state
+    return (i < cycles) & live & (best_relative > rtol)
+
+  def body(state):
+    i, v, best_v, best_radius, best_relative, _ = state
+    nxt, radius, relative = cycle(v)
+    better = relative < best_relative
+    return (i + 1, nxt, jnp.where(better, nxt, best_v), jnp.where(better, radius, best_radius),
+            jnp.where(better, relative, best_relative), relative)
+
+  inf = jnp.asarray(jnp.inf, dtype)
+  init = (jnp.zeros((), jnp.int32), start, start, jnp.zeros((), dtype), inf, inf)
+  _, _, best_v, radius, relative, _ = lax.while_loop(more, body, init)
+  relative = jnp.where(jnp.isfinite(relative), relative, jnp.asarray(1.0, dtype))
+  return KrylovResult(radius, relative, live & (relative <= rtol)), best_v

@@ -5,9 +5,13 @@ The exact path (:func:`fedkrr.trajectory`) factorises every agent's
 and time as N^3 (``docs/scale.md``). This module never stores a Gram block:
 
 * :func:`kernel_matvec` computes ``k(x1, x2) @ v`` in row tiles of ``x1``; a tile
-  of ``k(x1, x2)`` lives only while it multiplies ``v``;
+  of ``k(x1, x2)`` lives only while it multiplies ``v``. RBF and Laplace tiles take
+  their distances from direct differences up to ``DIRECT_MAX_DIM`` input dimensions
+  and their exponential from ``exp_nonpositive`` (twice XLA's on a CPU);
 * :func:`ridge_solve` solves ``(c I + k(X, X) / N) alpha = t`` by preconditioned
-  conjugate gradients, each iteration one tiled matrix-vector product;
+  conjugate gradients, each iteration one tiled product with the symmetric
+  ``k(X, X)`` that evaluates about half of its entries (:func:`symmetric_matvec`),
+  started from 0 or from a guess (e.g. the agent's previous solution, scaled);
 * :func:`nystrom_preconditioner` approximates ``k(X, X) / N`` from m landmark
   points (``K ~ K_nm K_mm^{-1} K_mn``, as Falkon does; Rudi, Carratino & Rosasco
   2017) and preconditions with the randomised-Nystrom form of Frangella, Tropp &
@@ -17,7 +21,9 @@ and time as N^3 (``docs/scale.md``). This module never stores a Gram block:
   (``fit`` / ``predict``), so every protocol runs by literal rounds through
   :func:`fedkrr.simulate` (:func:`matfree_trajectory`); a round costs a few CG
   solves and the block matrix-vector products ``k_j(X_i, X_j) alpha_j / N`` of
-  the agents' predictions on each other's inputs.
+  the agents' predictions on each other's inputs. Each fit after an agent's first
+  starts from that agent's previous solution (``warm_start_from``, called by
+  :func:`fedkrr.iterate`): as the rounds converge, fewer iterations reach the tolerance.
 
 Memory is O(N (m + d) + tile) instead of O(N^2); the preconditioner changes the
 number of iterations, never the solution. The matrix-free path needs ``c > 0``
@@ -27,8 +33,10 @@ states when each path is used.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 import dataclasses
 import functools
+import math
 from typing import Any
 from typing import NamedTuple
 
@@ -39,6 +47,9 @@ import jax.numpy as jnp
 from fedkrr._src import closed_form
 from fedkrr._src import memory
 from fedkrr._src import protocols
+from fedkrr._src.kernels import RBF
+from fedkrr._src.kernels import Laplace
+from fedkrr._src.kernels import _sq_distances
 from fedkrr._src.problem import FederatedProblem
 from fedkrr._src.problem import ProblemError
 from fedkrr._src.problem import check_eval_points
@@ -59,15 +70,100 @@ def default_tol(dtype) -> float:
   return 1e-10 if jnp.dtype(dtype) == jnp.float64 else 1e-5
 
 
+DIRECT_MAX_DIM = 16
+"""Up to this input dimension, RBF and Laplace tiles take their squared distances from direct
+differences ``sum_k (x_k - y_k)^2``, fused with the exponential into one loop over the tile
+(exact at zero distance); above it from ``|x|^2 + |y|^2 - 2 <x, y>``, a matrix product."""
+
+
+# dtype: (Taylor degree, ln 2 high part (its low mantissa bits zero), low part, the argument
+# below which the result is 0 (just above the log of the smallest normal number, so that the
+# exponent field stays >= 1), mantissa bits, exponent bias, integer type of the same width).
+_EXP_CONSTANTS = {
+    jnp.dtype(jnp.float64): (12, 0.6931471803691238, 1.9082149292705877e-10, -708.39, 52, 1023.0,
+                             jnp.int64),
+    jnp.dtype(jnp.float32): (7, 0.693145751953125, 1.428606765330187e-06, -87.33, 23, 127.0,
+                             jnp.int32),
+}
+
+
+def exp_nonpositive(x: Array) -> Array:
+  """``exp(x)`` for ``x <= 0`` in float64 or float32, about twice XLA's CPU throughput.
+
+  ``2^k p(r)`` with ``k = round(x / ln 2)``, ``r = x - k ln 2`` (``|r| <= ln(2) / 2``;
+  ``ln 2`` split in two so that ``k ln2_hi`` is exact) and ``p`` the Taylor polynomial of
+  degree 12 (float64) or 7 (float32), whose remainder is below the dtype's rounding;
+  ``2^k`` is built from its bits (adding ``k`` to ``1.5 * 2^52``, resp. ``2^23``, puts it
+  in the low mantissa bits, which a shift moves into the exponent), with no
+  float-to-integer conversion, which AVX2 lacks for 64 bits.
+  The relative error is a few units in the last place (``tests/fedkrr/test_matfree.py``
+  compares it with NumPy's). Below the smallest normal number's logarithm the result is 0
+  (the exact value is below 2.3e-308, resp. 1.2e-38); other dtypes use ``jnp.exp``.
+  Only for ``x <= 0``: positive arguments are not range-checked.
+  """
+  dtype = jnp.result_type(x)
+  if dtype not in _EXP_CONSTANTS:
+    return jnp.exp(x)
+  degree, ln2_hi, ln2_lo, low, bits, bias, int_type = _EXP_CONSTANTS[dtype]
+  under = x < low
+  x = jnp.maximum(x, low)
+  k = jnp.round(x * (1.0 / math.log(2.0)))
+  r = (x - k * ln2_hi) - k * ln2_lo
+  p = jnp.full_like(r, 1.0 / math.factorial(degree))
+  for i in range(degree - 1, -1, -1):
+    p = p * r + 1.0 / math.factorial(i)
+  # k + bias in the low mantissa bits of 1.5 * 2^bits + bias + k, shifted into the exponent.
+  field = lax.bitcast_convert_type(k + (1.5 * 2.0 ** bits + bias), int_type)
+  scale = lax.bitcast_convert_type(lax.shift_left(field, int_type(bits)), dtype)
+  return jnp.where(under, jnp.zeros_like(p), p * scale)
+
+
+def _direct_sq_distances(x1: Array, x2_t: Array) -> Array:
+  """Squared distances (n1, n2) from direct differences; ``x2_t`` is (d, n2) (columns)."""
+  total = None
+  for k in range(x1.shape[1]):
+    diff = x1[:, k:k + 1] - x2_t[k][None, :]
+    total = diff * diff if total is None else total + diff * diff
+  return jnp.zeros((x1.shape[0], x2_t.shape[1]), x1.dtype) if total is None else total
+
+
+class _Tiles(NamedTuple):
+  """How a tile of kernel entries is computed: ``fn(x1, columns) -> (n1, n2)`` with the
+  columns' points as (d, n2) when ``transposed`` (direct differences), else (n2, d)."""
+
+  transposed: bool
+  fn: Callable[[Array, Array], Array]
+
+
+def _tiles(kernel: Any, dim: int) -> _Tiles:
+  if isinstance(kernel, (RBF, Laplace)) and dim <= DIRECT_MAX_DIM:
+    def direct(x1, x2_t):
+      sq = _direct_sq_distances(x1, x2_t)
+      if isinstance(kernel, Laplace):
+        positive = sq > 0
+        sq = jnp.where(positive, jnp.sqrt(jnp.where(positive, sq, 1.0)), 0.0)
+      return exp_nonpositive(-kernel.gamma * sq)
+    return _Tiles(True, direct)
+  if isinstance(kernel, RBF):
+    return _Tiles(False, lambda x1, x2: exp_nonpositive(-kernel.gamma * _sq_distances(x1, x2)))
+  return _Tiles(False, kernel)
+
+
+def _pad_rows(x: Array, n: int) -> Array:
+  """``x`` with rows appended up to n: copies of its first row (a valid point for any kernel)."""
+  pad = n - x.shape[0]
+  if not pad:
+    return x
+  return jnp.concatenate([x, jnp.broadcast_to(x[:1], (pad,) + x.shape[1:])], axis=0)
+
+
 def _row_tiles(fn, x: Array, n_cols: int, tile_elements: int) -> Array:
   """``fn`` applied to row tiles of ``x`` (each at most ``tile_elements / n_cols`` rows),
   one after the other (``lax.map``), the results stacked back in row order."""
   n, rest = x.shape[0], x.shape[1:]
   rows = max(1, min(n, tile_elements // max(n_cols, 1)))
   tiles = -(-n // rows)
-  pad = tiles * rows - n
-  if pad:   # repeat the first row: a valid point for any kernel; its rows are dropped
-    x = jnp.concatenate([x, jnp.broadcast_to(x[:1], (pad,) + rest)], axis=0)
+  x = _pad_rows(x, tiles * rows)   # the padding rows' results are dropped
   out = lax.map(fn, x.reshape((tiles, rows) + rest))
   return out.reshape((tiles * rows,) + out.shape[2:])[:n]
 
@@ -106,11 +202,95 @@ def kernel_matvec(kernel: Any, x1: ArrayLike, x2: ArrayLike, v: ArrayLike,
 
 
 def _kernel_matvec_impl(kernel, x1, x2, v, tile_elements):
-  return _row_tiles(lambda tile: kernel(tile, x2).astype(v.dtype) @ v, x1, x2.shape[0],
+  tiles = _tiles(kernel, x2.shape[1])
+  columns = x2.T if tiles.transposed else x2
+  return _row_tiles(lambda tile: tiles.fn(tile, columns).astype(v.dtype) @ v, x1, x2.shape[0],
                     tile_elements)
 
 
 _kernel_matvec = jax.jit(_kernel_matvec_impl, static_argnames=("tile_elements",))
+
+
+def symmetric_matvec(kernel: Any, x: ArrayLike, v: ArrayLike,
+                     tile_elements: int = TILE_ELEMENTS) -> Array:
+  """``k(x, x) @ v`` from about half of the kernel's entries (k is symmetric).
+
+  The n points are cut into T row tiles of r points (``r = 2 tile_elements / n``, at
+  least 1; the last tile padded), and row tile i meets the column tiles ``i, i + 1, ...,
+  i + floor(T / 2)`` (mod T): a band of ``(floor(T / 2) + 1) r`` columns, so that every
+  unordered pair of tiles {i, j} is met once. Its tile ``K_ij`` gives both ``K_ij v_j``
+  and ``K_ji v_i = K_ij^T v_i``; the diagonal tile gives ``K_ii v_i`` only, and for even
+  T the pairs at offset T / 2, met from both ends, give only their first product. About
+  ``n (n + r) / 2`` kernel entries in all, against ``n^2`` for :func:`kernel_matvec`.
+
+  Args:
+    kernel: a symmetric kernel ``k(x1, x2) -> (n1, n2)``.
+    x: (n, d) points.
+    v: (n,) or (n, C).
+    tile_elements: kernel entries per tile (``r`` times the band).
+
+  Returns:
+    (n,) or (n, C), in v's dtype.
+
+  Example:
+    >>> x = jnp.linspace(-1.0, 1.0, 9)[:, None]
+    >>> v = jnp.arange(9.0)
+    >>> k = fedkrr.RBF(gamma=2.0)
+    >>> got = fedkrr.symmetric_matvec(k, x, v, tile_elements=9)
+    >>> bool(jnp.allclose(got, k(x, x) @ v))
+    True
+  """
+  v = jnp.asarray(v)
+  x = jnp.asarray(x, v.dtype)
+  if x.ndim != 2 or v.ndim not in (1, 2) or v.shape[0] != x.shape[0]:
+    raise ValueError(f"x, v: expected shapes (n, d) and (n,) or (n, C) with the same n, got "
+                     f"{x.shape} and {v.shape}")
+  return _symmetric_matvec(kernel, x, v, tile_elements)
+
+
+def _symmetric_matvec_impl(kernel, x, v, tile_elements):
+  n = x.shape[0]
+  column = v.ndim == 1
+  v = v[:, None] if column else v
+  rows = max(1, min(n, (2 * tile_elements) // max(n, 1)))
+  tiles = -(-n // rows)
+  half = tiles // 2 + 1
+  width, n_pad = half * rows, tiles * rows
+  extra = width - rows
+  spec = _tiles(kernel, x.shape[1])
+  xp = _pad_rows(x, n_pad)
+  vp = jnp.concatenate([v, jnp.zeros((n_pad - n, v.shape[1]), v.dtype)])   # padding: no mass
+  # The points and v continued cyclically, so that every band is one contiguous slice.
+  columns = jnp.concatenate([xp, xp[:extra]])
+  columns = columns.T if spec.transposed else columns
+  axis = 1 if spec.transposed else 0
+  ve = jnp.concatenate([vp, vp[:extra]])
+  offset = jnp.arange(width) // rows
+  back = (offset > 0) & ~((tiles % 2 == 0) & (offset == half - 1))
+  back = back.astype(v.dtype)[:, None]
+
+  def body(i, carry):
+    forward, backward, band = carry
+    start = i * rows
+    k = spec.fn(lax.dynamic_slice_in_dim(xp, start, rows), band).astype(v.dtype)
+    forward = lax.dynamic_update_slice_in_dim(
+        forward, k @ lax.dynamic_slice_in_dim(ve, start, width), start, 0)
+    v_i = lax.dynamic_slice_in_dim(vp, start, rows)
+    update = lax.dynamic_slice_in_dim(backward, start, width) + (v_i.T @ k).T * back
+    backward = lax.dynamic_update_slice_in_dim(backward, update, start, 0)
+    # The next band is sliced here, into a buffer of its own: sliced inside the tile's
+    # fused loop (direct differences), the dynamic offset made that loop about 4x slower.
+    band = lax.dynamic_slice_in_dim(columns, start + rows, width, axis)
+    return forward, backward, band
+
+  init = (jnp.zeros_like(vp), jnp.zeros_like(ve), lax.slice_in_dim(columns, 0, width, axis=axis))
+  forward, backward, _ = lax.fori_loop(0, tiles, body, init)
+  out = forward + backward[:n_pad]
+  out = out.at[:extra].add(backward[n_pad:])[:n]
+  return out[:, 0] if column else out
+
+
+_symmetric_matvec = jax.jit(_symmetric_matvec_impl, static_argnames=("tile_elements",))
 
 
 class NystromPreconditioner(NamedTuple):
@@ -226,14 +406,16 @@ class RidgeSolution(NamedTuple):
   converged: Array
 
 
-def _cg(matvec, precondition, rhs: Array, tol, maxiter) -> tuple[Array, Array, Array, Array]:
+def _cg(matvec, precondition, rhs: Array, tol, maxiter, start=None
+        ) -> tuple[Array, Array, Array, Array]:
   """Preconditioned conjugate gradients, column by column of a (n, C) right-hand side
-  (each column its own step sizes), until every column's residual is below ``tol |rhs|``."""
+  (each column its own step sizes), until every column's residual is below ``tol |rhs|``;
+  from ``start = (x0, rhs - A x0)`` if given, else from 0."""
   dot = lambda a, b: jnp.sum(a * b, axis=0)  # noqa: E731
   target = tol * jnp.sqrt(dot(rhs, rhs))
-  x = jnp.zeros_like(rhs)
-  z = precondition(rhs)
-  state = (x, rhs, z, z, dot(rhs, z), jnp.asarray(0, jnp.int32))
+  x, r = (jnp.zeros_like(rhs), rhs) if start is None else start
+  z = precondition(r)
+  state = (x, r, z, z, dot(r, z), jnp.asarray(0, jnp.int32))
 
   def going(state):
     _, r, _, _, _, k = state
@@ -260,12 +442,18 @@ def _cg(matvec, precondition, rhs: Array, tol, maxiter) -> tuple[Array, Array, A
 def ridge_solve(kernel: Any, x: ArrayLike, rhs: ArrayLike, ridge: ArrayLike,
                 num_points: ArrayLike, preconditioner: NystromPreconditioner | None = None,
                 tol: float | None = None, maxiter: int = 1000,
-                tile_elements: int = TILE_ELEMENTS) -> RidgeSolution:
+                tile_elements: int = TILE_ELEMENTS, initial: ArrayLike | None = None
+                ) -> RidgeSolution:
   """Solves ``(c I + k(X, X) / N) alpha = t`` by (preconditioned) conjugate gradients.
 
-  Each iteration is one :func:`kernel_matvec` (tiles, never the n x n block) and
-  one application of the preconditioner. Columns of a matrix right-hand side are
-  solved independently, each with its own step sizes.
+  Each iteration is one :func:`symmetric_matvec` (tiles, never the n x n block; about
+  half the kernel's entries) and one application of the preconditioner. Columns of a
+  matrix right-hand side are solved independently, each with its own step sizes.
+
+  With an ``initial`` guess a (e.g. the same agent's solution of the previous round),
+  CG starts from ``s a``, with s per column the scale that minimises the error in the
+  norm of ``A = c I + K``, ``s = <a, t> / <a, A a>`` (so never a worse start than 0 in
+  that norm; one more kernel product). The stopping rule is the same either way.
 
   Args:
     kernel: the kernel k.
@@ -279,9 +467,10 @@ def ridge_solve(kernel: Any, x: ArrayLike, rhs: ArrayLike, ridge: ArrayLike,
       :func:`default_tol` of the dtype.
     maxiter: the most iterations.
     tile_elements: kernel entries per tile.
+    initial: a guess of alpha (the shape of t) to start from; ``None``: start from 0.
 
   Returns:
-    A :class:`RidgeSolution`.
+    A :class:`RidgeSolution` (``iterations`` does not count the start's product).
 
   Example:
     >>> x = jnp.linspace(-1.0, 1.0, 8)[:, None]
@@ -303,22 +492,34 @@ def ridge_solve(kernel: Any, x: ArrayLike, rhs: ArrayLike, ridge: ArrayLike,
   if preconditioner is not None and preconditioner.basis.shape[0] != x.shape[0]:
     raise ValueError(f"preconditioner: built for {preconditioner.basis.shape[0]} points, "
                      f"but x has {x.shape[0]}")
+  if initial is not None:
+    initial = jnp.asarray(initial, rhs.dtype)
+    if initial.shape != rhs.shape:
+      raise ValueError(f"initial: expected the shape of rhs {rhs.shape}, got {initial.shape}")
   tol = default_tol(rhs.dtype) if tol is None else tol
   return _ridge_solve(kernel, x, rhs, jnp.asarray(ridge, rhs.dtype),
                       jnp.asarray(num_points, rhs.dtype), preconditioner,
-                      jnp.asarray(tol, rhs.dtype), maxiter, tile_elements)
+                      jnp.asarray(tol, rhs.dtype), maxiter, tile_elements, initial)
 
 
 def _ridge_solve_impl(kernel, x, rhs, ridge, num_points, preconditioner, tol, maxiter,
-                      tile_elements) -> RidgeSolution:
+                      tile_elements, initial=None) -> RidgeSolution:
   column = rhs.ndim == 1
   t = rhs[:, None] if column else rhs
 
   def matvec(v):
-    return ridge * v + _kernel_matvec_impl(kernel, x, x, v, tile_elements) / num_points
+    return ridge * v + _symmetric_matvec_impl(kernel, x, v, tile_elements) / num_points
 
+  start = None
+  if initial is not None:
+    guess = initial[:, None] if column else initial
+    product = matvec(guess)
+    energy = jnp.sum(guess * product, axis=0)
+    scale = jnp.where(energy > 0, jnp.sum(guess * t, axis=0) / jnp.where(energy > 0, energy, 1.0),
+                      0.0)
+    start = (scale[None, :] * guess, t - scale[None, :] * product)
   precondition = (lambda r: r) if preconditioner is None else preconditioner.apply
-  alpha, iterations, residual, converged = _cg(matvec, precondition, t, tol, maxiter)
+  alpha, iterations, residual, converged = _cg(matvec, precondition, t, tol, maxiter, start)
   return RidgeSolution(alpha[:, 0] if column else alpha, iterations, residual, converged)
 
 
@@ -383,6 +584,8 @@ class MatfreeKRRLearner:
       :class:`ConvergenceError`.
     landmarks: m, for preconditioners built by the fit (0: no preconditioner).
     tile_elements: kernel entries per tile.
+    initial: the coefficients a fit starts CG from (scaled, see :func:`ridge_solve`) when
+      its targets have their shape; ``None``: from 0. Set by :meth:`warm_start_from`.
   """
 
   kernel: Any
@@ -393,6 +596,16 @@ class MatfreeKRRLearner:
   maxiter: int = dataclasses.field(default=1000, metadata=dict(static=True))
   landmarks: int = dataclasses.field(default=500, metadata=dict(static=True))
   tile_elements: int = dataclasses.field(default=TILE_ELEMENTS, metadata=dict(static=True))
+  initial: Array | None = None
+
+  def warm_start_from(self, model: Any) -> MatfreeKRRLearner:
+    """The same learner, its next fit started from ``model``'s coefficients (a model of
+    another kind: unchanged). :func:`fedkrr.iterate` calls it with each agent's latest
+    model, so that a protocol's rounds warm-start CG; the solution is the same up to the
+    tolerance, the number of iterations smaller as the targets converge."""
+    if not isinstance(model, MatfreeKRRModel):
+      return self
+    return dataclasses.replace(self, initial=model.alpha)
 
   def fit(self, x: ArrayLike, targets: ArrayLike) -> MatfreeKRRModel:
     """Kernel ridge regression of ``targets`` on ``x`` (cast to the ridge's dtype).
@@ -408,8 +621,11 @@ class MatfreeKRRLearner:
           self.kernel, x, self.ridge, self.num_points, self.landmarks,
           tile_elements=self.tile_elements)
     tol = default_tol(dtype) if self.tol is None else self.tol
+    initial = self.initial
+    if initial is not None and jnp.shape(initial) != targets.shape:
+      initial = None
     sol = ridge_solve(self.kernel, x, targets, self.ridge, self.num_points, pre, tol,
-                      self.maxiter, self.tile_elements)
+                      self.maxiter, self.tile_elements, initial)
     if not bool(sol.converged):
       raise ConvergenceError(
           f"conjugate gradients reached relative residual {float(sol.residual):.3g} > tol "

@@ -300,10 +300,15 @@ def iterate(protocol: Protocol, learners: Sequence[Learner], xs: Sequence[Array]
             progress: bool = False) -> Iterator[tuple[Any, RoundOutput]]:
   """Runs ``rounds`` rounds, yielding ``(state, output)`` after each.
 
-  Pass a saved ``state`` to resume; its ``round`` field says where.
+  Pass a saved ``state`` to resume; its ``round`` field says where. A learner with a
+  ``warm_start_from(model) -> learner`` method (the matrix-free learner, whose CG then
+  starts from the agent's previous solution) is replaced after each round by
+  ``learner.warm_start_from(model)`` with the model it fitted in that round; the
+  protocols still call only ``fit`` and ``predict``.
   """
   _check_data(learners, xs, ys)
   check_rounds(rounds)
+  learners = list(learners)
   if state is None:
     state = protocol.init(ys)
   bar = None
@@ -312,6 +317,10 @@ def iterate(protocol: Protocol, learners: Sequence[Learner], xs: Sequence[Array]
     bar = tqdm(total=rounds, initial=state.round, desc=protocol.name, unit="round")
   while state.round < rounds:
     state, output = protocol.step(state, learners, xs, ys)
+    for agent, model in zip(output.agents, output.models):
+      warm = getattr(learners[agent], "warm_start_from", None)
+      if callable(warm):
+        learners[agent] = warm(model)
     if bar is not None:
       bar.update(1)
     yield state, output

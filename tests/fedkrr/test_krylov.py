@@ -154,6 +154,41 @@ def test_block_method_names_bad_arguments():
     krylov.block_top_eigen(lambda v: v, jnp.ones((4, 30)), 10, restart=4)
 
 
+@functools.partial(jax.jit, static_argnames=("steps", "restart"))
+def _continued(a, start, active=True, steps=200, restart=20):
+  return krylov.arnoldi_continued(lambda v: a @ v, start, steps, restart=restart,
+                                  active=active)
+
+
+@pytest.mark.parametrize("pair", [(0.8, 0.6), (0.9, 0.0), (0.95, None)])
+def test_continued_arnoldi_matches_eigvals_and_restarts_a_nearby_matrix(x64, pair):
+  # A complex pair, a real pair +-0.9, or one real eigenvalue on top of 38 others.
+  re, im = pair
+  rng = np.random.default_rng(4)
+  d = np.diag(np.concatenate([[0.0, 0.0], rng.uniform(-0.5, 0.5, 38)]))
+  if im is None:
+    d[0, 0] = re
+  elif im:
+    d[:2, :2] = [[re, im], [-im, re]]
+  else:
+    d[0, 0], d[1, 1] = re, -re
+  a = _with_spectrum(rng, d)
+  result, vector = _continued(jnp.asarray(a), krylov.start_vector(40, jnp.float64))
+  expected = np.max(np.abs(np.linalg.eigvals(a)))
+  # (the eigenvalue's error is its condition number, here up to about 100, times the
+  # residual's tolerance eps^(2/3))
+  assert bool(result.converged) and float(result.residual) <= krylov.default_rtol(jnp.float64)
+  assert abs(float(result.radius) - expected) < 1e-11
+  # a nearby matrix from the returned vector: at most two cycles of 20 products
+  nearby = a + 1e-6 * rng.normal(size=a.shape)
+  again, _ = _continued(jnp.asarray(nearby), vector, steps=40)
+  assert bool(again.converged)
+  assert abs(float(again.radius) - np.max(np.abs(np.linalg.eigvals(nearby)))) < 1e-11
+  skipped, same = _continued(jnp.asarray(a), vector, active=False)
+  assert not bool(skipped.converged)
+  np.testing.assert_array_equal(same, vector)
+
+
 def test_arnoldi_returns_its_best_cycle(x64):
   # An AKD-like round map [[0, P], [I, 0]] (eigenvalues +-sqrt(eig P), a real pair on top).
   # Once a cycle has found the pair, a restart from the almost invariant subspace refills the

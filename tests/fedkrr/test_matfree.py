@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import fedkrr
+from fedkrr._src import matfree
 
 RNG = np.random.default_rng(5)
 # Every problem below has agents of 16 points, 10 test points, 8 landmarks and tiles of 4
@@ -29,6 +30,39 @@ def test_kernel_matvec_equals_dense_product(kernel, shape, x64, assert_close):
   v = RNG.normal(size=(9,) + shape)
   got = fedkrr.kernel_matvec(kernel, x1, x2, v, tile_elements=27)
   assert_close(got, kernel(jnp.asarray(x1), jnp.asarray(x2)) @ v)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_exp_nonpositive_matches_numpy_to_rounding(dtype, x64):
+  # The matrix-free tiles' exponential: a few units in the last place against NumPy's
+  # (computed in float64), over the range of kernel arguments; 0 below the smallest
+  # normal number's logarithm, where the exact value is below it.
+  x = np.concatenate([-np.abs(RNG.normal(size=20000)), -RNG.uniform(0, 800, 20000),
+                      [0.0, -0.0, -1e-300, -87.3, -87.4, -708.3, -708.4]]).astype(dtype)
+  got = np.asarray(matfree.exp_nonpositive(jnp.asarray(x)))
+  assert got.dtype == dtype
+  got, exact = got.astype(np.float64), np.exp(x.astype(np.float64))
+  tiny = float(np.finfo(dtype).tiny)
+  normal = exact >= 1.01 * tiny
+  assert np.max(np.abs(got[normal] - exact[normal]) / exact[normal]) <= 2 * np.finfo(dtype).eps
+  assert np.all((got[~normal] >= 0) & (got[~normal] <= 1.01 * tiny))
+  assert float(matfree.exp_nonpositive(jnp.asarray(0.0, dtype))) == 1.0
+
+
+# RBF and Laplace with direct differences (d <= DIRECT_MAX_DIM) and with the matrix product
+# form (d = 20), a kernel of its own (Linear); n = 1, one tile, odd and even tile counts.
+SYMMETRIC_CASES = [(fedkrr.RBF(0.4), 1, 3, 4), (fedkrr.RBF(0.4), 13, 4, 27),
+                   (fedkrr.Laplace(0.9), 12, 3, 16), (fedkrr.RBF(0.05), 11, 20, 10),
+                   (fedkrr.Linear(), 9, 2, 1000), (fedkrr.Laplace(0.9), 2, 3, 1)]
+
+
+@pytest.mark.parametrize("kernel, n, dim, tile", SYMMETRIC_CASES)
+def test_symmetric_matvec_equals_dense_product(kernel, n, dim, tile, x64, assert_close):
+  x = RNG.normal(size=(n, dim))
+  gram = np.asarray(kernel(jnp.asarray(x), jnp.asarray(x)))
+  for v in (RNG.normal(size=n), RNG.normal(size=(n, 3))):
+    assert_close(fedkrr.symmetric_matvec(kernel, x, v, tile_elements=tile), gram @ v)
+    assert_close(fedkrr.kernel_matvec(kernel, x, x, v, tile_elements=tile), gram @ v)
 
 
 # Points on a line: the RBF Gram matrix's eigenvalues decay fast, so a few landmarks
@@ -60,6 +94,47 @@ def test_nystrom_preconditioner_is_spd_and_cuts_iterations(x64):
   # (lam_r + c) I, and conjugate gradients stop after one step (two for rounding).
   full = fedkrr.nystrom_preconditioner(KERNEL, X40, ridge, N_TOTAL, landmarks=40)
   assert int(fedkrr.ridge_solve(KERNEL, X40, t, ridge, N_TOTAL, full, tol=1e-8).iterations) <= 2
+
+
+def test_ridge_solve_starts_from_a_scaled_guess(x64, assert_close):
+  pre = fedkrr.nystrom_preconditioner(KERNEL, X40, 1e-3, N_TOTAL, landmarks=10)
+  cold = fedkrr.ridge_solve(KERNEL, X40, T40, 1e-3, N_TOTAL, pre, tol=1e-12)
+  # From the solution itself: no iteration. From the solution times -3 (a bad guess whose
+  # best scale is -1/3): the same. From the solution plus noise: fewer iterations than from 0.
+  for guess, most in ((cold.alpha, 0), (-3.0 * cold.alpha, 0),
+                      (cold.alpha + 1e-4 * RNG.normal(size=T40.shape), int(cold.iterations) - 1)):
+    warm = fedkrr.ridge_solve(KERNEL, X40, T40, 1e-3, N_TOTAL, pre, tol=1e-12, initial=guess)
+    assert bool(warm.converged) and int(warm.iterations) <= most
+    assert_close(warm.alpha, cold.alpha, rtol=1e-8)
+  with pytest.raises(ValueError, match="initial"):
+    fedkrr.ridge_solve(KERNEL, X40, T40, 1e-3, N_TOTAL, pre, initial=cold.alpha[:, 0])
+
+
+class _Cold:
+  """A matrix-free learner without its warm start (fedkrr.iterate finds no warm_start_from)."""
+
+  def __init__(self, learner):
+    self.learner = learner
+
+  def fit(self, x, targets):
+    return self.learner.fit(x, targets)
+
+
+def test_rounds_warm_start_each_agents_solve(x64, assert_close):
+  # fedkrr.iterate hands each matrix-free learner the model it fitted last: the same rounds
+  # up to the CG tolerance, in fewer iterations once the targets settle.
+  problem, _ = _problem(agents=2)
+  learners = fedkrr.matfree_learners(problem, landmarks=4, tile_elements=TILE)
+  runs = {}
+  for name, group in (("warm", learners), ("cold", [_Cold(learner) for learner in learners])):
+    outs = [out for _, out in fedkrr.iterate(fedkrr.avgkd(), group, problem.xs, problem.ys, 12)]
+    runs[name] = ([int(m.iterations) for out in outs for m in out.models],
+                  np.stack([m.alpha for m in outs[-1].models]))
+  assert sum(runs["warm"][0][:2]) == sum(runs["cold"][0][:2])   # round 0 starts from 0
+  assert sum(runs["warm"][0]) < sum(runs["cold"][0])
+  assert_close(runs["warm"][1], runs["cold"][1], rtol=1e-7)
+  other = learners[0].warm_start_from(fedkrr.KRRModel(KERNEL, X40, T40[:, 0], N_TOTAL))
+  assert other is learners[0]        # a model of another kind leaves the learner as it was
 
 
 @pytest.mark.parametrize("protocol", fedkrr.PROTOCOLS)

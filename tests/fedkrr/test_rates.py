@@ -1,6 +1,7 @@
 """Degradation rates (Prop. IV, VIII) and their vmapped sweeps."""
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -8,6 +9,7 @@ import numpy as np
 import pytest
 
 import fedkrr
+from fedkrr._src import rate_plots as fedkrr_plots
 from fedkrr._src import rates as fedkrr_rates
 
 RNG = np.random.default_rng(12)
@@ -134,15 +136,42 @@ def test_vmapped_rates_equal_each_instance_with_and_without_ridge_zero(x64):
   np.testing.assert_allclose(chunked, swept, rtol=1e-13)
 
 
-def test_unconverged_rates_are_nan(x64):
-  problem, _ = _problem(sizes=(30, 30), ridge=1e-3)
-  est = fedkrr.rate_estimate(problem, method="krylov", steps=2)
-  assert not bool(est.converged)
-  assert np.isnan(float(fedkrr.degradation_rate(problem, method="krylov", steps=2)))
-  assert np.isfinite(float(fedkrr.degradation_rate(problem, method="krylov")))
+@pytest.mark.parametrize("kernels", ["shared", "different"])
+def test_unconverged_estimates_take_the_blocks_eigen_solver(x64, kernels):
+  # Two products cannot converge: rate_estimate says so, and degradation_rate computes the
+  # radius from the same blocks by a dense eigen-solver instead (no NaN), alone and vmapped.
+  problem, _ = _problem(sizes=(30, 30), ridge=1e-3, kernels=None if kernels == "shared" else
+                        [fedkrr.RBF(0.5), fedkrr.Laplace(0.3)])
+  dense = float(fedkrr.degradation_rate(problem, method="dense"))
+  methods = ["krylov"] + (["symmetric"] if kernels == "shared" else [])
+  make = lambda c: dataclasses.replace(problem, ridge=c)  # noqa: E731
+  ridges = jnp.asarray([1e-3, 1e-1])
+  for method in methods:
+    assert not bool(fedkrr.rate_estimate(problem, method=method, steps=2).converged)
+    assert abs(float(fedkrr.degradation_rate(problem, method=method, steps=2)) - dense) < 1e-12
+  rate = functools.partial(fedkrr.degradation_rate, method=methods[-1], steps=2)
+  swept = jax.jit(functools.partial(fedkrr.sweep, make, rate_fn=rate))(ridges)   # no NaN pass
+  np.testing.assert_allclose(swept, [float(fedkrr.degradation_rate(make(c), method="dense"))
+                                     for c in ridges], rtol=0, atol=1e-12)
   # small problems: "auto" is the dense route, exact whatever the steps
-  assert float(fedkrr.degradation_rate(problem, steps=2)) == float(
-      fedkrr.degradation_rate(problem, method="dense"))
+  assert float(fedkrr.degradation_rate(problem, steps=2)) == dense
+
+
+def test_where_unconverged_runs_the_fallback_only_where_needed(x64):
+  calls = []
+
+  def fallback(x):
+    jax.debug.callback(lambda: calls.append(1))
+    return -x
+
+  values = jnp.asarray([1.0, 2.0, 3.0, 4.0])
+  converged = jnp.asarray([True, False, True, False])
+  picked = jax.jit(jax.vmap(lambda v, ok: fedkrr_rates.where_unconverged(v, ok, fallback, v)))
+  np.testing.assert_array_equal(picked(values, converged), [1.0, -2.0, 3.0, -4.0])
+  jax.effects_barrier()
+  assert len(calls) == 2
+  single = fedkrr_rates.where_unconverged(values[1], converged[1], fallback, values[1])
+  assert float(single) == -2.0
 
 
 def test_sweep_recomputes_unconverged_entries_on_the_dense_route(x64):
@@ -191,3 +220,64 @@ def test_rate_grid_reuses_each_mixings_decomposition_and_matches_the_dense_route
     fedkrr.rate_grid(clusters, ridges, mixings, batch_size=0)
   with pytest.raises(ValueError, match="steps"):
     fedkrr.rate_grid(clusters, ridges, mixings, steps=0)
+
+
+def _small_ridge_clusters():
+  # Nearly parallel agents (mixing 1) and clustered ones (mixing 0), c down to 1e-8: the
+  # top eigenvalues of B B^T crowd within about 1e-6 of each other near 1.
+  return fedkrr.TwoClusters.draw(0, 40), jnp.asarray([1.0, 1e-2, 1e-4, 1e-6, 1e-8]), \
+      jnp.asarray([0.0, 1.0])
+
+
+def test_rate_grid_converges_at_small_ridges_and_matches_the_dense_route(x64):
+  clusters, ridges, mixings = _small_ridge_clusters()
+  dense = np.asarray([[float(fedkrr.degradation_rate(clusters.problem(p, c), method="dense"))
+                       for p in mixings] for c in ridges])
+  # 30 products per entry: the Krylov route cannot converge at the smallest c; those entries
+  # (and every smaller c of their column) take eigvalsh of the same B B^T, inside the call.
+  grid, routes = jax.jit(lambda cs, ps: fedkrr.rate_grid(clusters, cs, ps, steps=30,
+                                                         with_routes=True))(ridges, mixings)
+  routes = np.asarray(routes)
+  assert np.all(np.isfinite(grid))
+  np.testing.assert_allclose(grid, dense, rtol=0, atol=1e-10)
+  assert routes[0].tolist() == [0, 0] and routes[-1].tolist() == [1, 1]
+  assert set(np.unique(routes)) <= {0, 1}
+  # Without the symmetric eigen-solver, the Krylov route leaves NaN (code 2) there.
+  bare, bare_routes = jax.jit(lambda cs, ps: fedkrr.rate_grid(
+      clusters, cs, ps, steps=30, eigh_fallback=False, with_routes=True))(ridges, mixings)
+  assert np.all(np.isnan(np.asarray(bare))[np.asarray(bare_routes) == 2])
+  assert np.asarray(bare_routes)[-1].tolist() == [2, 2]
+  with pytest.raises(ValueError, match="with_routes"):
+    fedkrr.rate_grid(clusters, ridges, mixings, rate_fn=fedkrr.degradation_rate,
+                     with_routes=True)
+
+
+@pytest.mark.parametrize("kernels", ["shared", "different", "three"])
+def test_sweep_ridge_reuses_the_eigen_bases_and_matches_the_dense_route(x64, kernels):
+  sizes = (40, 30, 20) if kernels == "three" else (40, 30)
+  family = {"shared": [fedkrr.RBF(0.3)] * 2, "different": [fedkrr.RBF(0.2), fedkrr.RBF(0.5)],
+            "three": [fedkrr.RBF(0.2), fedkrr.Laplace(0.4), fedkrr.RBF(0.5)]}[kernels]
+  problem, _ = _problem(sizes=sizes, kernels=family)
+  ridges = jnp.asarray([1e-2, 1e-8, 1.0, 1e-4, 1e-6, 0.1])     # unsorted, down to 1e-8
+  shared = kernels == "shared"      # the symmetric block route; else Arnoldi on the cycle
+  swept = np.asarray(fedkrr_rates._ridge_sweep(problem, ridges, 200, shared))   # no NaN pass
+  np.testing.assert_allclose(fedkrr.sweep_ridge(problem, ridges), swept, rtol=0, atol=1e-13)
+  dense = np.asarray([float(fedkrr.degradation_rate(dataclasses.replace(problem, ridge=c),
+                                                    method="dense")) for c in ridges])
+  # At c = 1e-8 the cycle map of different kernels is ill-conditioned and the dense route
+  # is the less accurate one (on such an instance 4.7e-10 from a 50-digit mpmath reference,
+  # this route 9.7e-11): there the two agree to 1e-8.
+  tiny = np.asarray(ridges) < 1e-7
+  np.testing.assert_allclose(swept[~tiny], dense[~tiny], rtol=0, atol=1e-10)
+  np.testing.assert_allclose(swept[tiny], dense[tiny], rtol=0, atol=1e-8)
+
+
+def test_kernel_sweeps_start_each_ratio_from_the_last(x64):
+  # 260 points: above AUTO_DENSE_MAX, so the warm-started Krylov route runs.
+  clusters = fedkrr.TwoClusters.draw(2, 130)
+  problem = clusters.problem(0.3, 1e-2)
+  ratios = jnp.asarray([0.5, 0.8, 1.0, 1.6])
+  swept = np.asarray(fedkrr.sweep_kernel_mismatch(problem, ratios))
+  dense = [float(fedkrr.degradation_rate(fedkrr_plots._mismatched(problem, r), method="dense"))
+           for r in ratios]
+  np.testing.assert_allclose(swept, dense, rtol=0, atol=1e-10)
