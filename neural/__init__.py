@@ -37,6 +37,10 @@ from neural._src.config import ConfigError
 from neural._src.config import ExperimentConfig
 from neural._src.config import RunConfig
 from neural._src.config import field_help
+from neural._src.conv import Conv
+from neural._src.conv import ConvError
+from neural._src.conv import conv2d
+from neural._src.conv import max_pool
 from neural._src.data import DATASETS
 from neural._src.data import DataError
 from neural._src.data import Dataset
