@@ -53,6 +53,10 @@ if TYPE_CHECKING:
   from neural._src.config import ExperimentConfig
   from neural._src.config import RunConfig
   from neural._src.config import field_help
+  from neural._src.conv import Conv
+  from neural._src.conv import ConvError
+  from neural._src.conv import conv2d
+  from neural._src.conv import max_pool
   from neural._src.curves import Curve
   from neural._src.data import DATASETS
   from neural._src.data import DataError

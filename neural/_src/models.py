@@ -42,6 +42,8 @@ import jax.numpy as jnp
 from neural._src.choices import MODELS
 from neural._src.choices import NORMS
 from neural._src.choices import SPLIT_RESNETS
+from neural._src.conv import Conv
+from neural._src.conv import max_pool
 
 # The block of each split ResNet that does not use BasicBlock (see RESNET_BLOCKS).
 _SPLIT_RESNET_BLOCK = {"resnet20": "bottleneck"}
@@ -72,8 +74,8 @@ class CNN(nn.Module):
   def __call__(self, x, train: bool = False, return_features: bool = False):
     del train
     for channels in (self.width, 2 * self.width):
-      x = nn.Conv(channels, (5, 5), padding="SAME")(x)
-      x = nn.max_pool(nn.relu(x), (2, 2), strides=(2, 2))
+      x = Conv(channels, (5, 5), padding="SAME")(x)
+      x = max_pool(nn.relu(x), (2, 2), strides=(2, 2))
     x = x.reshape((x.shape[0], -1))
     return _head(self.num_classes, x, return_features)
 
@@ -167,7 +169,7 @@ class VGG(nn.Module):
     del train
     for item in self.plan:
       if item == "M":
-        x = nn.max_pool(x, (2, 2), strides=(2, 2), padding="SAME")
+        x = max_pool(x, (2, 2), strides=(2, 2), padding="SAME")
       else:
         channels = int(item) * self.width
         x = nn.Conv(channels, (3, 3), padding="SAME", use_bias=self.norm == "none",
@@ -285,8 +287,8 @@ class LeNet5(nn.Module):
   def __call__(self, x, train: bool = False, return_features: bool = False):
     del train
     for channels in (self.width, max(1, round(16 * self.width / 6))):
-      x = nn.Conv(channels, (5, 5), padding="SAME")(x)
-      x = nn.max_pool(nn.relu(x), (2, 2), strides=(2, 2), padding="SAME")
+      x = Conv(channels, (5, 5), padding="SAME")(x)
+      x = max_pool(nn.relu(x), (2, 2), strides=(2, 2), padding="SAME")
     x = x.reshape((x.shape[0], -1))
     x = nn.relu(nn.Dense(20 * self.width)(x))
     x = nn.relu(nn.Dense(14 * self.width)(x))
@@ -308,7 +310,7 @@ class ConvStem(nn.Module):
   def __call__(self, x):
     x = nn.Conv(self.width, (3, 3), padding="SAME", use_bias=self.norm == "none")(x)
     x = nn.relu(_norm(self.norm, self.width)(x))
-    return nn.max_pool(x, (2, 2), strides=(2, 2), padding="SAME")
+    return max_pool(x, (2, 2), strides=(2, 2), padding="SAME")
 
 
 class ResNetHead(nn.Module):

@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # experiment and methods < bridges and config files < the main job < command line.
 RANKS = {
     "choices": 0, "data": 0, "partitions": 0, "graphs": 0,
-    "run_data": 1, "download": 1,
+    "run_data": 1, "download": 1, "conv": 1,
     "models": 2,
     "optimizers": 3, "train_loop": 4, "augment": 4, "training": 5, "soft_targets": 5,
     "learners": 6, "forest": 6, "ntk": 6, "fedavg": 6, "linearized": 7,
