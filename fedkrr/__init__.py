@@ -135,7 +135,7 @@ if TYPE_CHECKING:
   from fedkrr._src.rate_plots import rate_curves
   from fedkrr._src.rate_plots import sweep_kernel_mismatch
   from fedkrr._src.rates import GRID_ROUTES
-from fedkrr._src.rates import RATE_METHODS
+  from fedkrr._src.rates import RATE_METHODS
   from fedkrr._src.rates import RateEstimate
   from fedkrr._src.rates import TwoClusters
   from fedkrr._src.rates import cycle_operator
