@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# One prepared GPU check: the project's speed benchmarks on one GPU, in under 8 minutes.
+# Never part of CI (CI has no GPU). On a machine with an NVIDIA GPU:
+#
+#     pip install ".[cuda]"
+#     bash benchmarks/gpu_check.sh [OUT]        # OUT defaults to gpu_check/
+#
+# It writes OUT/report.md (every step's command, output, exit code and wall time) and
+# OUT/fig5/ (one small `neural reproduce` figure). Each step has its own time limit
+# (`timeout`), so one slow or failing step is reported and the others still run; the
+# limits add up to 470 s. Copy the report's numbers into docs/devices.md.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out="${1:-gpu_check}"
+mkdir -p "$out"
+report="$out/report.md"
+py="${PYTHON:-python}"
+
+{
+  echo "# GPU check ($(date -u +%Y-%m-%dT%H:%MZ))"
+  echo
+  echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+} > "$report.tmp"
+mv "$report.tmp" "$report"
+
+step() {   # step TITLE LIMIT_S COMMAND...
+  local title="$1" limit="$2"
+  shift 2
+  local start end rc
+  start=$(date +%s)
+  {
+    echo
+    echo "## $title"
+    echo
+    echo "\`$*\` (limit ${limit} s)"
+    echo
+    echo '```'
+  } >> "$report"
+  timeout "$limit" "$@" >> "$report" 2>&1
+  rc=$?
+  end=$(date +%s)
+  {
+    echo '```'
+    echo
+    echo "exit code $rc$([ "$rc" = 124 ] && echo ' (time limit reached)'), $((end - start)) s"
+  } >> "$report"
+  echo "$title: exit $rc, $((end - start)) s"
+}
+
+step "Device" 20 bash -c "nvidia-smi --query-gpu=name,memory.total,driver_version \
+  --format=csv; $py -c 'import jax; print(jax.__version__, jax.devices())'"
+# The training scaffold against a plain jitted loop (batch 64 and 512), and agents vmapped
+# against one after the other: the last table's "vmapped / one agent" is the GPU target.
+for agents in 1 2 5; do
+  step "Training, $agents agent(s)" 60 "$py" benchmarks/train_speed.py --agents "$agents" \
+    --repeats 2
+done
+step "Closed forms" 35 "$py" benchmarks/closed_form.py
+step "Rate grid" 35 "$py" benchmarks/rates.py
+step "Matrix-free, N = 200,000, float32" 50 "$py" benchmarks/scale.py --sizes 200000 \
+  --device gpu --dtype float32
+step "Matrix-free, N = 200,000, float64" 70 "$py" benchmarks/scale.py --sizes 200000 \
+  --device gpu --dtype float64
+# The sharded trajectory: benchmarks/devices.py shards over forced host (CPU) devices; on a
+# one-GPU machine this checks that the sharded program still runs beside the GPU backend.
+step "Sharded trajectory" 25 "$py" benchmarks/devices.py --devices 4 --rounds 50
+step "neural reproduce, Fig. 5 (small, one seed)" 85 "$py" -m neural reproduce --figure 5 \
+  --seeds 1 --workdir "$out/fig5"
+echo "report: $report"
