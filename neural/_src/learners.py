@@ -268,7 +268,7 @@ def _epoch_scores(model: nn.Module, eval_data: tuple[Any, Any] | None, num_agent
 
 def _init_batch(model: nn.Module, keys: Array, input_shape: tuple[int, ...]) -> Variables:
   """Stacked :func:`init_variables` for each key (vmapped: the same numbers per key)."""
-  return jax.vmap(lambda k: training.init_variables(model, k, input_shape))(keys)
+  return training.init_variables_batch(model, keys, input_shape)
 
 
 def _check_inputs(learner: FlaxLearner, x, targets) -> Array:
