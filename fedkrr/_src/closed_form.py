@@ -38,6 +38,21 @@ Each agent's ``c I + K^a_aa`` is factorised once, and only the transfer blocks
 are then one jitted ``lax.scan`` of matrix-vector products over the blocks that
 are not zero by construction (no refitting, no refactorisation); limits are one
 linear solve ``x = (I - A)^{-1} b``, valid when the spectral radius of A is below 1.
+
+Numerics: :func:`trajectory` and :func:`limit` run these recurrences on the
+agents' *targets* ``tau`` (``alpha = S tau``) rather than on the coefficients:
+the blocks become ``K^j_ij S_j`` (agent j's fit on its targets, read on agent i's
+inputs) and the read-out ``E_a S_a``, with ``E_a = k_a(x_eval, X_a) / N``. Both
+are smoothers, bounded whatever c. On coefficients, an ill-conditioned
+``c I + K^a_aa`` (a small c, a low-rank kernel such as the linear one) gives
+coefficients of size ``|y| / c`` whose components the next Gram block cancels
+exactly; an explicit ``S_i K^j_ij`` does not cancel them, and its rounding
+errors, ``eps cond`` times those sizes, reach the predictions: errors of order
+``eps cond^2`` where literal refits have ``eps cond`` (``docs/closed_forms.md``,
+"Accuracy"). The target-space matrices have the same non-zero eigenvalues (``XY``
+and ``YX``), the same fixed points read out, and every protocol keeps the
+literal rounds' order of accuracy. :func:`recurrence` still returns the
+coefficient-space recurrence of the formulas above.
 """
 
 from __future__ import annotations
@@ -153,6 +168,70 @@ def recurrence(problem: FederatedProblem, protocol: str, start: int = 0,
     return Recurrence(blocks, 0.0, solve(a0), zeros)
   protocols.check_protocol_name(protocol)  # raises: every known name returned above
   raise AssertionError(f"no recurrence for protocol {protocol!r}")  # unreachable
+
+
+def _predictor(problem: FederatedProblem, fs, i: int, j: int) -> Array:
+  """``K^j_ij S_j`` (N_i x N_j): agent j's fit on targets, predicted on agent i's inputs."""
+  return fs[j].solve(problem.gram(j, problem.xs[i], problem.xs[j]).T).T
+
+
+def target_recurrence(problem: FederatedProblem, protocol: str, start: int = 0,
+                      fs: tuple[linalg.RidgeFactor, ...] | None = None) -> Recurrence:
+  """:func:`recurrence` on the agents' targets ``tau`` (``alpha = S tau``), blocks ``K^j_ij S_j``.
+
+  Round by round the same protocol: ``tau`` holds the targets each agent fits (AKD,
+  EKD: the current model's agent), so ``A_tau = S^{-1} A S`` where S is invertible
+  and ``A_tau`` has the non-zero eigenvalues of A in any case (module docstring,
+  "Numerics"). Read out with :func:`target_readout`.
+  """
+  if fs is None:
+    fs = factors(problem)
+  m = problem.num_agents
+  labels = problem.pooled_y()
+  zeros = jnp.zeros_like(labels)
+  others = [(i, j) for i in range(m) for j in range(m) if i != j]
+  cycle = [((j + 1) % m, j) for j in range(m)]
+  if protocol == "akd":
+    keep = jnp.concatenate([jnp.full((n,), float(a == start), labels.dtype)
+                            for a, n in enumerate(problem.sizes)])
+    initial = labels * keep.reshape((-1,) + (1,) * (labels.ndim - 1))
+    return Recurrence({ij: _predictor(problem, fs, *ij) for ij in cycle}, 0.0, zeros, initial)
+  if protocol == "ekd":
+    return Recurrence({ij: -_predictor(problem, fs, *ij) for ij in cycle}, 0.0, zeros, labels)
+  if protocol == "avgkd":
+    return Recurrence({ij: _predictor(problem, fs, *ij) / m for ij in others}, 0.0, labels / m,
+                      labels)
+  if protocol == "pkd":
+    return Recurrence({ij: _predictor(problem, fs, *ij) / m for ij in others}, 1.0 / m, zeros,
+                      labels)
+  if protocol == "pkd-mean":
+    every = [(i, j) for i in range(m) for j in range(m)]
+    return Recurrence({ij: _predictor(problem, fs, *ij) / m for ij in every}, 0.0, zeros, labels)
+  if protocol == "backfit-jacobi":
+    return Recurrence({ij: -_predictor(problem, fs, *ij) for ij in others}, 0.0, labels, zeros)
+  if protocol == "backfit-gs":
+    # (I + L) tau_{k+1} = y - U tau_k, with L, U the strict block triangles of O S.
+    o_s = recurrence_matrix(problem, Recurrence({ij: _predictor(problem, fs, *ij)
+                                                 for ij in others}, 0.0, zeros, zeros))
+    lower, upper = jnp.tril(o_s, -1), jnp.triu(o_s, 1)
+    eye = jnp.eye(problem.num_points, dtype=o_s.dtype)
+    solve = functools.partial(jax.scipy.linalg.solve_triangular, eye + lower, lower=True,
+                              unit_diagonal=True)
+    matrix = -solve(upper)
+    sl = _slices(problem)
+    blocks = {(i, j): matrix[sl[i], sl[j]] for i in range(m) for j in range(1, m)}
+    return Recurrence(blocks, 0.0, solve(labels), zeros)
+  protocols.check_protocol_name(protocol)  # raises: every known name returned above
+  raise AssertionError(f"no recurrence for protocol {protocol!r}")  # unreachable
+
+
+def target_readout(problem: FederatedProblem, x_eval: ArrayLike,
+                   fs: tuple[linalg.RidgeFactor, ...] | None = None) -> list[Array]:
+  """Per-agent read-outs of targets ``E_a S_a`` (n_eval, N_a): a fit on ``tau`` predicts
+  ``E_a S_a tau`` at ``x_eval``."""
+  if fs is None:
+    fs = factors(problem)
+  return [f.solve(e.T).T for f, e in zip(fs, readout(problem, x_eval))]
 
 
 def _check_arguments(problem: FederatedProblem, protocol: str, start: int,
@@ -282,23 +361,22 @@ def trajectory(problem: FederatedProblem, protocol: str, rounds: int, x_eval: Ar
   check_every(every, protocol, problem.num_agents)
   x_eval = jnp.asarray(x_eval, problem.ridge.dtype)
   fs = factors(problem, rtol)
-  rec = recurrence(problem, protocol, start, fs)
-  evals = readout(problem, x_eval)
+  # On targets, not coefficients: the literal rounds' accuracy (module docstring, "Numerics").
+  rec = target_recurrence(problem, protocol, start, fs)
+  evals = target_readout(problem, x_eval, fs)
   if protocol == "akd":
     return _akd_scan(problem, rec, rounds, start, evals, every)
   if protocol in ("backfit-gs", "backfit-jacobi"):
     rec = rec._replace(initial=rec.offset)  # the models after sweep 1 (from all-zero models)
   if protocol == "ekd" and every > 1:   # partial sums over all rounds, kept every k-th
-    coeffs = _scan(problem, rec, rounds, every, accumulate=True)
-    return jnp.einsum("nk,tk...->tn...", jnp.concatenate(evals, axis=1), coeffs)
-  coeffs = _scan(problem, rec, rounds, every)
-  if protocol in ("avgkd", "pkd-mean"):
-    return _per_agent(problem, evals, coeffs)
-  if protocol == "pkd":
-    return _per_agent(problem, evals, jax.vmap(lambda tau: _stack_solve(problem, fs, tau))(coeffs))
+    targets = _scan(problem, rec, rounds, every, accumulate=True)
+    return jnp.einsum("nk,tk...->tn...", jnp.concatenate(evals, axis=1), targets)
+  targets = _scan(problem, rec, rounds, every)
+  if protocol in ("avgkd", "pkd", "pkd-mean"):
+    return _per_agent(problem, evals, targets)
   if protocol == "ekd":
-    coeffs = jnp.cumsum(coeffs, axis=0)
-  return jnp.einsum("nk,tk...->tn...", jnp.concatenate(evals, axis=1), coeffs)
+    targets = jnp.cumsum(targets, axis=0)
+  return jnp.einsum("nk,tk...->tn...", jnp.concatenate(evals, axis=1), targets)
 
 
 class Limit(NamedTuple):
@@ -423,8 +501,11 @@ def limit(problem: FederatedProblem, protocol: str, x_eval: ArrayLike, start: in
   """
   _check_arguments(problem, protocol, start)
   x_eval = jnp.asarray(x_eval, problem.ridge.dtype)
-  rec = recurrence(problem, protocol, start, factors(problem, rtol))
-  evals = readout(problem, x_eval)
+  fs = factors(problem, rtol)
+  # On targets (module docstring, "Numerics"): the same non-zero eigenvalues and fixed
+  # point, read out through E_a S_a.
+  rec = target_recurrence(problem, protocol, start, fs)
+  evals = target_readout(problem, x_eval, fs)
   matrix = recurrence_matrix(problem, rec)
   # AKD's round (and EKD's W) moves one agent's model to the next: with M >= 3 agents its
   # top eigenvalues are the radius times the M-th roots of unity (spectral_radius's cycle).

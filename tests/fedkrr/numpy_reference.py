@@ -81,6 +81,17 @@ def _pinv_hermitian(matrix: np.ndarray, rcond: float) -> np.ndarray:
   return np.linalg.pinv(matrix, rcond=rcond, hermitian=True)
 
 
+def _mp_solve(matrix: np.ndarray, rhs: np.ndarray) -> np.ndarray:
+  """``matrix^{-1} rhs`` for object arrays of mpmath numbers, at mpmath's working precision."""
+  import mpmath
+
+  cols = rhs.reshape(rhs.shape[0], -1)
+  lu = mpmath.matrix(matrix.tolist())
+  out = [list(mpmath.lu_solve(lu, mpmath.matrix(cols[:, k].tolist())))
+         for k in range(cols.shape[1])]
+  return np.array(out, dtype=object).T.reshape(rhs.shape)
+
+
 @dataclasses.dataclass
 class Model:
   """``g(x) = k(x, X) alpha / N``."""
@@ -110,9 +121,12 @@ def fit(kernel: KernelFn, x: np.ndarray, targets: np.ndarray, ridge: float,
     The fitted model.
   """
   x = np.asarray(x, np.float64)
-  targets = np.asarray(targets, np.float64)
   n = x.shape[0]
   gram = kernel(x, x) / num_points
+  if gram.dtype == object:   # a high-precision kernel (mp_reference.py): solved in mpmath
+    return Model(kernel, x, _mp_solve(ridge * np.eye(n) + gram, np.asarray(targets)),
+                 num_points)
+  targets = np.asarray(targets, np.float64)
   if ridge > 0:
     alpha = np.linalg.solve(ridge * np.eye(n) + gram, targets)
   else:

@@ -255,3 +255,32 @@ def test_spectral_radius_names_bad_arguments():
   with pytest.raises(ValueError, match=r"matrix: expected a square \(n, n\) matrix, got shape "
                                        r"\(3, 2\)"):
     fedkrr.spectral_radius(jnp.ones((3, 2)))
+
+
+def _jordan(rng, n, size, top=0.9):
+  """A top eigenvalue ``top`` in a Jordan block of ``size`` (1: simple), the rest in
+  [-0.5, 0.5], in a random well-conditioned basis."""
+  d = np.diag(np.concatenate([np.full(size, top), rng.uniform(-0.5, 0.5, n - size)]))
+  d[np.arange(size - 1), np.arange(1, size)] = 1.0
+  return _with_spectrum(rng, d)
+
+
+@pytest.mark.parametrize("size", [1, 2, 3])
+def test_arnoldi_does_not_certify_a_defective_top_eigenvalue(x64, size):
+  # A Jordan block of size k moves the eigenvalue by about eps^(1/k) under rounding while the
+  # Ritz vector's residual stays at rounding level (4e-17 with k = 3, the radius 6.2e-8 too
+  # high, and it was reported converged). Its left and right eigenvectors are orthogonal:
+  # the condition number estimate flags it.
+  result = _radius(jnp.asarray(_jordan(np.random.default_rng(size), 30, size)), "arnoldi")
+  # the residual alone would certify every one of them; the condition estimate does not
+  assert float(result.residual) <= krylov.default_rtol(jnp.float64)
+  if size == 1:
+    assert bool(result.converged) and abs(float(result.radius) - 0.9) < 1e-13
+  else:
+    assert not bool(result.converged) and abs(float(result.radius) - 0.9) > 1e-10
+
+
+def test_spectral_radius_auto_takes_the_dense_route_for_a_jordan_block(x64):
+  a = jnp.asarray(_jordan(np.random.default_rng(8), 300, 3))
+  assert np.isnan(float(fedkrr.spectral_radius(a, "krylov")))
+  assert float(fedkrr.spectral_radius(a, "auto")) == float(fedkrr.spectral_radius(a, "dense"))

@@ -86,8 +86,9 @@ def test_nystrom_preconditioner_is_spd_and_cuts_iterations(x64):
   inverse = np.asarray(pre.apply(jnp.eye(40)))
   assert np.allclose(inverse, inverse.T, atol=1e-12)
   assert np.linalg.eigvalsh(inverse).min() > 0     # P^{-1} is positive definite
-  plain = fedkrr.ridge_solve(KERNEL, X40, t, ridge, N_TOTAL, None, tol=1e-12)
-  with_pre = fedkrr.ridge_solve(KERNEL, X40, t, ridge, N_TOTAL, pre, tol=1e-12)
+  # tol 1e-10: at 1e-12 plain CG's true residual stops at 1.7e-12 (rounding).
+  plain = fedkrr.ridge_solve(KERNEL, X40, t, ridge, N_TOTAL, None, tol=1e-10)
+  with_pre = fedkrr.ridge_solve(KERNEL, X40, t, ridge, N_TOTAL, pre, tol=1e-10)
   assert bool(plain.converged) and bool(with_pre.converged)
   assert int(with_pre.iterations) < int(plain.iterations) / 2
   # With every point a landmark the approximation is K itself: P^{-1} (c I + K) is
@@ -135,6 +136,43 @@ def test_rounds_warm_start_each_agents_solve(x64, assert_close):
   assert_close(runs["warm"][1], runs["cold"][1], rtol=1e-7)
   other = learners[0].warm_start_from(fedkrr.KRRModel(KERNEL, X40, T40[:, 0], N_TOTAL))
   assert other is learners[0]        # a model of another kind leaves the learner as it was
+
+
+def test_ridge_solve_reports_the_true_residual_up_to_condition_1e8(x64):
+  """``converged`` only when the true residual, measured here in extended precision, is
+  below the tolerance. Before, CG's recursive residual was reported: at condition 5.5e7
+  it read 3e-13 and claimed convergence while the true residual was 2.3e-10; 12 of the
+  12 cases below with tol 1e-12 or c <= 1e-8 were claimed converged wrongly."""
+  rng = np.random.default_rng(1)
+  x, n = rng.normal(size=(300, 1)), 300.0
+  t = np.sin(x) + 0.1 * rng.normal(size=(300, 2))
+  kernel = fedkrr.RBF(1.0)
+  gram = np.asarray(kernel(jnp.asarray(x), jnp.asarray(x))) / n
+  conds, outcomes = [], []
+  for ridge in (1e-6, 1e-8, 1e-9):
+    system = (ridge * np.eye(300) + gram).astype(np.longdouble)
+    w = np.linalg.eigvalsh(ridge * np.eye(300) + gram)
+    conds.append(w[-1] / w[0])
+    for landmarks in (0, 40):
+      pre = fedkrr.nystrom_preconditioner(kernel, x, ridge, n, landmarks) if landmarks else None
+      for tol in (1e-10, 1e-12):
+        sol = fedkrr.ridge_solve(kernel, x, t, ridge, n, pre, tol=tol, maxiter=3000)
+        alpha = np.asarray(sol.alpha).astype(np.longdouble)
+        true = float(np.max(np.linalg.norm(t - system @ alpha, axis=0)
+                            / np.linalg.norm(t, axis=0)))
+        assert not bool(sol.converged) or true <= tol, (ridge, landmarks, tol, true)
+        assert float(sol.residual) >= 0.5 * true   # the report does not understate it
+        outcomes.append(bool(sol.converged))
+  assert max(conds) > 1e8 and any(outcomes) and not all(outcomes)
+
+
+def test_learner_says_when_rounding_keeps_the_residual_above_tol(x64):
+  rng = np.random.default_rng(1)
+  x = rng.normal(size=(300, 1))
+  learner = fedkrr.MatfreeKRRLearner(fedkrr.RBF(1.0), jnp.asarray(1e-8), jnp.asarray(300.0),
+                                     tol=1e-12, maxiter=3000, landmarks=40)
+  with pytest.raises(fedkrr.ConvergenceError, match="too ill-conditioned for this tol"):
+    learner.fit(x, np.sin(x[:, 0]) + 0.1 * rng.normal(size=300))
 
 
 @pytest.mark.parametrize("protocol", fedkrr.PROTOCOLS)

@@ -5,6 +5,7 @@ import math
 
 import jax
 import jax.numpy as jnp
+import mpmath
 import numpy as np
 import pytest
 
@@ -80,16 +81,16 @@ def test_gram_is_symmetric_psd_and_finite_at_equal_and_zero_inputs(cls):
   np.testing.assert_allclose(g[-1], 0.0, atol=1e-12)   # zero input, no bias: zero variance
   # With weight_var = 2 and no bias every layer keeps Sigma^1(x, x) = 2 |x|^2 / d, and
   # Theta^{L+1}(x, x) = (L + 1) Sigma^1(x, x) (Sigmadot = 1 on the diagonal).
-  sigma1 = 2 * np.sum(X1 * X1, -1) / 4
+  sigma1 = 2 * np.sum(np.asarray(x[:6], np.float64) ** 2, -1) / 4
   expected = sigma1 if cls is fedkrr.ReluNNGP else 4 * sigma1
-  # float32: at u = 0 the angle atan2(sqrt(1 - cos^2), cos) carries an error of about
-  # sqrt(eps) ~ 3e-4, which Sigmadot passes on to the NTK's diagonal.
-  rtol = 1e-5 if x.dtype == jnp.float64 else 1e-3
+  rtol = 1e-14 if x.dtype == jnp.float64 else 1e-6
   np.testing.assert_allclose(np.diag(g)[:6], expected, rtol=rtol)
+  np.testing.assert_allclose(g[6:8, 6:8], g[:2, :2], rtol=rtol)   # duplicates
 
 
-def test_gradients_are_finite_at_equal_inputs():
-  x = jnp.asarray(X1)
+@pytest.mark.parametrize("n", [6, 160])   # every pair directly; the near pairs gathered
+def test_gradients_are_finite_at_equal_inputs(n):
+  x = jnp.asarray(np.concatenate([X1, np.random.default_rng(2).normal(size=(n - 6, 4))]))
   grads = jax.jit(jax.grad(lambda x, w: fedkrr.ReluNTK(2, w, 0.1)(x, x).sum(), (0, 1)))(
       x, jnp.asarray(2.0, x.dtype))
   assert all(np.all(np.isfinite(np.asarray(g))) for g in grads)
@@ -161,3 +162,80 @@ def test_standard_parametrisation_spec_round_trip_and_errors():
     fedkrr.kernel_from_dict({"name": "relu_ntk", "parametrization": "standard"}, "kernel_0")
   with pytest.raises(fedkrr.KernelError, match="parametrization must be one of"):
     fedkrr.kernel_from_dict({"name": "relu_nngp", "parametrization": "mup"}, "kernel_0")
+
+
+def mp_reference(a, b, depth, weight_var, bias_var):
+  """(NNGP, NTK) of one pair at depths 0..depth, (depth + 1, 2), by the recursion in
+  40-digit arithmetic (mpmath.acos)."""
+  with mpmath.workdps(40):
+    w, bias = mpmath.mpf(weight_var), mpmath.mpf(bias_var)
+    a, b = [mpmath.mpf(float(t)) for t in a], [mpmath.mpf(float(t)) for t in b]
+    dot = lambda p, q: mpmath.fsum(s * t for s, t in zip(p, q))  # noqa: E731
+    s_ab, s_aa, s_bb = (w * dot(p, q) / len(a) + bias for p, q in ((a, b), (a, a), (b, b)))
+    ntk = s_ab
+    out = [(float(s_ab), float(ntk))]
+    for _ in range(depth):
+      norm = mpmath.sqrt(s_aa * s_bb)
+      u = mpmath.acos(min(1, max(-1, s_ab / norm))) if norm > 0 else mpmath.pi / 2
+      s_ab = w * norm * (mpmath.sin(u) + (mpmath.pi - u) * mpmath.cos(u)) / (2 * mpmath.pi) + bias
+      ntk = s_ab + ntk * w * (mpmath.pi - u) / (2 * mpmath.pi)
+      s_aa, s_bb = w * s_aa / 2 + bias, w * s_bb / 2 + bias
+      out.append((float(s_ab), float(ntk)))
+    return np.array(out)
+
+
+def hard_points(rng, d):
+  """Coincident, near-coincident, parallel, anti-parallel, generic, scaled and zero points."""
+  x = rng.normal(size=(4, d))
+  return np.stack([x[0], x[0], x[0] + 1e-12 * rng.normal(size=d), x[0] + 1e-8 * rng.normal(size=d),
+                   x[0] + 1e-4 * rng.normal(size=d), 2 * x[0], 3 * x[0], -x[0], x[1],
+                   1e3 * x[2], 1e-3 * x[3], np.zeros(d)])
+
+
+def max_scaled_error(gram, ref):
+  """max |gram - ref| / sqrt(ref_ii ref_jj) over the pairs with a nonzero diagonal."""
+  scale = np.sqrt(np.outer(np.diag(ref), np.diag(ref)))
+  return float(np.max(np.abs(gram - ref)[scale > 0] / scale[scale > 0]))
+
+
+@pytest.mark.parametrize("weight_var, bias_var", [(2.0, 0.0), (1.3, 0.5), (2.0, 1e-3)])
+def test_every_depth_matches_a_40_digit_reference_at_hard_points(weight_var, bias_var):
+  """Each entry within 1e-14 of mpmath, scaled by sqrt(Theta(x, x) Theta(x', x')).
+
+  Before the angle was taken from direct differences, the NTK was off by up to 1.3e-8
+  at coincident and parallel points (arccos of a cosine of 1 - O(eps)).
+  """
+  x = jnp.asarray(hard_points(np.random.default_rng(5), 6))
+  points = np.asarray(x, np.float64)   # the inputs as the kernel sees them
+  tol = 1e-14 if x.dtype == jnp.float64 else 1e-6
+  ref = np.array([[mp_reference(a, b, 4, weight_var, bias_var) for b in points]
+                  for a in points])   # (n, n, depth + 1, 2)
+  for depth in range(5):
+    for i, cls in enumerate((fedkrr.ReluNNGP, fedkrr.ReluNTK)):
+      gram = np.asarray(cls(depth, weight_var, bias_var)(x, x), np.float64)
+      assert max_scaled_error(gram, ref[:, :, depth, i]) <= tol, (depth, cls.__name__)
+
+
+@pytest.mark.parametrize("cone", [False, True])
+def test_large_grams_keep_the_digits_near_coincident_pairs(cone):
+  """Beyond the small-input shortcut: the near pairs gathered (a few duplicates, a near
+  copy, a negated and a doubled point) or, when every pair is near (a narrow cone of
+  inputs), all pairs recomputed."""
+  rng = np.random.default_rng(3)
+  if cone:
+    x = np.ones(10) + 1e-3 * rng.normal(size=(200, 10))
+  else:
+    base = rng.normal(size=(150, 10))
+    x = np.concatenate([base, base[:5] + 1e-9 * rng.normal(size=(5, 10)), -base[5:8],
+                        2 * base[8:10], base[10:12]])
+  x = jnp.asarray(x)
+  points = np.asarray(x, np.float64)
+  tol = 1e-14 if x.dtype == jnp.float64 else 1e-6
+  pick = [0, 5, 8, 10] + list(range(len(points) - 10, len(points)))
+  ref = np.array([[mp_reference(points[i], points[j], 3, 2.0, 0.0)[:, 1] for j in pick]
+                  for i in pick])
+  for depth in (1, 3):
+    gram = np.asarray(fedkrr.ReluNTK(depth, 2.0, 0.0)(x, x), np.float64)[np.ix_(pick, pick)]
+    assert max_scaled_error(gram, ref[:, :, depth]) <= tol
+    sq = np.sum(points[pick] ** 2, -1)
+    np.testing.assert_allclose(np.diag(gram), (depth + 1) * 2 * sq / 10, rtol=tol)
