@@ -51,8 +51,11 @@ def own_docstring(obj) -> str | None:
 def undocumented(obj, qualname: str) -> list[str]:
   missing = [] if own_docstring(obj) else [qualname]
   if inspect.isclass(obj):
+    # A dataclass field's default may be a function (a Flax layer's initialiser): a
+    # value, documented in the class's Attributes, not a method.
+    fields = {f.name for f in dataclasses.fields(obj)} if dataclasses.is_dataclass(obj) else set()
     for name, member in vars(obj).items():
-      if name.startswith("_") or name in FRAMEWORK_HOOKS:
+      if name.startswith("_") or name in FRAMEWORK_HOOKS or name in fields:
         continue
       function = member.fget if isinstance(member, property) else getattr(
           member, "__func__", member)
