@@ -33,6 +33,7 @@ from collections.abc import Iterator
 from collections.abc import Sequence
 from typing import Any
 from typing import NamedTuple
+from typing import cast
 
 import jax
 import jax.numpy as jnp
@@ -320,7 +321,7 @@ def iterate(protocol: Protocol, learners: Sequence[Learner], xs: Sequence[Array]
     for agent, model in zip(output.agents, output.models):
       warm = getattr(learners[agent], "warm_start_from", None)
       if callable(warm):
-        learners[agent] = warm(model)
+        learners[agent] = cast(Learner, warm(model))
     if bar is not None:
       bar.update(1)
     yield state, output

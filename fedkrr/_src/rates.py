@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable
 import dataclasses
 import functools
+from typing import Any
 from typing import NamedTuple
 
 import jax
@@ -216,7 +217,7 @@ def rate_estimate(problem: FederatedProblem, start: int = 0, method: str = "auto
   return _estimate(problem, start, resolve_rate_method(problem, method), steps)
 
 
-def where_unconverged(value: Array, converged: Array, fallback: Callable[[object], Array],
+def where_unconverged(value: Array, converged: Array, fallback: Callable[[Any], Array],
                       operand: object) -> Array:
   """``value`` if ``converged``, else ``fallback(operand)`` (a ``lax.cond``).
 
@@ -555,7 +556,7 @@ def warm_sweep(make_problem_fn: Callable[[Array], FederatedProblem], values: Arr
   return warm_sweep_of(lambda _, v: make_problem_fn(v), None, jnp.asarray(values), steps)
 
 
-def warm_sweep_of(make: Callable[[object, Array], FederatedProblem], problem: object,
+def warm_sweep_of(make: Callable[[Any, Array], FederatedProblem], problem: object,
                      values: Array, steps: int) -> Array:
   """:func:`warm_sweep` of ``v -> make(problem, v)``; with a module-level ``make`` the
   compiled program is cached across calls (``problem`` is traced)."""

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from collections.abc import Sequence
 import functools
 from typing import Any
+from typing import cast
 
 import flax.linen as nn
 from flax.linen.dtypes import promote_dtype
@@ -170,8 +171,9 @@ def conv2d(x: Array, kernel: Array, strides: Sequence[int] = (1, 1), padding: Pa
                     f"{x.shape} and {kernel.shape}")
   strides = tuple(int(s) for s in strides)
   pads = _pads(x.shape, kernel.shape, strides, padding)
-  return _by_platform(impl, (x, kernel), lambda x, k: _cpu_conv(x, k, strides, pads),
-                      lambda x, k: _lax_conv(x, k, strides, pads))
+  return cast(Array, _by_platform(impl, (x, kernel),
+                                  lambda x, k: _cpu_conv(x, k, strides, pads),
+                                  lambda x, k: _lax_conv(x, k, strides, pads)))
 
 
 class Conv(nn.Module):
@@ -318,8 +320,8 @@ def max_pool(x: Array, window_shape: Sequence[int], strides: Sequence[int] | Non
                     f"shape {x.shape} and {window_shape}")
   window = tuple(int(w) for w in window_shape)
   steps = (1, 1) if strides is None else tuple(int(s) for s in strides)
-  reference = lambda x: nn.max_pool(x, window, steps, padding)
+  reference = lambda x: nn.max_pool(x, window, steps, cast(Any, padding))
   if steps != window:
     return reference(x)
   pads = _pool_pads(x.shape, window, padding)
-  return _by_platform(impl, (x,), lambda x: _cpu_pool(x, window, pads), reference)
+  return cast(Array, _by_platform(impl, (x,), lambda x: _cpu_pool(x, window, pads), reference))

@@ -31,6 +31,7 @@ from typing import cast
 
 import flax.linen as nn
 import jax
+from jax.core import Tracer
 import jax.numpy as jnp
 import numpy as np
 
@@ -224,7 +225,7 @@ def init_variables(model: nn.Module, key: Array, input_shape: tuple[int, ...]) -
   of the caller's program.
   """
   shape = tuple(int(d) for d in input_shape)
-  if isinstance(key, jax.core.Tracer):
+  if isinstance(key, Tracer):
     return _init_plain(model, key, shape)
   return _init(key, model=model, input_shape=shape, batched=False)
 
@@ -234,7 +235,7 @@ def init_variables_batch(model: nn.Module, keys: Array,
   """Stacked :func:`init_variables`, one per key along the leading axis of ``keys``
   (vmapped: the same numbers per key)."""
   shape = tuple(int(d) for d in input_shape)
-  if isinstance(keys, jax.core.Tracer):
+  if isinstance(keys, Tracer):
     return jax.vmap(lambda k: _init_plain(model, k, shape))(keys)
   return _init(keys, model=model, input_shape=shape, batched=True)
 
