@@ -7,10 +7,20 @@ tests that need float64 are then skipped. Tolerances are keyed by dtype in
 
 import gc
 import os
+import tempfile
 
 # The suite runs in two pytest-xdist workers (pyproject.toml): on a GPU, let each worker
 # allocate as it needs instead of both reserving most of the memory up front.
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+# JAX's persistent compilation cache, shared by the workers, the notebooks' kernels and the
+# command lines the tests start (all inherit this environment): the suite compiles the same
+# programs in many processes and again after each file's cache release (below), and XLA:CPU
+# spends most of the suite's time compiling. Keyed by the program, the JAX version and
+# the backend, so an entry is only ever reused for the same computation. Set
+# JAX_COMPILATION_CACHE_DIR yourself to use another folder, or to "" for none.
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(
+    tempfile.gettempdir(), f"fedkrr-tests-xla-cache-{os.getuid()}"))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
 
 from fedkrr import avoid_cpu_eigh_deadlock  # noqa: E402
 
