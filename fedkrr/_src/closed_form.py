@@ -122,52 +122,61 @@ def recurrence_matrix(problem: FederatedProblem, rec: Recurrence) -> Array:
   return jnp.concatenate(rows, axis=0)
 
 
-def recurrence(problem: FederatedProblem, protocol: str, start: int = 0,
-               fs: tuple[linalg.RidgeFactor, ...] | None = None) -> Recurrence:
-  """The affine recurrence of ``protocol`` on stacked coefficients (module docstring)."""
-  if fs is None:
-    fs = factors(problem)
+def _recurrence_of(problem: FederatedProblem, protocol: str, start: int, fs, block,
+                   own: Array) -> Recurrence:
+  """The recurrence of ``protocol`` from ``block(i, j)`` (what agent i's state gets from
+  agent j's) and ``own`` (every agent fitted on its own labels), in coefficients
+  (:func:`transfer`, ``S y``) or in targets (:func:`_predictor`, ``y``). PKD's is in
+  targets in both."""
   m = problem.num_agents
   labels = problem.pooled_y()
   zeros = jnp.zeros_like(labels)
-  a0 = _stack_solve(problem, fs, labels)
   others = [(i, j) for i in range(m) for j in range(m) if i != j]
   cycle = [((j + 1) % m, j) for j in range(m)]
   if protocol == "akd":
     keep = jnp.concatenate([jnp.full((n,), float(a == start), labels.dtype)
                             for a, n in enumerate(problem.sizes)])
-    initial = a0 * keep.reshape((-1,) + (1,) * (labels.ndim - 1))
-    return Recurrence({ij: transfer(problem, fs, *ij) for ij in cycle}, 0.0, zeros, initial)
+    initial = own * keep.reshape((-1,) + (1,) * (labels.ndim - 1))
+    return Recurrence({ij: block(*ij) for ij in cycle}, 0.0, zeros, initial)
   if protocol == "ekd":
-    return Recurrence({ij: -transfer(problem, fs, *ij) for ij in cycle}, 0.0, zeros, a0)
+    return Recurrence({ij: -block(*ij) for ij in cycle}, 0.0, zeros, own)
   if protocol == "avgkd":
-    return Recurrence({ij: transfer(problem, fs, *ij) / m for ij in others}, 0.0, a0 / m, a0)
+    return Recurrence({ij: block(*ij) / m for ij in others}, 0.0, own / m, own)
   if protocol == "pkd":
     # Target space: tau_{t+1} = (tau_t + O S tau_t) / M, with (O S)_ij = K^j_ij S_j.
-    blocks = {(i, j): fs[j].solve(problem.gram(j, problem.xs[i], problem.xs[j]).T).T / m
-              for i, j in others}
-    return Recurrence(blocks, 1.0 / m, zeros, labels)
+    return Recurrence({(i, j): _predictor(problem, fs, i, j) / m for i, j in others}, 1.0 / m,
+                      zeros, labels)
   if protocol == "pkd-mean":
-    # alpha_{t+1} = S K alpha_t / M: every agent fits the mean of all M models, its own included.
+    # Every agent fits the mean of all M models, its own included.
     every = [(i, j) for i in range(m) for j in range(m)]
-    return Recurrence({ij: transfer(problem, fs, *ij) / m for ij in every}, 0.0, zeros, a0)
+    return Recurrence({ij: block(*ij) / m for ij in every}, 0.0, zeros, own)
   if protocol == "backfit-jacobi":
-    return Recurrence({ij: -transfer(problem, fs, *ij) for ij in others}, 0.0, a0, zeros)
+    return Recurrence({ij: -block(*ij) for ij in others}, 0.0, own, zeros)
   if protocol == "backfit-gs":
-    # (I + S L) x_{k+1} = a0 - S U x_k, with L, U the strict block triangles of O.
-    s_o = recurrence_matrix(problem, Recurrence({ij: transfer(problem, fs, *ij) for ij in others},
-                                    0.0, zeros, zeros))
-    lower = jnp.tril(s_o, -1)  # the strict block-lower part: diagonal blocks of S O are zero
-    upper = jnp.triu(s_o, 1)
-    eye = jnp.eye(problem.num_points, dtype=s_o.dtype)
+    # (I + L) x_{k+1} = own - U x_k, with L, U the strict block triangles of the blocks
+    # (their diagonal blocks are zero).
+    o = recurrence_matrix(problem, Recurrence({ij: block(*ij) for ij in others}, 0.0, zeros,
+                                              zeros))
+    lower, upper = jnp.tril(o, -1), jnp.triu(o, 1)
+    eye = jnp.eye(problem.num_points, dtype=o.dtype)
     solve = functools.partial(jax.scipy.linalg.solve_triangular, eye + lower, lower=True,
                               unit_diagonal=True)
     matrix = -solve(upper)
     sl = _slices(problem)
     blocks = {(i, j): matrix[sl[i], sl[j]] for i in range(m) for j in range(1, m)}
-    return Recurrence(blocks, 0.0, solve(a0), zeros)
+    return Recurrence(blocks, 0.0, solve(own), zeros)
   protocols.check_protocol_name(protocol)  # raises: every known name returned above
   raise AssertionError(f"no recurrence for protocol {protocol!r}")  # unreachable
+
+
+def recurrence(problem: FederatedProblem, protocol: str, start: int = 0,
+               fs: tuple[linalg.RidgeFactor, ...] | None = None) -> Recurrence:
+  """The affine recurrence of ``protocol`` on stacked coefficients (module docstring)."""
+  if fs is None:
+    fs = factors(problem)
+  return _recurrence_of(problem, protocol, start, fs,
+                        functools.partial(transfer, problem, fs),
+                        _stack_solve(problem, fs, problem.pooled_y()))
 
 
 def _predictor(problem: FederatedProblem, fs, i: int, j: int) -> Array:
@@ -186,43 +195,8 @@ def target_recurrence(problem: FederatedProblem, protocol: str, start: int = 0,
   """
   if fs is None:
     fs = factors(problem)
-  m = problem.num_agents
-  labels = problem.pooled_y()
-  zeros = jnp.zeros_like(labels)
-  others = [(i, j) for i in range(m) for j in range(m) if i != j]
-  cycle = [((j + 1) % m, j) for j in range(m)]
-  if protocol == "akd":
-    keep = jnp.concatenate([jnp.full((n,), float(a == start), labels.dtype)
-                            for a, n in enumerate(problem.sizes)])
-    initial = labels * keep.reshape((-1,) + (1,) * (labels.ndim - 1))
-    return Recurrence({ij: _predictor(problem, fs, *ij) for ij in cycle}, 0.0, zeros, initial)
-  if protocol == "ekd":
-    return Recurrence({ij: -_predictor(problem, fs, *ij) for ij in cycle}, 0.0, zeros, labels)
-  if protocol == "avgkd":
-    return Recurrence({ij: _predictor(problem, fs, *ij) / m for ij in others}, 0.0, labels / m,
-                      labels)
-  if protocol == "pkd":
-    return Recurrence({ij: _predictor(problem, fs, *ij) / m for ij in others}, 1.0 / m, zeros,
-                      labels)
-  if protocol == "pkd-mean":
-    every = [(i, j) for i in range(m) for j in range(m)]
-    return Recurrence({ij: _predictor(problem, fs, *ij) / m for ij in every}, 0.0, zeros, labels)
-  if protocol == "backfit-jacobi":
-    return Recurrence({ij: -_predictor(problem, fs, *ij) for ij in others}, 0.0, labels, zeros)
-  if protocol == "backfit-gs":
-    # (I + L) tau_{k+1} = y - U tau_k, with L, U the strict block triangles of O S.
-    o_s = recurrence_matrix(problem, Recurrence({ij: _predictor(problem, fs, *ij)
-                                                 for ij in others}, 0.0, zeros, zeros))
-    lower, upper = jnp.tril(o_s, -1), jnp.triu(o_s, 1)
-    eye = jnp.eye(problem.num_points, dtype=o_s.dtype)
-    solve = functools.partial(jax.scipy.linalg.solve_triangular, eye + lower, lower=True,
-                              unit_diagonal=True)
-    matrix = -solve(upper)
-    sl = _slices(problem)
-    blocks = {(i, j): matrix[sl[i], sl[j]] for i in range(m) for j in range(1, m)}
-    return Recurrence(blocks, 0.0, solve(labels), zeros)
-  protocols.check_protocol_name(protocol)  # raises: every known name returned above
-  raise AssertionError(f"no recurrence for protocol {protocol!r}")  # unreachable
+  return _recurrence_of(problem, protocol, start, fs,
+                        functools.partial(_predictor, problem, fs), problem.pooled_y())
 
 
 def target_readout(problem: FederatedProblem, x_eval: ArrayLike,
