@@ -138,7 +138,8 @@ def _check_batch_size(batch_size: int | None) -> None:
 
 def _symmetrised_block(problem: FederatedProblem, roots, i: int, j: int) -> Array:
   """``B_ij = R_i^T K^j_ij R_j`` (N_i x N_j): the transfer ``T_ij = S_i K^j_ij`` seen in the
-  coordinates ``alpha_a = R_a u_a`` of each agent's ``S_a = R_a R_a^T`` (``T_ij R_j = R_i B_ij``)."""
+  coordinates ``alpha_a = R_a u_a`` of each agent's ``S_a = R_a R_a^T``
+  (``T_ij R_j = R_i B_ij``)."""
   cross = problem.gram(j, problem.xs[i], problem.xs[j])
   return roots[i].root_t @ cross @ roots[j].root_t.T
 
