@@ -92,7 +92,7 @@ def top_parser() -> argparse.ArgumentParser:
 _ALIASES = {"learning_rate": ("--lr",)}
 _METAVARS = {"data_dir": "DIR", "train_subset": "N", "test_subset": "N", "agents": "M",
              "rounds": "R", "epochs": "E", "batch_size": "B", "seed": "S",
-             "models": "M1,M2,...", "proportions": "P1,P2,...",
+             "models": "M1,M2,...", "proportions": "P1,P2,...", "width": "W1,W2,...",
              "step_loop": "auto|scan|python", "agent_batching": "auto|vmap|sequential",
              "devices": "one|all"}
 

@@ -306,7 +306,7 @@ def _gram_columns(config: ExperimentConfig, data: RunData, kernel: str, a: int,
     gamma = 1.0 / (train.shape[1] * max(float(np.var(train)), 1e-12))
     k = fedkrr.RBF(gamma)
     return np.asarray(k(jnp.asarray(points, dtype), jnp.asarray(own, dtype)), np.float64)
-  model = get_model(config.agent_models[a], data.num_classes, width=config.width,
+  model = get_model(config.agent_models[a], data.num_classes, width=config.agent_widths[a],
                     tiny=config.tiny, norm=config.norm)
   if kernel in ("nngp", "relu-ntk"):
     cls = fedkrr.ReluNNGP if kernel == "nngp" else fedkrr.ReluNTK

@@ -3,12 +3,12 @@
 Every config is a frozen dataclass derived from :class:`Config`. Field types are
 checked from the annotations by one coercer (``int``, ``float``, ``bool``,
 ``str``, ``X | None``, ``tuple[X, ...]``); lists are stored as tuples, ints as
-floats where a float is expected, and a comma-separated string is accepted for
-a tuple of strings. Ranges are checked by ``validate`` (subclasses extend it and
-raise through :meth:`Config.need`). The field descriptions in each class's
-``Attributes:`` docstring section are what ``neural run --help`` and
-``neural configs --fields NAME`` print: the command-line flags are generated from
-the fields.
+floats where a float is expected, a comma-separated string is accepted for a
+tuple of strings and one number for a tuple of numbers. Ranges are checked by
+``validate`` (subclasses extend it and raise through :meth:`Config.need`). The
+field descriptions in each class's ``Attributes:`` docstring section are what
+``neural run --help`` and ``neural configs --fields NAME`` print: the
+command-line flags are generated from the fields.
 
 :class:`RunConfig` holds the fields every run has (data, split, agents, rounds,
 seeds, how local training runs its steps); :class:`ExperimentConfig` adds those of
@@ -181,6 +181,8 @@ def coerce(name: str, kind: Any, value: Any) -> Any:
     item = typing.get_args(kind)[0]
     if item is str and isinstance(value, str):
       value = tuple(v.strip() for v in value.split(","))
+    elif item in (int, float) and type(value) in (int, float):
+      value = (value,)   # one number for a tuple of numbers (not a bool)
     ok = isinstance(value, (list, tuple)) and len(value) > 0
     if ok:
       try:
@@ -350,7 +352,9 @@ class ExperimentConfig(RunConfig):
   Attributes:
     models: one model name per agent, or one for all (``neural.MODELS`` or
       "forest" for the random forest).
-    width: width setting of the networks (``None``: the model's default).
+    width: width setting of the networks (channels of the CNN's first layer, hidden
+      units of the MLP, ...): one per agent, or one for all (``None``: each model's
+      default). One per agent gives a CNN and an MLP each its own, e.g. (8, 512).
     tiny: tiny variants of the networks (tests, quick runs).
     norm: normalisation layer of VGG / ResNets ("group" by default).
     protocol: a KD protocol of ``fedkrr`` (akd, avgkd, pkd, pkd-mean, ekd,
@@ -389,7 +393,7 @@ class ExperimentConfig(RunConfig):
   """
 
   models: tuple[str, ...] = ("cnn",)
-  width: int | None = None
+  width: tuple[int, ...] | None = None
   tiny: bool = False
   norm: str = "group"
   protocol: str = "avgkd"
@@ -423,6 +427,13 @@ class ExperimentConfig(RunConfig):
     """The model name of each agent (length ``agents``)."""
     return self.models * self.agents if len(self.models) == 1 else self.models
 
+  @property
+  def agent_widths(self) -> tuple[int | None, ...]:
+    """The width setting of each agent's network (length ``agents``; ``None``: the default)."""
+    if self.width is None:
+      return (None,) * self.agents
+    return self.width * self.agents if len(self.width) == 1 else self.width
+
   def validate(self) -> None:
     """Raises ``ConfigError`` naming the first field with a bad value and what it expects."""
     super().validate()
@@ -440,7 +451,9 @@ class ExperimentConfig(RunConfig):
     need(self.fedavg_init in FEDAVG_INITS, "fedavg_init", "'one' or 'mean'")
     need(self.fedavg_weights in WEIGHTINGS, "fedavg_weights", "'size' or 'equal'")
     need(0 <= self.start < self.agents, "start", f"an agent index in 0..{self.agents - 1}")
-    need(self.width is None or self.width >= 1, "width", "None or an integer >= 1")
+    need(self.width is None or (len(self.width) in (1, self.agents)
+                                and all(w >= 1 for w in self.width)),
+         "width", f"None, or integers >= 1: one, or one per agent ({self.agents})")
     need(self.forest_trees >= 1, "forest_trees", "an integer >= 1")
     need(self.forest_max_depth is None or self.forest_max_depth >= 1, "forest_max_depth",
          "None or an integer >= 1")

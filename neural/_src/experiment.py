@@ -96,12 +96,12 @@ def build_learners(config: ExperimentConfig, input_shape: tuple[int, ...],
   key = jax.random.PRNGKey(config.init_seed)
   meshes = _architecture_meshes(config.agent_models) if config.devices == "all" else {}
   learners = []
-  for name in config.agent_models:
+  for name, width in zip(config.agent_models, config.agent_widths):
     if name == FOREST:
       learners.append(ForestLearner(n_estimators=config.forest_trees,
                                     max_depth=config.forest_max_depth, seed=config.init_seed))
     else:
-      model = get_model(name, num_classes, width=config.width, tiny=config.tiny,
+      model = get_model(name, num_classes, width=width, tiny=config.tiny,
                         norm=config.norm)
       learners.append(FlaxLearner(model=model, input_shape=tuple(input_shape),
                                   config=train_config, key=key, eval_data=eval_data,

@@ -302,7 +302,8 @@ def _mnist(out: Path, settings: MainJobSettings, progress: bool):
   loss = {"mse": "squared loss on the softmax", "ce": "cross-entropy"}.get(c.loss, c.loss)
   fitted = any(r[k] is not None for comp in results.values() for r in comp.rates.values()
                for k in ("theory_fit_sq_error", "network_fit_sq_error"))
-  lines = [f"{c.agents} agents ({', '.join(c.agent_models)}, width {c.width}) on "
+  widths = "default" if c.width is None else "/".join(str(w) for w in c.width)
+  lines = [f"{c.agents} agents ({', '.join(c.agent_models)}, width {widths}) on "
            f"{c.train_subset} training points of the {c.dataset} set, partition "
            f"{_partition(c)}, {c.rounds} rounds of {c.epochs} epochs "
            f"(Adam, {loss}, weight decay {c.weight_decay:g}); test set of "

@@ -62,10 +62,20 @@ def test_partition_params_follow_the_partition():
     (dict(train_subset=1), "train_subset"),
     (dict(seed="0"), "seed"),
     (dict(tiny=1), "tiny"),
+    (dict(width=0), "width"),
+    (dict(width=(8, 512, 3)), "width"),
 ])
 def test_bad_values_name_the_field(changes, field):
   with pytest.raises(ConfigError, match=rf"^{field}: expected"):
     ExperimentConfig(**changes)
+
+
+def test_one_width_for_all_agents_or_one_per_agent():
+  assert ExperimentConfig(models=("cnn", "mlp")).agent_widths == (None, None)
+  assert ExperimentConfig(models=("cnn", "mlp"), width=8).agent_widths == (8, 8)
+  both = ExperimentConfig(models=("cnn", "mlp"), width=[8, 512])
+  assert both.agent_widths == (8, 512)
+  assert ExperimentConfig.from_json(both.to_json()) == both
 
 
 def test_unknown_field_and_bad_json():
@@ -81,6 +91,8 @@ def test_unknown_field_and_bad_json():
     (tuple[float, ...], [1, 0.5], (1.0, 0.5)),
     (tuple[str, ...], "mlp, cnn", ("mlp", "cnn")),
     (tuple[int, ...], (2, 3), (2, 3)),
+    (tuple[int, ...], 8, (8,)),
+    (tuple[float, ...], 0.5, (0.5,)),
 ])
 def test_coerce_canonical_forms(kind, value, expected):
   got = coerce("field", kind, value)

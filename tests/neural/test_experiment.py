@@ -185,6 +185,12 @@ def test_fedavg_server_is_the_weighted_average_of_the_local_models():
     fedavg(start, "median")
 
 
+def test_each_agent_gets_its_own_width():
+  from neural._src.experiment import build_learners
+  learners = build_learners(_config(models=("cnn", "mlp"), width=(3, 7)), (8, 8, 1), 10)
+  assert [learner.model.width for learner in learners] == [3, 7]
+
+
 def test_fedavg_can_start_from_the_mean_of_independent_initialisations():
   """fedavg_init="mean" (the authors' code): round 0 starts from the average of M inits."""
   from neural._src.experiment import build_learners
