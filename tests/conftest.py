@@ -21,6 +21,14 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(
     tempfile.gettempdir(), f"fedkrr-tests-xla-cache-{os.getuid()}"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
+# XLA:CPU's LLVM at optimisation level 0 in the tests (and the processes they start): most
+# of the suite's programs are small and run once, so compiling them dominates; level 0
+# compiles them in about 40% less time (four of the slowest files: 7.5 -> 4.1 minutes), and
+# the results agree within the tests' tolerances. Name the flag in XLA_FLAGS yourself to
+# test at another level.
+if "--xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
+  os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
+                             + " --xla_backend_optimization_level=0").strip()
 
 from fedkrr import avoid_cpu_eigh_deadlock  # noqa: E402
 

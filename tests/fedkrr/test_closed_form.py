@@ -295,6 +295,8 @@ def test_limit_radius_by_arnoldi_equals_the_dense_one(m, same, x64):
   # matrix; "dense" is the general eigen-solver. The fixed points do not depend on the route.
   # With three agents AKD's and EKD's top eigenvalues are three of one modulus: Arnoldi
   # runs on the cube of the map (spectral_radius's cycle), else "krylov" would be NaN.
+  # "auto" is "krylov" with a dense fallback: every protocol in one case (each limit call
+  # compiles a program of its own, the suite's cost), AKD and EKD in the others.
   rng = np.random.default_rng(5)
   xs = [rng.normal(size=(300 // m, 3)) + 0.5 * a for a in range(m)]
   ys = [np.sin(x[:, 0]) for x in xs]
@@ -303,7 +305,7 @@ def test_limit_radius_by_arnoldi_equals_the_dense_one(m, same, x64):
   x_eval = rng.normal(size=(4, 3))
   for protocol in fedkrr.PROTOCOLS:
     dense = fedkrr.limit(problem, protocol, x_eval, method="dense")
-    for method in ("auto", "krylov"):
+    for method in ("auto", "krylov") if m == 3 or protocol in ("akd", "ekd") else ("krylov",):
       lim = fedkrr.limit(problem, protocol, x_eval, method=method)
       rho, expected = float(lim.spectral_radius), float(dense.spectral_radius)
       assert abs(rho - expected) < 1e-10 * expected, (protocol, method)
