@@ -3,10 +3,12 @@
 Theory toolkit for "Towards Model-Agnostic Federated Learning Using Knowledge
 Distillation" (Afonin & Karimireddy, ICLR 2022). Public names are listed here
 by hand; the implementation lives in ``fedkrr._src``. The library never changes
-JAX's global configuration: enable float64 in your entry point with
-``jax.config.update("jax_enable_x64", True)``, and on small CPUs call
-:func:`avoid_cpu_eigh_deadlock` there before the first computation (importing
-``fedkrr`` runs none).
+``jax.config``: enable float64 in your entry point with
+``jax.config.update("jax_enable_x64", True)``. One XLA setting is applied on import:
+before any XLA backend has started, ``XLA_FLAGS`` gains the CPU scheduler flag without
+which vmapped eigen-decompositions can stall (``fedkrr._src.xla_env``; naming the flag
+in ``XLA_FLAGS`` yourself keeps your choice). Entry points on small CPUs also call
+:func:`avoid_cpu_eigh_deadlock` before the first computation.
 
 Importing ``fedkrr`` imports none of its modules (nor JAX): each public name's
 module is imported when the name is first used (:func:`lazy_exports`); the names
@@ -16,6 +18,9 @@ are the imports listed below.
 from typing import TYPE_CHECKING
 
 from fedkrr._src.version import installed_version as _installed_version
+from fedkrr._src.xla_env import apply_import_defaults as _apply_import_defaults
+
+_apply_import_defaults()
 
 __version__ = _installed_version()
 

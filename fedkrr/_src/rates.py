@@ -40,6 +40,7 @@ from fedkrr._src import closed_form
 from fedkrr._src import krylov
 from fedkrr._src import linalg
 from fedkrr._src import protocols
+from fedkrr._src import xla_env
 from fedkrr._src.geometry import principal_cosines
 from fedkrr._src.kernels import RBF
 from fedkrr._src.problem import FederatedProblem
@@ -352,6 +353,7 @@ def sweep(make_problem_fn: Callable[[Array], FederatedProblem], values: Array,
     recomputed on the dense route, one jitted call per such instance; under ``jit``
     the NaN stays.
   """
+  xla_env.warn_if_backend_started_unsafe()
   values = jnp.asarray(values)
   fallback = rate_fn is None
   rate_fn = degradation_rate if rate_fn is None else rate_fn
@@ -406,6 +408,7 @@ def sweep_ridge(problem: FederatedProblem, ridges: Array, steps: int = 200) -> A
   Returns:
     (n,) rates, in the order of ``ridges``.
   """
+  xla_env.warn_if_backend_started_unsafe()
   krylov.check_steps(steps)
   ridges = jnp.asarray(ridges, problem.ridge.dtype)
   shared = problem.num_agents == 2 and bool(kernels_shared(problem))
@@ -710,6 +713,7 @@ def rate_grid(clusters: TwoClusters, ridges: ArrayLike, mixings: ArrayLike,
   (``eigh_fallback=False`` leaves the Krylov route's failures NaN, code 2, before that
   recomputation), for a count of what each route computed.
   """
+  xla_env.warn_if_backend_started_unsafe()
   ridges, mixings = jnp.asarray(ridges), jnp.asarray(mixings)
   grid_c, grid_p = jnp.meshgrid(ridges, mixings, indexing="ij")
   flat = jnp.stack([grid_c.ravel(), grid_p.ravel()], axis=1)

@@ -1,4 +1,4 @@
-"""Entry-point settings for XLA on CPU (never applied by importing the library).
+"""Settings for XLA on CPU: one applied by importing fedkrr, both by entry points.
 
 On small CPUs (2 cores) with jaxlib 0.10, vmapped linear algebra can stall:
 batched ``eigh`` under ``vmap`` deadlocked with both workers of XLA's CPU
@@ -11,16 +11,64 @@ algebra (``fedkrr``'s command line, ``neural compare``, the test suite, the
 benchmarks and notebooks of the theory) call :func:`avoid_cpu_eigh_deadlock`
 before the first computation; it turns both off. ``neural run`` does not: network
 training needs neither setting (``benchmarks/train_speed.py`` runs without them).
+
+The scheduler is what stalls: with it off, ``jax.jit`` of a sweep that vmaps an
+``eigh`` over ridges including c = 0 finished in 3 of 3 fresh processes, with only
+multi-threaded Eigen off it hung in 2 of 3 (the 2-core CPU, jaxlib 0.10). So importing
+``fedkrr`` adds :data:`SCHEDULER_FLAG` to ``XLA_FLAGS`` when no XLA backend has started
+in the process yet and the variable does not name the flag (name it, ``=true``, to keep
+the scheduler): a library function then terminates without a setup call. Where a backend
+started before ``fedkrr`` was imported without it, the sweeps warn once
+(:func:`warn_if_backend_started_unsafe`).
 """
 
 from __future__ import annotations
 
 import os
+import sys
+import warnings
 
 # The XLA flags that :func:`avoid_cpu_eigh_deadlock` adds: multi-threaded Eigen and the
 # concurrency-optimised CPU scheduler off.
 XLA_CPU_FLAGS = ("--xla_cpu_multi_thread_eigen=false",
                  "--xla_cpu_enable_concurrency_optimized_scheduler=false")
+
+# The flag without which vmapped eigen-decompositions can stall XLA's CPU thread pool.
+SCHEDULER_FLAG = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
+_warned = False
+
+
+def _backend_started() -> bool:
+  bridge = sys.modules.get("jax._src.xla_bridge")
+  return bool(getattr(bridge, "_backends", None))
+
+
+def apply_import_defaults() -> bool:
+  """Adds :data:`SCHEDULER_FLAG` to ``XLA_FLAGS`` unless it is named there or a backend runs.
+
+  Called by ``import fedkrr``; imports nothing (not JAX). Returns whether the flag is in
+  ``XLA_FLAGS`` for the backend to come (False once a backend has started).
+  """
+  if _backend_started():
+    return False
+  flags = os.environ.get("XLA_FLAGS", "")
+  if SCHEDULER_FLAG.split("=")[0] not in flags:
+    os.environ["XLA_FLAGS"] = f"{flags} {SCHEDULER_FLAG}".strip()
+  return True
+
+
+def warn_if_backend_started_unsafe() -> None:
+  """Warns once if XLA_FLAGS does not name the scheduler flag (a backend started before
+  ``import fedkrr`` may then stall in vmapped eigen-decompositions on a small CPU)."""
+  global _warned
+  if _warned or SCHEDULER_FLAG.split("=")[0] in os.environ.get("XLA_FLAGS", ""):
+    return
+  _warned = True
+  warnings.warn("XLA's backend started before fedkrr was imported, without "
+                f"{SCHEDULER_FLAG}: on a small CPU, vmapped eigen-decompositions (rate "
+                "sweeps, ridge sweeps reaching c = 0) can stall. Import fedkrr before the "
+                "first JAX computation, or call fedkrr.avoid_cpu_eigh_deadlock() there.",
+                RuntimeWarning, stacklevel=3)
 
 
 def avoid_cpu_eigh_deadlock() -> None:
