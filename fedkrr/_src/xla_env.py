@@ -19,7 +19,10 @@ multi-threaded Eigen off it hung in 2 of 3 (the 2-core CPU, jaxlib 0.10). So imp
 in the process yet and the variable does not name the flag (name it, ``=true``, to keep
 the scheduler): a library function then terminates without a setup call. Where a backend
 started before ``fedkrr`` was imported without it, the sweeps warn once
-(:func:`warn_if_backend_started_unsafe`).
+(:func:`warn_if_backend_started_unsafe`). ``neural`` imports fedkrr, so network training
+runs with the scheduler off too: one epoch of the paper's CNN on 4,000 images took
+1.32-1.64 s with it off and 1.25-1.58 s with it on (two runs each, width 8, on a loaded
+2-core CPU: within the noise).
 """
 
 from __future__ import annotations
