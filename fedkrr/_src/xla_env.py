@@ -31,14 +31,21 @@ import os
 import sys
 import warnings
 
-# The XLA flags that :func:`avoid_cpu_eigh_deadlock` adds: multi-threaded Eigen and the
-# concurrency-optimised CPU scheduler off.
-XLA_CPU_FLAGS = ("--xla_cpu_multi_thread_eigen=false",
-                 "--xla_cpu_enable_concurrency_optimized_scheduler=false")
-
 # The flag without which vmapped eigen-decompositions can stall XLA's CPU thread pool.
 SCHEDULER_FLAG = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
+# The XLA flags that :func:`avoid_cpu_eigh_deadlock` adds: multi-threaded Eigen and the
+# concurrency-optimised CPU scheduler off.
+XLA_CPU_FLAGS = ("--xla_cpu_multi_thread_eigen=false", SCHEDULER_FLAG)
 _warned = False
+
+
+def _add_flags(new_flags) -> None:
+  """Adds each of ``new_flags`` to ``XLA_FLAGS`` unless the variable already names it."""
+  flags = os.environ.get("XLA_FLAGS", "")
+  for flag in new_flags:
+    if flag.split("=")[0] not in flags:
+      flags = f"{flags} {flag}".strip()
+  os.environ["XLA_FLAGS"] = flags
 
 
 def _backend_started() -> bool:
@@ -54,9 +61,7 @@ def apply_import_defaults() -> bool:
   """
   if _backend_started():
     return False
-  flags = os.environ.get("XLA_FLAGS", "")
-  if SCHEDULER_FLAG.split("=")[0] not in flags:
-    os.environ["XLA_FLAGS"] = f"{flags} {SCHEDULER_FLAG}".strip()
+  _add_flags((SCHEDULER_FLAG,))
   return True
 
 
@@ -81,8 +86,4 @@ def avoid_cpu_eigh_deadlock() -> None:
   JAX computation of the process (``import fedkrr`` runs none). Only the
   environment variable changes; a backend already started keeps its flags.
   """
-  flags = os.environ.get("XLA_FLAGS", "")
-  for flag in XLA_CPU_FLAGS:
-    if flag.split("=")[0] not in flags:
-      flags = f"{flags} {flag}".strip()
-  os.environ["XLA_FLAGS"] = flags
+  _add_flags(XLA_CPU_FLAGS)
