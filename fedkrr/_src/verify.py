@@ -344,6 +344,12 @@ CHECKS = (
           1e-8, _appe_closed_form),
     Check("appe-degrades", "PKD degrades to 0 (|g_3000| / |g_0|, c > 0)", "App. E", "claim",
           1e-3, functools.partial(_decay, "pkd", 3000, "same")),
+    Check("pkd-mean-shared", "one shared kernel, c > 0: pkd-mean (PKD as the authors' code runs "
+          "it) degrades to 0 (|g_3000| / |g_0|), M = 2 and M > 2", "App. E, authors' code",
+          "claim", 1e-3, functools.partial(_decay, "pkd-mean", 3000, "same"), SIZES + M_SIZES),
+    Check("pkd-mean-different", "different kernels: pkd-mean degrades to 0 (|g_3000| / |g_0|), "
+          "M = 2 and M > 2", "App. E, authors' code", "claim", 1e-3,
+          functools.partial(_decay, "pkd-mean", 3000, "different"), SIZES + M_SIZES),
     Check("appg-akd", "M > 2: the AKD cycle degrades to 0 (|g_2000| / |g_0|)", "App. G",
           "claim", 1e-8, functools.partial(_decay, "akd", 2000, "different"), M_SIZES),
     Check("appg-pkd", "M > 2: PKD degrades to 0 (|g_3000| / |g_0|)", "App. G", "claim", 1e-3,

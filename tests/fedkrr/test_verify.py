@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+import fedkrr
 from fedkrr._src import verify
 from fedkrr._src.cli import main
 
@@ -74,3 +75,14 @@ def test_the_table_keeps_eight_cells_when_a_statement_has_norm_bars():
   body = verify.checks_table([row]).splitlines()[2]
   cells = [c for c in re.split(r"(?<!\\)\|", body)[1:-1]]
   assert len(cells) == 8 and cells[1].strip() == r"\|\|C_1\|\|_2 <= 1"
+
+
+def test_pkd_mean_rows_hold_on_the_seeded_instances_and_only_the_shared_one_is_proved(x64):
+  rows = verify.run_checks(seeds=(0,), only="pkd-mean", quick=True)
+  assert [r.id for r in rows] == ["pkd-mean-shared", "pkd-mean-different"]
+  assert all(r.kind == "claim" and r.holds and r.residual < 1e-3 for r in rows)
+  # the search held the shared statement and broke the different-kernel one
+  found = {r.claim: r for r in fedkrr.known_findings()}
+  assert found["pkd-mean-shared"].holds and not found["pkd-mean-different"].holds
+  assert rows[0].search == f"held on {found['pkd-mean-shared'].searched} searched"
+  assert rows[1].search == "counterexample (pkd-mean-different.npz)"
