@@ -8,8 +8,8 @@ stops the build on the first warning, before the main job and the notebooks run.
   the names (one section per implementation module, in import order);
 - ``cli/*.md``: the ``--help`` of every command and subcommand, from the parsers;
 - ``notebooks/*.ipynb``: the notebooks (mkdocs-jupyter executes them);
-- ``examples/main_job/``: the main job's report (``fedkrr demo``), run now, or
-  copied from ``FEDKRR_DOCS_MAIN_JOB=DIR`` (a finished ``fedkrr demo --out DIR``).
+- ``examples/main_job/``: the main job's report (``neural demo``), run now, or
+  copied from ``FEDKRR_DOCS_MAIN_JOB=DIR`` (a finished ``neural demo --out DIR``).
 """
 
 from __future__ import annotations
@@ -87,15 +87,15 @@ def main_job_dir() -> Path:
   if given:
     path = Path(given)
     if not (path / "report.md").is_file():
-      raise SystemExit(f"FEDKRR_DOCS_MAIN_JOB: expected a fedkrr demo directory with report.md, "
+      raise SystemExit(f"FEDKRR_DOCS_MAIN_JOB: expected a neural demo directory with report.md, "
                        f"got {path}")
     return path
   out = Path(tempfile.mkdtemp(prefix="fedkrr-docs-")) / "main-job"
-  code = "import sys; from fedkrr._src.cli import main; sys.exit(main(sys.argv[1:]))"
+  code = "import sys; from neural._src.cli import main; sys.exit(main(sys.argv[1:]))"
   run = subprocess.run([sys.executable, "-c", code, "demo", "--out", str(out)],
                        capture_output=True, text=True)
   if run.returncode != 0:   # progress bars are noise in a build log; a failure's output is not
-    raise SystemExit(f"fedkrr demo failed ({run.returncode}):\n{run.stdout}\n{run.stderr}")
+    raise SystemExit(f"neural demo failed ({run.returncode}):\n{run.stdout}\n{run.stderr}")
   return out
 
 

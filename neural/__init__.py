@@ -138,7 +138,6 @@ if TYPE_CHECKING:
   from neural._src.plots import plot_run
   from neural._src.plots import plot_sweep
   from neural._src.report import MainJobSettings
-  from neural._src.report import parse_parts
   from neural._src.report import run_main_job
   from neural._src.reproduce import ConfigReproduction
   from neural._src.reproduce import Reproduction

@@ -1,4 +1,7 @@
-"""The ``fedkrr`` command line: ``run`` on problem files, ``verify``, ``search``, ``demo``, ``toy``.
+"""The ``fedkrr`` command line: ``run`` on problem files, ``verify``, ``search``, ``toy``.
+
+``fedkrr demo`` only points to ``neural demo``: the main job trains networks, and fedkrr
+never imports the network package.
 
 The entry point enables float64 (theory needs it) unless ``--float32`` is given;
 importing the library never does.
@@ -63,22 +66,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="a progress bar over the rounds of --method simulate and matfree "
                         "(default on)")
 
-  demo = sub.add_parser(
-      "demo", help="the main job: theory and experiment side by side in DIR/report.md",
-      description="The main job, on embedded data and the CPU (about 4 minutes of CPU time "
-                  "on a 2-core machine; it prints what it cost at its end): checks the "
-                  "paper's propositions (smallest instances), reproduces the toy experiment "
-                  "of Fig. 3, runs every protocol by closed form and by literal simulation on "
-                  "a synthetic problem, and replays AKD / AvgKD / EKD with neural networks on "
-                  "the embedded MNIST subset next to their closed-form twins (the networks' "
-                  "neural tangent kernels). Writes OUT/report.md with PNG figures; each part "
-                  "keeps its files in its own subdirectory.")
-  demo.add_argument("--out", required=True, metavar="DIR", help="output directory")
-  demo.add_argument("--parts", default="verify,toy,closed-forms,mnist", metavar="P1,P2",
-                    help="which parts to run (default: all four)")
-  demo.add_argument("--rounds", type=int, default=40, metavar="T",
-                    help="rounds of the synthetic closed-form part (default 40)")
-  demo.add_argument("--seed", type=_seed, default=0)
+  # The main job moved to `neural demo` (it trains networks); the old command says so.
+  sub.add_parser("demo", help="moved: the main job is `neural demo --out DIR`", add_help=False)
   verify = sub.add_parser(
       "verify", help="check the paper's statements numerically and print a table",
       description="Runs every check of the paper's propositions on seeded random instances of "
@@ -213,15 +202,11 @@ def _search(args: argparse.Namespace) -> int:
   return 0
 
 
-def _demo(args: argparse.Namespace) -> int:
-  check_output(args.out, "--out", directory=True)
-  # The main job joins both halves: the command (not the fedkrr library) imports neural.
-  from neural import MainJobSettings
-  from neural import parse_parts
-  from neural import run_main_job
-  settings = MainJobSettings(parts=parse_parts(args.parts), rounds=args.rounds, seed=args.seed)
-  run_main_job(args.out, settings)
-  return 0
+def _demo_moved(rest: Sequence[str]) -> int:
+  print("fedkrr: error: the main job is `neural demo` now, with the same flags: "
+        f"neural demo {' '.join(rest) or '--out DIR'} (it trains networks, and fedkrr "
+        "never imports them)", file=sys.stderr)
+  return 2
 
 
 def _enable_x64(float32: bool) -> None:
@@ -411,6 +396,9 @@ def _run(args: argparse.Namespace) -> int:
 @exits_on_signals("fedkrr", {"search": "the claims searched before it keep their files"},
                   default="nothing was written")
 def main(argv: Sequence[str] | None = None) -> int:
+  argv = list(sys.argv[1:] if argv is None else argv)
+  if argv[:1] == ["demo"]:
+    return _demo_moved(argv[1:])
   parser = _parser()
   args = parser.parse_args(argv)
   _enable_x64(getattr(args, "float32", False))
@@ -424,9 +412,7 @@ def main(argv: Sequence[str] | None = None) -> int:
       return _verify(args)
     if args.command == "toy":
       return _toy(args)
-    if args.command == "search":
-      return _search(args)
-    return _demo(args)
+    return _search(args)
   except (ProblemError, KernelError, ValueError, OSError, ConvergenceError) as e:
     print(f"fedkrr: error: {' '.join(str(e).split())}", file=sys.stderr)
     return 2

@@ -1,4 +1,4 @@
-"""``fedkrr demo``: every protocol on an embedded synthetic problem, closed form vs simulation."""
+"""The main job's closed forms (``neural demo``): every protocol, closed form vs literal rounds."""
 
 from __future__ import annotations
 

@@ -27,6 +27,8 @@ MODELS = ("cnn", "mlp", "vgg", "vgg9", "resnet8", "resnet14", "resnet18", "lenet
     SPLIT_RESNETS)
 NORMS = ("group", "none")
 AUGMENTS = ("none", "crop-flip")
+# The main job's parts (`neural demo --parts`), in the order it runs them.
+MAIN_JOB_PARTS = ("verify", "toy", "closed-forms", "mnist")
 WEIGHTINGS = ("size", "equal")   # FedAvg's server average
 STEP_LOOPS = ("auto", "scan", "python")
 AGENT_BATCHING = ("auto", "vmap", "sequential")

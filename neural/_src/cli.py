@@ -1,6 +1,7 @@
-"""The ``neural`` command line: ``neural run`` (one run or a sweep), ``neural compare``,
-``neural reproduce`` (a figure of the paper, its statements checked), ``neural configs``,
-``neural data fetch`` (the paper-scale data sets).
+"""The ``neural`` command line: ``neural demo`` (the main job: theory and experiment in one
+report), ``neural run`` (one run or a sweep), ``neural compare``, ``neural reproduce`` (a
+figure of the paper, its statements checked), ``neural configs``, ``neural data fetch`` (the
+paper-scale data sets).
 
 Errors are one line on stderr (``neural: error: ...``) and exit code 2. The
 networks compute in float32; ``neural run`` does not enable JAX's float64 mode,
@@ -32,6 +33,7 @@ from fedkrr import ReadError
 from fedkrr import __version__
 from fedkrr import exits_on_signals
 from fedkrr import parse_json
+from neural._src.choices import MAIN_JOB_PARTS
 from neural._src.config import ExperimentConfig
 from neural._src.config import RunConfig
 from neural._src.config import describe_type
@@ -52,6 +54,7 @@ DESCRIPTION = ("Model-agnostic federated learning by knowledge distillation with
                "networks and random forests (Afonin & Karimireddy, Sec. 6, App. H), and the "
                "federated distillation methods of four other papers.")
 COMMANDS = {
+    "demo": "the main job: theory and experiment side by side in DIR/report.md",
     "run": "run (or resume) an experiment or a sweep of experiments",
     "compare": "a KD run beside its closed-form kernel twin (fedkrr)",
     "reproduce": "run a figure of the paper and check its statements",
@@ -319,6 +322,52 @@ def reproduce_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
   return parser
 
 
+def _parts(text: str) -> tuple[str, ...]:
+  parts = tuple(p.strip() for p in text.split(",") if p.strip())
+  unknown = [p for p in parts if p not in MAIN_JOB_PARTS]
+  if unknown or not parts:
+    raise argparse.ArgumentTypeError(f"expected names from {', '.join(MAIN_JOB_PARTS)}, got "
+                                     f"{', '.join(unknown) or 'nothing'}")
+  return parts
+
+
+def _count(least: int) -> Callable[[str], int]:
+  def parse(text: str) -> int:
+    try:
+      value = int(text)
+    except ValueError:
+      raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < least:
+      raise argparse.ArgumentTypeError(f"expected an integer >= {least}, got {value}")
+    return value
+  return parse
+
+
+def demo_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+  """``neural demo``'s parser (the main job)."""
+  parser = argparse.ArgumentParser(
+      prog="neural demo",
+      description="The main job, on embedded data and the CPU (about 4 minutes of CPU time "
+                  "on a 2-core machine; it prints what it cost at its end): checks the "
+                  "paper's propositions (smallest instances), reproduces the toy experiment "
+                  "of Fig. 3, runs every protocol by closed form and by literal simulation on "
+                  "a synthetic problem, and replays AKD / AvgKD / EKD with neural networks on "
+                  "the embedded MNIST subset next to their closed-form twins (the networks' "
+                  "neural tangent kernels). Writes DIR/report.md with PNG figures; each part "
+                  "keeps its files in its own subdirectory. The theory runs in float64, the "
+                  "networks in float32.")
+  parser.add_argument("--out", required=True, metavar="DIR", help="output directory")
+  parser.add_argument("--parts", type=_parts, default=MAIN_JOB_PARTS, metavar="P1,P2",
+                      help=f"which parts to run, of {', '.join(MAIN_JOB_PARTS)} (default: all "
+                           f"{len(MAIN_JOB_PARTS)})")
+  parser.add_argument("--rounds", type=_count(1), default=40, metavar="T",
+                      help="rounds of the synthetic closed-form part (default 40)")
+  parser.add_argument("--seed", type=_count(0), default=0, metavar="S",
+                      help="the seed of every part (default 0)")
+  _progress_arg(parser)
+  return parser
+
+
 def configs_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
   """``neural configs``'s parser."""
   parser = argparse.ArgumentParser(
@@ -373,8 +422,8 @@ def fetch_parser() -> argparse.ArgumentParser:
 
 
 _PARSERS: dict[str, Callable[[Sequence[str]], argparse.ArgumentParser]] = {
-    "run": run_parser, "compare": compare_parser, "reproduce": reproduce_parser,
-    "configs": configs_parser, "data": data_parser}
+    "demo": demo_parser, "run": run_parser, "compare": compare_parser,
+    "reproduce": reproduce_parser, "configs": configs_parser, "data": data_parser}
 
 
 def command_parsers() -> Iterator[tuple[str, argparse.ArgumentParser]]:
@@ -383,6 +432,7 @@ def command_parsers() -> Iterator[tuple[str, argparse.ArgumentParser]]:
   from neural._src.methods.registry import method_configs  # deferred: JAX, the methods
 
   yield "neural", top_parser()
+  yield "neural demo", demo_parser()
   yield "neural run", run_parser()
   firsts: dict[type, str] = {}
   for name, cls in method_configs().items():
@@ -466,6 +516,22 @@ def _run(args: argparse.Namespace) -> int:
         print(f"  round{'s' if len(left) > 1 else ''} {', '.join(map(str, left))} "
               f"{'are' if len(left) > 1 else 'is'} not in the paper's rounds: a paper round "
               f"begun but not finished (AKD: M steps each)")
+  return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+  import jax
+
+  from fedkrr import avoid_cpu_eigh_deadlock
+  from fedkrr import check_output
+  from neural._src.report import MainJobSettings  # deferred: JAX, Flax, fedkrr's closed forms
+  from neural._src.report import run_main_job  # deferred: as above
+
+  check_output(args.out, "--out", directory=True)
+  avoid_cpu_eigh_deadlock()   # fedkrr's closed forms: vmapped eigh can stall XLA's CPU pool
+  jax.config.update("jax_enable_x64", True)   # the theory in float64; networks stay float32
+  run_main_job(args.out, MainJobSettings(parts=args.parts, rounds=args.rounds, seed=args.seed),
+               progress=args.progress)
   return 0
 
 
@@ -553,7 +619,7 @@ def _not_accepted(command: str, extras: Sequence[str]) -> str:
 
 
 _HANDLERS: dict[str, Callable[[argparse.Namespace], int]] = {
-    "run": _run, "compare": _compare, "reproduce": _reproduce, "configs": _configs,
+    "demo": _demo, "run": _run, "compare": _compare, "reproduce": _reproduce, "configs": _configs,
     "data": _data}
 
 

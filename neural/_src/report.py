@@ -1,4 +1,4 @@
-"""The main job (``fedkrr demo --out DIR``): theory and experiment in one report.
+"""The main job (``neural demo --out DIR``): theory and experiment in one report.
 
 Four parts, each in its own subdirectory of ``DIR``, then ``DIR/report.md``:
 
@@ -36,12 +36,13 @@ from fedkrr import atomic_savefig
 from fedkrr import atomic_write
 from fedkrr import read_bytes
 from fedkrr import read_json
+from neural._src.choices import MAIN_JOB_PARTS
 from neural._src.compare import MIN_FIT_ROUNDS
 from neural._src.compare import compare
 from neural._src.config import ExperimentConfig
 from neural._src.specs import load_spec
 
-PARTS = ("verify", "toy", "closed-forms", "mnist")
+PARTS = MAIN_JOB_PARTS
 MNIST_CONFIG = "compare_small"
 REPORT_FILE = "report.md"
 
@@ -54,7 +55,7 @@ class MainJobSettings:
     parts: a subset of ``PARTS``, run in that order.
     rounds: rounds of the synthetic closed-form part.
     toy_rounds: rounds of the toy experiment (the paper: 250).
-    verify_only: run only the checks whose id starts so (``None``: all 27).
+    verify_only: run only the checks whose id starts so (``None``: all of them).
     protocols: the protocols replayed on MNIST.
     mnist_config: the shipped config (or file) of the MNIST replay; its protocol
       is replaced by each of ``protocols``.
@@ -76,10 +77,12 @@ class MainJobSettings:
   def __post_init__(self):
     unknown = [p for p in self.parts if p not in PARTS]
     if unknown or not self.parts:
-      raise ValueError(f"--parts: expected names from {', '.join(PARTS)}, got "
+      raise ValueError(f"parts: expected names from {', '.join(PARTS)}, got "
                        f"{', '.join(self.parts) or 'nothing'}")
-    if self.rounds < 1 or self.toy_rounds < 2:
-      raise ValueError(f"--rounds: expected an integer >= 1, got {self.rounds}")
+    if self.rounds < 1:
+      raise ValueError(f"rounds: expected an integer >= 1, got {self.rounds}")
+    if self.toy_rounds < 2:
+      raise ValueError(f"toy_rounds: expected an integer >= 2, got {self.toy_rounds}")
 
 
 def run_main_job(out_dir: str | os.PathLike, settings: MainJobSettings = MainJobSettings(),
@@ -147,7 +150,7 @@ def _report(settings, sections, readings, timings, total, cost) -> str:
       "# Model-agnostic federated learning by distillation: theory and experiment",
       "",
       "Afonin & Karimireddy, *Towards Model-Agnostic Federated Learning Using Knowledge "
-      "Distillation* (ICLR 2022). Written by `fedkrr demo` on "
+      "Distillation* (ICLR 2022). Written by `neural demo` on "
       f"{time.strftime('%Y-%m-%d %H:%M')} ({platform.machine()}, "
       f"{jax.default_backend()}, JAX {jax.__version__}, "
       f"{'float64' if jax.config.read('jax_enable_x64') else 'float32'} theory). "
@@ -414,8 +417,3 @@ def _plot_side_by_side(results: dict[str, Any], path: Path) -> None:
     ax.set_ylabel("test accuracy")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0, -0.22), ncols=2, frameon=False)
   atomic_savefig(fig, path, dpi=120)
-
-
-def parse_parts(text: str) -> tuple[str, ...]:
-  """``"verify,toy"`` -> ``("verify", "toy")``."""
-  return tuple(p.strip() for p in text.split(",") if p.strip())

@@ -211,6 +211,7 @@ def test_help_and_a_finished_runs_rerun_import_neither_jax_nor_flax(tmp_path):
   load JAX, Flax, Optax, matplotlib or scikit-learn (they cost seconds to import)."""
   assert "imported: [] 0" in _probe("--help")
   assert "imported: [] 0" in _probe("run", "--help")
+  assert "imported: [] 0" in _probe("demo", "--help")
   workdir = tmp_path / "run"
   args = ["run", *FLAGS, "--rounds", "1", "--workdir", str(workdir)]
   assert main(args) == 0

@@ -1,4 +1,4 @@
-"""The main job (``fedkrr demo``): each part's files and the report, at tiny scale."""
+"""The main job (``neural demo``): each part's files and the report, at tiny scale."""
 
 import json
 
@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 import fedkrr
-from fedkrr._src.cli import main
+from fedkrr._src.cli import main as fedkrr_main
 from fedkrr._src.problem_io import load_problem
+from neural._src.cli import main
 from neural._src.report import MainJobSettings
 from neural._src.report import run_main_job
 
@@ -56,9 +57,24 @@ def test_every_part_at_tiny_scale(tmp_path, x64):
                     rtol=0.05)
 
 
-def test_bad_parts_are_refused(tmp_path, capsys):
-  with pytest.raises(ValueError, match="--parts: expected names from verify, toy"):
+def test_bad_settings_are_refused_naming_the_argument(tmp_path, capsys):
+  with pytest.raises(ValueError, match="parts: expected names from verify, toy"):
     MainJobSettings(parts=("verify", "plots"))
-  assert main(["demo", "--out", str(tmp_path), "--parts", "nope"]) == 2
-  assert "--parts" in capsys.readouterr().err
+  with pytest.raises(ValueError, match="toy_rounds: expected an integer >= 2, got 1"):
+    MainJobSettings(toy_rounds=1)
+  with pytest.raises(ValueError, match="rounds: expected an integer >= 1, got 0"):
+    MainJobSettings(rounds=0)
+  for flags, named in [(["--parts", "nope"], "--parts"), (["--rounds", "0"], "--rounds"),
+                       (["--seed", "-1"], "--seed")]:
+    with pytest.raises(SystemExit) as exit_:
+      main(["demo", "--out", str(tmp_path), *flags])
+    assert exit_.value.code == 2
+    assert f"argument {named}: expected" in capsys.readouterr().err
   assert not (tmp_path / "report.md").exists()
+
+
+def test_fedkrr_demo_points_to_neural_demo_and_runs_nothing(tmp_path, capsys):
+  assert fedkrr_main(["demo", "--out", str(tmp_path / "run"), "--parts", "toy"]) == 2
+  err = capsys.readouterr().err
+  assert "neural demo --out" in err and "--parts toy" in err
+  assert not (tmp_path / "run").exists()
