@@ -580,11 +580,18 @@ def markdown(result: Reproduction, workdir: str | os.PathLike) -> str:
   if controlled:
     control = [c for config in controlled for c in config.control.values()]
     held = sum(c.verdict == REPRODUCED for c in control)
+    tally = against_control(result)
     lines += [f"**The control.** The column *authors' runs* is the same rule on the curves "
               f"the authors logged for {result.figure} (their public logs: one seed, 10,000 "
               f"test images, `scripts/authors_curves.py`): {held} of {len(control)} checks "
               f"hold there. A statement their own runs do not support is marked so below.",
-              ""]
+              "",
+              f"**Beside the control**, of {sum(map(len, tally.values()))} checks: "
+              f"{len(tally['same'])} reach the control's verdict, {len(tally['inconclusive'])} "
+              f"are inconclusive here where the control decides, "
+              f"{len(tally['undecided'])} are decided here where the control is not, and "
+              f"{len(tally['opposite'])} reach the opposite verdict (listed, with both sides' "
+              f"numbers, under each config).", ""]
   else:
     lines += [f"The authors' logs do not cover {result.figure} (they cover Figs. 6, 8, 9 and "
               "10), so there is no control column.", ""]
@@ -625,8 +632,48 @@ def markdown(result: Reproduction, workdir: str | os.PathLike) -> str:
                 f"Their logged curves, through the same rules: {UNSUPPORTED}.", ""]
       lines += [f"- #{i} {c.statement}" + (f" [{c.setting}]" if c.setting else "")
                 + f": {ctrl.verdict}: {ctrl.numbers}" for i, c, ctrl in unsupported]
+    opposite = [(i, c, config.control[(c.statement, c.setting)])
+                for i, c in enumerate(config.checks, 1)
+                if _side(c, config.control.get((c.statement, c.setting))) == "opposite"]
+    if opposite:
+      lines += ["", "### Where these runs and the authors' reach opposite verdicts", ""]
+      lines += [f"- #{i} {c.statement}" + (f" [{c.setting}]" if c.setting else "")
+                + f": here {c.verdict}: {c.numbers}; the authors' runs {ctrl.verdict}: "
+                f"{ctrl.numbers}" for i, c, ctrl in opposite]
     lines.append("")
   return "\n".join(lines)
+
+
+def _side(check: Check, control: Check | None) -> str | None:
+  """How a check's verdict stands beside the control's (None: no control for it)."""
+  if control is None:
+    return None
+  decided = (REPRODUCED, NOT_REPRODUCED)
+  if check.verdict == control.verdict:
+    return "same"
+  if control.verdict not in decided:
+    return "undecided" if check.verdict in decided else "same"
+  if check.verdict not in decided:
+    return "inconclusive"
+  return "opposite"
+
+
+def against_control(result: Reproduction) -> dict[str, list[Check]]:
+  """The checks of a reproduction by how their verdicts stand beside the control's.
+
+  Returns:
+    ``"same"`` (the control's verdict), ``"inconclusive"`` (here, where the control
+    decides), ``"undecided"`` (decided here, the control is not) and ``"opposite"``
+    (reproduced where the control says not reproduced, or the reverse); checks with no
+    control are left out.
+  """
+  out: dict[str, list[Check]] = {"same": [], "inconclusive": [], "undecided": [], "opposite": []}
+  for config in result.configs:
+    for c in config.checks:
+      side = _side(c, config.control.get((c.statement, c.setting)))
+      if side is not None:
+        out[side].append(c)
+  return out
 
 
 # ---------------------------------------------------------------------------

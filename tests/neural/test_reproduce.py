@@ -16,6 +16,7 @@ from neural._src.claims import evaluate
 from neural._src.cli import main
 from neural._src.curves import Curve
 from neural._src.curves import Group
+from neural._src.reproduce import against_control
 from neural._src.reproduce import figure_label
 from neural._src.reproduce import markdown
 from neural._src.reproduce import shipped_figures
@@ -457,6 +458,37 @@ def test_the_report_shows_the_control_and_lists_what_the_authors_runs_do_not_sup
   row = next(line for line in md.splitlines() if "| AvgKD consistently outperforms FedAvg |"
              in line and "alpha=1.0" in line)
   assert row.endswith("| not reproduced | not reproduced (see below) |")
+  n = len(checks)
+  assert (f"of {n} checks: {n} reach the control's verdict, 0 are inconclusive here where the "
+          f"control decides, 0 are decided here where the control is not, and 0 reach the "
+          f"opposite verdict") in md
+  assert "reach opposite verdicts" not in md
+
+
+def test_the_report_counts_and_lists_verdicts_against_the_control():
+  curves = neural.authors_curves("Fig. 6")
+  own = {n: c for n, c in curves.items() if "/" not in n}
+  checks = list(evaluate([c for c in CLAIMS if c.figure == "Fig. 6"], own))
+  control = {(c.statement, c.setting): c for c in neural.control_checks("Fig. 6")}
+  held = [i for i, c in enumerate(checks) if c.verdict == "reproduced"]
+  failed = [i for i, c in enumerate(checks) if c.verdict == "not reproduced"]
+  checks[held[0]] = checks[held[0]]._replace(verdict="not reproduced", numbers="flipped")
+  checks[held[1]] = checks[held[1]]._replace(verdict="inconclusive")
+  checks[failed[0]] = checks[failed[0]]._replace(verdict="reproduced")
+  result = neural.Reproduction("Fig. 6", "paper", {}, (0,), (neural.ConfigReproduction(
+      "fig06", "", "w", own, tuple(checks), control, "w/reproduce.png"),),
+      {"md": "", "json": ""}, 1.0)
+  tally = against_control(result)
+  assert {k: len(v) for k, v in tally.items()} == {
+      "same": len(checks) - 3, "inconclusive": 1, "undecided": 0, "opposite": 2}
+  md = markdown(result, "w")
+  assert (f"{len(checks) - 3} reach the control's verdict, 1 are inconclusive here") in md
+  assert "and 2 reach the opposite verdict" in md
+  listed = md.split("reach opposite verdicts", 1)[1].strip().splitlines()
+  first = checks[held[0]]
+  assert listed[0].startswith(f"- #{held[0] + 1} {first.statement}")
+  assert "here not reproduced: flipped; the authors' runs reproduced:" in listed[0]
+  assert len([line for line in listed if line.startswith("- #")]) == 2
 
 
 # ---------------------------------------------------------------------------
