@@ -67,7 +67,10 @@ def _parser() -> argparse.ArgumentParser:
                         "(default on)")
 
   # The main job moved to `neural demo` (it trains networks); the old command says so.
-  sub.add_parser("demo", help="moved: the main job is `neural demo --out DIR`", add_help=False)
+  sub.add_parser("demo", help="moved: the main job is `neural demo --out DIR`", add_help=False,
+                 description="Moved: the main job trains networks, so it is `neural demo --out "
+                             "DIR` (the same flags); `fedkrr demo ...` prints that line and "
+                             "exits with status 2.")
   verify = sub.add_parser(
       "verify", help="check the paper's statements numerically and print a table",
       description="Runs every check of the paper's propositions on seeded random instances of "
