@@ -164,10 +164,6 @@ if TYPE_CHECKING:
   from fedkrr._src.reading import read_bytes
   from fedkrr._src.reading import read_json
   from fedkrr._src.reading import read_npz
-  from fedkrr._src.search import SearchResult
-  from fedkrr._src.search import findings_dir
-  from fedkrr._src.search import findings_table
-  from fedkrr._src.search import known_findings
   from fedkrr._src.search import recheck_finding
   from fedkrr._src.search import search_all
   from fedkrr._src.search import search_claim
@@ -176,6 +172,10 @@ if TYPE_CHECKING:
   from fedkrr._src.sharded import AgentBlocks
   from fedkrr._src.sharded import shard_blocks
   from fedkrr._src.sharded import sharded_trajectory
+  from fedkrr._src.shipped_findings import SearchResult
+  from fedkrr._src.shipped_findings import findings_dir
+  from fedkrr._src.shipped_findings import findings_table
+  from fedkrr._src.shipped_findings import known_findings
   from fedkrr._src.special_cases import avgkd_by_projections
   from fedkrr._src.special_cases import avgkd_limit_by_projections
   from fedkrr._src.special_cases import avgkd_limit_by_system

@@ -31,6 +31,8 @@ from fedkrr._src.kernels import Laplace
 from fedkrr._src.kernels import Linear
 from fedkrr._src.learner import krr_learners
 from fedkrr._src.problem import make_problem
+from fedkrr._src.shipped_findings import known_findings
+from fedkrr._src.shipped_findings import search_note
 
 SIZES = ((5, 4), (14, 10))
 SEEDS = (0, 1)
@@ -389,8 +391,6 @@ def run_checks(seeds=SEEDS, only: str | None = None, progress: bool = False,
   if progress:
     from tqdm.auto import tqdm
     bar = tqdm(total=len(checks), desc="verify", unit="check")
-  from fedkrr._src.search import known_findings
-  from fedkrr._src.search import search_note
   found = {r.claim: r for r in known_findings()}
   rows = []
   for check in checks:
