@@ -24,7 +24,6 @@ import dataclasses
 import re
 import sys
 import textwrap
-import types
 import typing
 from typing import Any
 from typing import cast
@@ -39,6 +38,7 @@ from neural._src.config import RunConfig
 from neural._src.config import describe_type
 from neural._src.config import field_help
 from neural._src.config import field_type
+from neural._src.config import optional_inner
 from neural._src.download import DOWNLOADS
 from neural._src.download import fetch_dataset
 from neural._src.paper_units import UNITS
@@ -109,9 +109,7 @@ def _class_title(cls: type, methods: Sequence[str]) -> str:
 
 def _parse_as(kind: Any) -> Any:
   """An argparse ``type`` for a field annotation (the config coerces and checks it after)."""
-  args = typing.get_args(kind)
-  if typing.get_origin(kind) in (typing.Union, types.UnionType) and type(None) in args:
-    kind = next(a for a in args if a is not type(None))
+  kind = optional_inner(kind)[0]
   if kind in (int, float):
     def parse(text: str) -> Any:
       try:

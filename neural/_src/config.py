@@ -159,13 +159,19 @@ def field_type(cls: type, name: str) -> Any:
   return _hints(cls)[name]
 
 
-def coerce(name: str, kind: Any, value: Any) -> Any:
-  """``value`` in canonical form for annotation ``kind``, or a ``ConfigError`` naming ``name``."""
+def optional_inner(kind: Any) -> tuple[Any, bool]:
+  """``(T, True)`` for an annotation ``T | None`` (or ``Optional[T]``), else ``(kind, False)``."""
   args = typing.get_args(kind)
   if typing.get_origin(kind) in (typing.Union, types.UnionType) and type(None) in args:
-    if value is None:
-      return None
-    kind = next(a for a in args if a is not type(None))
+    return next(a for a in args if a is not type(None)), True
+  return kind, False
+
+
+def coerce(name: str, kind: Any, value: Any) -> Any:
+  """``value`` in canonical form for annotation ``kind``, or a ``ConfigError`` naming ``name``."""
+  kind, optional = optional_inner(kind)
+  if optional and value is None:
+    return None
   if kind is bool:
     ok = isinstance(value, bool)
   elif kind is int:
@@ -198,9 +204,7 @@ def coerce(name: str, kind: Any, value: Any) -> Any:
 
 def describe_type(kind: Any) -> str:
   """Words for an annotation: "an integer", "a non-empty list of numbers", ..."""
-  args = typing.get_args(kind)
-  if typing.get_origin(kind) in (typing.Union, types.UnionType) and type(None) in args:
-    return describe_type(next(a for a in args if a is not type(None)))
+  kind = optional_inner(kind)[0]
   if typing.get_origin(kind) is tuple:
     item = {bool: "true/false value", int: "integer", float: "number",
             str: "name"}.get(typing.get_args(kind)[0], "value")
