@@ -587,11 +587,11 @@ def markdown(result: Reproduction, workdir: str | os.PathLike) -> str:
               f"hold there. A statement their own runs do not support is marked so below.",
               "",
               f"**Beside the control**, of {sum(map(len, tally.values()))} checks: "
-              f"{len(tally['same'])} reach the control's verdict, {len(tally['inconclusive'])} "
-              f"are inconclusive here where the control decides, "
-              f"{len(tally['undecided'])} are decided here where the control is not, and "
-              f"{len(tally['opposite'])} reach the opposite verdict (listed, with both sides' "
-              f"numbers, under each config).", ""]
+              f"{_verb(tally['same'], 'reaches', 'reach')} the control's verdict, "
+              f"{_verb(tally['inconclusive'], 'is', 'are')} inconclusive here where the control "
+              f"decides, {_verb(tally['undecided'], 'is', 'are')} decided here where the "
+              f"control is not, and {_verb(tally['opposite'], 'reaches', 'reach')} the opposite "
+              f"verdict (listed, with both sides' numbers, under each config).", ""]
   else:
     lines += [f"The authors' logs do not cover {result.figure} (they cover Figs. 6, 8, 9 and "
               "10), so there is no control column.", ""]
@@ -642,6 +642,10 @@ def markdown(result: Reproduction, workdir: str | os.PathLike) -> str:
                 f"{ctrl.numbers}" for i, c, ctrl in opposite]
     lines.append("")
   return "\n".join(lines)
+
+
+def _verb(items: Sequence[Any], one: str, many: str) -> str:
+  return f"{len(items)} {one if len(items) == 1 else many}"
 
 
 def _side(check: Check, control: Check | None) -> str | None:

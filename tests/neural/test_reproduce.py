@@ -482,7 +482,7 @@ def test_the_report_counts_and_lists_verdicts_against_the_control():
   assert {k: len(v) for k, v in tally.items()} == {
       "same": len(checks) - 3, "inconclusive": 1, "undecided": 0, "opposite": 2}
   md = markdown(result, "w")
-  assert (f"{len(checks) - 3} reach the control's verdict, 1 are inconclusive here") in md
+  assert (f"{len(checks) - 3} reach the control's verdict, 1 is inconclusive here") in md
   assert "and 2 reach the opposite verdict" in md
   listed = md.split("reach opposite verdicts", 1)[1].strip().splitlines()
   first = checks[held[0]]
