@@ -329,14 +329,15 @@ def _parts(text: str) -> tuple[str, ...]:
   return parts
 
 
-def _count(least: int) -> Callable[[str], int]:
+def _count(least: int, most: int | None = None) -> Callable[[str], int]:
   def parse(text: str) -> int:
     try:
       value = int(text)
     except ValueError:
       raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < least:
-      raise argparse.ArgumentTypeError(f"expected an integer >= {least}, got {value}")
+    if value < least or (most is not None and value > most):
+      span = f">= {least}" if most is None else f"in {least}..{most}"
+      raise argparse.ArgumentTypeError(f"expected an integer {span}, got {value}")
     return value
   return parse
 
@@ -360,7 +361,7 @@ def demo_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
                            f"{len(MAIN_JOB_PARTS)})")
   parser.add_argument("--rounds", type=_count(1), default=40, metavar="T",
                       help="rounds of the synthetic closed-form part (default 40)")
-  parser.add_argument("--seed", type=_count(0), default=0, metavar="S",
+  parser.add_argument("--seed", type=_count(0, 2**32 - 1), default=0, metavar="S",
                       help="the seed of every part (default 0)")
   _progress_arg(parser)
   return parser

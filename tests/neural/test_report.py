@@ -65,7 +65,7 @@ def test_bad_settings_are_refused_naming_the_argument(tmp_path, capsys):
   with pytest.raises(ValueError, match="rounds: expected an integer >= 1, got 0"):
     MainJobSettings(rounds=0)
   for flags, named in [(["--parts", "nope"], "--parts"), (["--rounds", "0"], "--rounds"),
-                       (["--seed", "-1"], "--seed")]:
+                       (["--seed", "-1"], "--seed"), (["--seed", str(2**32)], "--seed")]:
     with pytest.raises(SystemExit) as exit_:
       main(["demo", "--out", str(tmp_path), *flags])
     assert exit_.value.code == 2
