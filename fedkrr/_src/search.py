@@ -54,8 +54,6 @@ ASCENT_STEPS = 25
 SHRINK_SECONDS = 60.0    # shrinking and replaying may take this long beyond the budget
 
 
-
-
 _COMPILED: dict[tuple[str, space_lib.Family], tuple[Any, Any]] = {}
 MAX_COMPILED = 32   # compiled families kept; more would exhaust the CPU's code memory
 
@@ -324,5 +322,3 @@ def recheck_finding(result: SearchResult) -> float:
     raise ValueError(f"result: {result.claim} has no counterexample to recheck")
   problem, x_eval = load_problem(FINDINGS_DIR / result.counterexample)
   return float(BY_ID[result.claim].residual(problem, x_eval))
-
-
