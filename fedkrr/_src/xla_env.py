@@ -39,11 +39,16 @@ XLA_CPU_FLAGS = ("--xla_cpu_multi_thread_eigen=false", SCHEDULER_FLAG)
 _warned = False
 
 
+def _named(flag: str, flags: str) -> bool:
+  """Whether ``flags`` names ``flag``'s option (whatever value it gives it)."""
+  return flag.split("=")[0] in flags
+
+
 def _add_flags(new_flags) -> None:
   """Adds each of ``new_flags`` to ``XLA_FLAGS`` unless the variable already names it."""
   flags = os.environ.get("XLA_FLAGS", "")
   for flag in new_flags:
-    if flag.split("=")[0] not in flags:
+    if not _named(flag, flags):
       flags = f"{flags} {flag}".strip()
   os.environ["XLA_FLAGS"] = flags
 
@@ -69,7 +74,7 @@ def warn_if_backend_started_unsafe() -> None:
   """Warns once if XLA_FLAGS does not name the scheduler flag (a backend started before
   ``import fedkrr`` may then stall in vmapped eigen-decompositions on a small CPU)."""
   global _warned
-  if _warned or SCHEDULER_FLAG.split("=")[0] in os.environ.get("XLA_FLAGS", ""):
+  if _warned or _named(SCHEDULER_FLAG, os.environ.get("XLA_FLAGS", "")):
     return
   _warned = True
   warnings.warn("XLA's backend started before fedkrr was imported, without "

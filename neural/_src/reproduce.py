@@ -618,13 +618,15 @@ def markdown(result: Reproduction, workdir: str | os.PathLike) -> str:
     lines += ["", "### The paper's statements", "",
               "| # | statement (our words) | paper | setting | rule | numbers | verdict | "
               "authors' runs |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    unsupported = []
+    unsupported, opposite = [], []
     for i, c in enumerate(config.checks, 1):
       ctrl = config.control.get((c.statement, c.setting))
       mark = "" if ctrl is None else ctrl.verdict
       if ctrl is not None and ctrl.verdict != REPRODUCED:
         mark += " (see below)"
         unsupported.append((i, c, ctrl))
+      if _side(c, ctrl) == "opposite":
+        opposite.append((i, c, ctrl))
       lines.append(f"| {i} | {_cell(c.statement)} | {_cell(c.source)} | {_cell(c.setting)} "
                    f"| {_cell(c.rule)} | {_cell(c.numbers)} | {c.verdict} | {mark} |")
     if unsupported:
@@ -632,9 +634,6 @@ def markdown(result: Reproduction, workdir: str | os.PathLike) -> str:
                 f"Their logged curves, through the same rules: {UNSUPPORTED}.", ""]
       lines += [f"- #{i} {c.statement}" + (f" [{c.setting}]" if c.setting else "")
                 + f": {ctrl.verdict}: {ctrl.numbers}" for i, c, ctrl in unsupported]
-    opposite = [(i, c, config.control[(c.statement, c.setting)])
-                for i, c in enumerate(config.checks, 1)
-                if _side(c, config.control.get((c.statement, c.setting))) == "opposite"]
     if opposite:
       lines += ["", "### Where these runs and the authors' reach opposite verdicts", ""]
       lines += [f"- #{i} {c.statement}" + (f" [{c.setting}]" if c.setting else "")
