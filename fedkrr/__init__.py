@@ -58,8 +58,11 @@ if TYPE_CHECKING:
   from fedkrr._src.geometry import geometry
   from fedkrr._src.geometry import principal_cosines
   from fedkrr._src.geometry import stacked_gram
+  from fedkrr._src.interrupts import before_exit
   from fedkrr._src.interrupts import commit
+  from fedkrr._src.interrupts import end_process
   from fedkrr._src.interrupts import exits_on_signals
+  from fedkrr._src.interrupts import signals_exit
   from fedkrr._src.kernels import RBF
   from fedkrr._src.kernels import CustomKernel
   from fedkrr._src.kernels import KernelError
@@ -105,6 +108,7 @@ if TYPE_CHECKING:
   from fedkrr._src.problem_io import save_problem
   from fedkrr._src.protocols import BASELINES
   from fedkrr._src.protocols import PROTOCOLS
+  from fedkrr._src.protocols import RUN_METHODS
   from fedkrr._src.protocols import Protocol
   from fedkrr._src.protocols import RoundOutput
   from fedkrr._src.protocols import akd
@@ -164,6 +168,8 @@ if TYPE_CHECKING:
   from fedkrr._src.reading import read_bytes
   from fedkrr._src.reading import read_json
   from fedkrr._src.reading import read_npz
+  from fedkrr._src.runner import RunResult
+  from fedkrr._src.runner import run
   from fedkrr._src.search import recheck_finding
   from fedkrr._src.search import search_all
   from fedkrr._src.search import search_claim

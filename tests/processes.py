@@ -7,6 +7,7 @@ sys.path.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 import dataclasses
 import os
 from pathlib import Path
@@ -28,6 +29,8 @@ class Stopped:
   stderr: str
   seconds: float
   reached: bool   # the marker appeared before the signal
+  pid: int = 0    # the process's id
+  children: tuple[int, ...] = ()   # its child processes when the signal was sent
 
 
 def env() -> dict[str, str]:
@@ -37,7 +40,8 @@ def env() -> dict[str, str]:
 
 
 def stop_when(args: list[str], marker: str, signum: int, *, delay: float = 0.0,
-              timeout: float = 240.0, cwd: str | None = None) -> Stopped:
+              timeout: float = 240.0, cwd: str | None = None,
+              until: Callable[[], bool] | None = None) -> Stopped:
   """Starts ``python -m ARGS``, waits until ``marker`` is in its output, sends ``signum``.
 
   Args:
@@ -47,6 +51,7 @@ def stop_when(args: list[str], marker: str, signum: int, *, delay: float = 0.0,
     delay: seconds to wait after the marker appears.
     timeout: the most seconds to wait for the marker, and then for the exit.
     cwd: the working directory.
+    until: also wait until this returns true (e.g. a file the process writes exists).
   """
   proc = subprocess.Popen([sys.executable, "-m", *args], stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, env=env(), cwd=cwd)
@@ -61,12 +66,13 @@ def stop_when(args: list[str], marker: str, signum: int, *, delay: float = 0.0,
       if chunk:
         streams[fd].append(chunk)
     text = b"".join(streams[out_fd] + streams[err_fd])
-    if marker.encode() in text:
+    if marker.encode() in text and (until is None or until()):
       reached = True
       break
     if proc.poll() is not None:
       break
   time.sleep(delay)
+  kids = tuple(children(proc.pid))
   sent = time.monotonic()
   if proc.poll() is None:
     proc.send_signal(signum)
@@ -78,7 +84,39 @@ def stop_when(args: list[str], marker: str, signum: int, *, delay: float = 0.0,
   seconds = time.monotonic() - sent
   stdout = (b"".join(streams[out_fd]) + out).decode(errors="replace")
   stderr = (b"".join(streams[err_fd]) + err).decode(errors="replace")
-  return Stopped(proc.returncode, stdout, stderr, seconds, reached)
+  return Stopped(proc.returncode, stdout, stderr, seconds, reached, proc.pid, kids)
+
+
+def _stat(pid: int | str) -> list[str]:
+  """The fields of /proc/PID/stat after the command's name (state first, then the parent)."""
+  return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+def children(pid: int) -> list[int]:
+  """The processes whose parent is ``pid`` (Linux's /proc)."""
+  found = []
+  for entry in Path("/proc").iterdir():
+    if entry.name.isdigit():
+      try:
+        if int(_stat(entry.name)[1]) == pid:
+          found.append(int(entry.name))
+      except (OSError, IndexError, ValueError):   # ended while we looked
+        pass
+  return found
+
+
+def ended(pid: int, timeout: float) -> bool:
+  """Whether process ``pid`` ends (or is a zombie) within ``timeout`` seconds."""
+  deadline = time.monotonic() + timeout
+  while True:
+    try:
+      if _stat(pid)[0] == "Z":
+        return True
+    except (OSError, IndexError):
+      return True
+    if time.monotonic() > deadline:
+      return False
+    time.sleep(0.1)
 
 
 def last_line(text: str) -> str:

@@ -20,6 +20,10 @@ thread; a main thread inside a long XLA computation or a C library call does
 not run Python code until it returns. A watcher thread, woken through
 :func:`signal.set_wakeup_fd`, ends the process in that case too.
 
+A command that starts worker processes registers, with :func:`before_exit`, what
+stops them; the signal then ends the workers (each cleanly, by the same rules)
+before the command itself, so that nothing is left writing after the exit status.
+
 Outside :func:`exits_on_signals` (library use, tests calling functions) nothing
 is installed and Ctrl-C raises ``KeyboardInterrupt`` as usual.
 """
@@ -42,7 +46,8 @@ _WATCHER_DELAY = 0.25   # seconds the main thread gets to act on a signal itself
 _commit_lock = threading.RLock()   # held while a commit renames or appends
 _exit_lock = threading.Lock()      # the first to take it ends the process
 _temps: set[str] = set()           # temporary files being written (removed on exit)
-_state: dict[str, Any] = {"prog": None, "note": "", "pending": None, "depth": 0}
+_hooks: list[Callable[[int], None]] = []   # called with the signal before the process ends
+_state: dict[str, Any] = {"prog": None, "note": "", "pending": None, "depth": 0, "quiet": False}
 
 
 def exit_status(signum: int) -> int:
@@ -58,6 +63,29 @@ def track_temp(path: str) -> None:
 def untrack_temp(path: str) -> None:
   """Forgets a temporary file (renamed into place or removed)."""
   _temps.discard(path)
+
+
+@contextlib.contextmanager
+def before_exit(hook: Callable[[int], None]) -> Iterator[None]:
+  """While inside, a signal that ends the process first calls ``hook(signum)``.
+
+  For a command with worker processes: the hook stops them and waits for them.
+  An exception in the hook is ignored (the process ends all the same).
+  """
+  _hooks.append(hook)
+  try:
+    yield
+  finally:
+    _hooks.remove(hook)
+
+
+def end_process(signum: int) -> None:
+  """Ends the process as signal ``signum`` would (after a commit in progress); no return.
+
+  For a thread that finds the process should stop, e.g. a worker whose parent is gone.
+  """
+  with _commit_lock:
+    _exit(signum)
 
 
 @contextlib.contextmanager
@@ -81,6 +109,11 @@ def _exit(signum: int) -> None:
   """Removes the temporary files, prints the one line and ends the process (no return)."""
   if not _exit_lock.acquire(blocking=True, timeout=30):
     os._exit(exit_status(signum))
+  for hook in reversed(_hooks):
+    try:
+      hook(signum)
+    except Exception:   # the process ends all the same
+      pass
   for path in list(_temps):
     try:
       os.unlink(path)
@@ -90,6 +123,8 @@ def _exit(signum: int) -> None:
   note = _state["note"]
   line = f"{_state['prog'] or 'interrupted'}: interrupted by {name}" + (f"; {note}" if note
                                                                          else "") + "\n"
+  if _state["quiet"]:
+    os._exit(exit_status(signum))
   try:
     if threading.current_thread() is threading.main_thread():
       for stream in (sys.stdout, sys.stderr):
@@ -134,12 +169,13 @@ def _watch(read_fd: int) -> None:
 
 
 @contextlib.contextmanager
-def signals_exit(prog: str, note: str = "") -> Iterator[None]:
+def signals_exit(prog: str, note: str = "", quiet: bool = False) -> Iterator[None]:
   """While inside, SIGINT and SIGTERM end the process as the module docstring says.
 
   Args:
     prog: the command's name, the start of the line printed.
     note: what the line adds, e.g. how to resume.
+    quiet: print no line (a worker process, whose command prints it).
 
   Installs nothing when called outside the main thread.
   """
@@ -150,7 +186,7 @@ def signals_exit(prog: str, note: str = "") -> Iterator[None]:
   os.set_blocking(write_fd, False)
   old = {s: signal.getsignal(s) for s in SIGNALS}
   old_state = dict(_state)
-  _state.update(prog=prog, note=note, pending=None)
+  _state.update(prog=prog, note=note, pending=None, quiet=quiet)
   old_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
   for s in SIGNALS:
     signal.signal(s, _handler)
@@ -162,7 +198,7 @@ def signals_exit(prog: str, note: str = "") -> Iterator[None]:
     for s in SIGNALS:
       signal.signal(s, old[s] if old[s] is not None else signal.SIG_DFL)
     signal.set_wakeup_fd(old_fd)
-    _state.update(prog=old_state["prog"], note=old_state["note"])
+    _state.update(prog=old_state["prog"], note=old_state["note"], quiet=old_state["quiet"])
     os.close(write_fd)   # the watcher reads end-of-file and returns
     watcher.join(timeout=1.0)
     os.close(read_fd)

@@ -253,18 +253,13 @@ def load_run_checkpoint(config: RunConfig, workdir: str | os.PathLike) -> dict[s
                              expected=lambda data, done: expected_state(kd, data, done))
 
 
-def run_configs(runs: Sequence[tuple[str, RunConfig]], workdir: str | os.PathLike, *,
-                progress: bool = False, description: str = "",
-                max_rounds: int | None = None,
-                units: str = "paper") -> dict[str, list[dict[str, Any]]]:
-  """Runs (or resumes) named runs: a single unnamed run in ``workdir``, else one subdirectory each.
+def run_dirs(runs: Sequence[tuple[str, RunConfig]], workdir: str | os.PathLike) -> list[Path]:
+  """Where :func:`run_configs` puts each run: ``workdir`` itself for a single unnamed run,
+  else ``workdir/<name>``; checks first that ``workdir`` can take them.
 
-  With several runs, ``workdir/sweep.json`` lists them and ``workdir/accuracy.png``
-  shows them side by side (one panel per value of the first grid axis), in ``units``
-  ("paper": the paper's rounds and agent means, ``neural.paper_rounds``; "steps").
-
-  Returns:
-    The metric rows of each run, by name.
+  Raises:
+    ExperimentError: ``workdir`` is not a usable directory, or it holds a sweep of
+      other runs.
   """
   try:   # before Path(): Path("") is the current directory
     check_output(workdir, "workdir", directory=True)
@@ -272,12 +267,10 @@ def run_configs(runs: Sequence[tuple[str, RunConfig]], workdir: str | os.PathLik
     raise ExperimentError(str(e)) from None
   workdir = Path(workdir)
   if len(runs) == 1 and runs[0][0] == "":
-    return {"": run_one(runs[0][1], workdir, units, progress=progress, max_rounds=max_rounds)}
+    return [workdir]
   names = [name for name, _ in runs]
-  sweep = {"description": description, "runs": names}
   sweep_path = workdir / SWEEP_FILE
-  written = os.path.lexists(sweep_path)
-  if written:
+  if os.path.lexists(sweep_path):
     try:
       saved = read_json(sweep_path, "sweep file")
     except ReadError as e:
@@ -287,17 +280,52 @@ def run_configs(runs: Sequence[tuple[str, RunConfig]], workdir: str | os.PathLik
       listed = ", ".join(map(str, others[:3])) if isinstance(others, list) else "?"
       raise ExperimentError(f"workdir: {workdir} holds a sweep of other runs "
                             f"({shown(listed)}...); use another workdir")
+  return [workdir / name for name in names]
+
+
+def write_sweep(runs: Sequence[tuple[str, RunConfig]], workdir: str | os.PathLike,
+                description: str = "") -> None:
+  """Writes ``workdir/sweep.json`` (the description and the runs' names) unless it is there."""
+  path = Path(workdir) / SWEEP_FILE
+  if not os.path.lexists(path):
+    sweep = {"description": description, "runs": [name for name, _ in runs]}
+    atomic_write(path, json.dumps(sweep, indent=2) + "\n")
+
+
+def run_configs(runs: Sequence[tuple[str, RunConfig]], workdir: str | os.PathLike, *,
+                progress: bool = False, description: str = "",
+                max_rounds: int | None = None,
+                units: str = "paper",
+                done: Mapping[str, list[dict[str, Any]]] | None = None,
+                ) -> dict[str, list[dict[str, Any]]]:
+  """Runs (or resumes) named runs: a single unnamed run in ``workdir``, else one subdirectory each.
+
+  With several runs, ``workdir/sweep.json`` lists them and ``workdir/accuracy.png``
+  shows them side by side (one panel per value of the first grid axis), in ``units``
+  ("paper": the paper's rounds and agent means, ``neural.paper_rounds``; "steps").
+  ``done``: the rows of runs already run in this call (by name, e.g. by worker
+  processes); they are not run again.
+
+  Returns:
+    The metric rows of each run, by name.
+  """
+  done = dict(done or {})
+  paths = run_dirs(runs, workdir)
+  workdir = Path(workdir)
+  if len(runs) == 1 and runs[0][0] == "":
+    if "" in done:
+      return {"": done[""]}
+    return {"": run_one(runs[0][1], workdir, units, progress=progress, max_rounds=max_rounds)}
+  names = [name for name, _ in runs]
   results = {}
-  for i, (name, config) in enumerate(runs):
-    if progress:
+  for i, ((name, config), path) in enumerate(zip(runs, paths, strict=True)):
+    if progress and name not in done:
       print(f"[{i + 1}/{len(runs)}] {name}", flush=True)
-    if not written and i > 0:   # the first run started: its data loaded, its directory made
-      atomic_write(sweep_path, json.dumps(sweep, indent=2) + "\n")
-      written = True
-    results[name] = run_one(config, workdir / name, units, progress=progress,
-                            max_rounds=max_rounds)
-  if not written:
-    atomic_write(sweep_path, json.dumps(sweep, indent=2) + "\n")
+    if i > 0:   # once the first run started: its data loaded, its directory made
+      write_sweep(runs, workdir, description)
+    results[name] = done[name] if name in done else run_one(
+        config, path, units, progress=progress, max_rounds=max_rounds)
+  write_sweep(runs, workdir, description)
   if not plot_is_current(workdir / PLOT_FILE, units, workdir / SWEEP_FILE) or any(
       not plot_is_current(workdir / PLOT_FILE, units, workdir / name / METRICS_FILE)
       for name in names):

@@ -52,6 +52,47 @@ def test_reproduce_stops_at_once(tmp_path):
   assert not (workdir / "reproduce.md").exists()
 
 
+SMALL = ["--set", "dataset=digits", "--set", "train_subset=120", "--set", "test_subset=60",
+         "--set", "epochs=1", "--set", "batch_size=32", "--set", "tiny=true", "--set",
+         'models=["mlp"]', "--seeds", "1", "--jobs", "2"]
+
+
+def _rows(workdir):
+  return {p: len(p.read_text().splitlines()) for p in workdir.rglob("metrics.jsonl")}
+
+
+def test_reproduce_with_workers_stops_them_first(tmp_path):
+  """A signal to the command alone (``kill PID``) stops its worker processes, each cleanly
+  (whole rounds only: a run resumes as after ``neural run`` is stopped), before the command
+  exits."""
+  workdir = tmp_path / "fig"
+  args = ["neural", "reproduce", "--figure", "5", "--workdir", str(workdir), *SMALL,
+          "--set", "rounds=60"]
+  stopped = processes.stop_when(args, "at a time in worker processes", signal.SIGTERM,
+                                until=lambda: len(_rows(workdir)) >= 2, delay=1.0)
+  _check(stopped, signal.SIGTERM, tmp_path)
+  assert len(stopped.children) >= 2   # the workers (and multiprocessing's resource tracker)
+  assert all(processes.ended(pid, 1.0) for pid in stopped.children)
+  assert not (workdir / "reproduce.md").exists()
+  for metrics in workdir.rglob("metrics.jsonl"):   # two agents' rows per finished round
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert len(rows) % 2 == 0 and all(r["round"] < len(rows) // 2 for r in rows)
+
+
+def test_reproduce_workers_end_when_the_command_is_killed(tmp_path):
+  """Killed outright (SIGKILL: no handler runs), the command leaves its workers behind;
+  they see their parent gone and stop by themselves, cleanly, within seconds."""
+  workdir = tmp_path / "fig"
+  stopped = processes.stop_when(["neural", "reproduce", "--figure", "5", "--workdir",
+                                 str(workdir), *SMALL, "--set", "rounds=60"],
+                                "at a time in worker processes", signal.SIGKILL,
+                                until=lambda: len(_rows(workdir)) >= 2, delay=1.0)
+  assert stopped.reached and stopped.returncode == -signal.SIGKILL
+  assert len(stopped.children) >= 2
+  assert all(processes.ended(pid, QUICK) for pid in stopped.children)
+  assert processes.leftovers(workdir) == []
+
+
 def test_compare_stops_at_once(tmp_path):
   workdir = tmp_path / "cmp"
   stopped = processes.stop_when(["neural", "compare", *FLAGS, "--protocol", "avgkd", "--rounds",

@@ -446,6 +446,22 @@ def test_seeds_differ_and_a_resumed_seed_equals_one_straight_run(fig5, tmp_path)
       (workdir / "seed=1" / "data-het__avgkd" / "metrics.jsonl").read_text()
 
 
+def test_worker_processes_run_the_same_rounds(fig5, tmp_path):
+  """``jobs=2`` (worker processes) with ``max_rounds=1``: every run's first round is the
+  first round of the same run done in this process, to the byte."""
+  workdir, _, _ = fig5
+  result = neural.reproduce(5, tmp_path, overrides=SHRINK, seeds=2, max_rounds=1, jobs=2)
+  runs = [name for name, _ in load_spec("fig05_avgkd_small").expand()]
+  for k in range(2):
+    assert json.loads((tmp_path / f"seed={k}" / "sweep.json").read_text())["runs"] == runs
+    for run in runs:
+      ours = (tmp_path / f"seed={k}" / run / "metrics.jsonl").read_text().splitlines()
+      theirs = (workdir / f"seed={k}" / run / "metrics.jsonl").read_text().splitlines()
+      assert ours and ours == theirs[:len(ours)]
+      assert {json.loads(line)["round"] for line in ours} == {0}
+  assert any(c.verdict == NOT_TESTABLE and "unfinished" in c.numbers for c in result.checks)
+
+
 def test_the_report_shows_the_control_and_lists_what_the_authors_runs_do_not_support():
   curves = neural.authors_curves("Fig. 6")
   own = {n: c for n, c in curves.items() if "/" not in n}
