@@ -48,6 +48,9 @@ ArrayLike = jax.typing.ArrayLike
 
 PROTOCOLS = ("akd", "avgkd", "pkd", "pkd-mean", "ekd", "backfit-gs", "backfit-jacobi")
 BASELINES = ("central", "local")
+# The paths of fedkrr.run (and `fedkrr run --method`): closed form, literal rounds,
+# conjugate gradients without an N x N matrix, or the memory rule's choice.
+RUN_METHODS = ("closed-form", "simulate", "matfree", "auto")
 
 
 class RoundOutput(NamedTuple):

@@ -70,3 +70,12 @@ def test_library_modules_import_their_own_at_the_top():
             if path.name != "cli.py" for target, line, at_top in _own_imports(path)
             if not at_top]
   assert not inside, inside
+
+
+def test_the_command_line_defers_at_most_five_imports():
+  """``cli`` defers the parser's choices and the one module that runs the commands
+  (``commands``, which imports the rest at its top): no more than 5 deferred imports."""
+  deferred = [f"{target} (line {line})" for target, line, at_top in _own_imports(SRC / "cli.py")
+              if not at_top]
+  assert "commands" in [d.split()[0] for d in deferred]
+  assert len(deferred) <= 5, deferred

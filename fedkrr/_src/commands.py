@@ -1,0 +1,188 @@
+"""What the ``fedkrr`` commands do once their flags are parsed: check, compute, print, write.
+
+The parsers and ``main`` are in ``cli`` (which imports this module only when a
+command runs, so that ``fedkrr --help`` starts at once). ``fedkrr run`` is the
+library's :func:`fedkrr.run` on a problem file, with a memory plan whose hints
+name the command's flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fedkrr._src import runner
+from fedkrr._src import search
+from fedkrr._src import toy
+from fedkrr._src import verify
+from fedkrr._src.files import atomic_savez
+from fedkrr._src.files import check_output
+from fedkrr._src.kernels import KernelError
+from fedkrr._src.matfree import ConvergenceError
+from fedkrr._src.matfree import check_matfree_problem
+from fedkrr._src.memory import SizeError
+from fedkrr._src.memory import check_memory
+from fedkrr._src.memory import format_bytes
+from fedkrr._src.memory import memory_limit
+from fedkrr._src.problem import FederatedProblem
+from fedkrr._src.problem import ProblemError
+from fedkrr._src.problem_io import load_problem
+from fedkrr._src.protocols import BASELINES
+
+# The errors a command reports as one line (exit status 2).
+ERRORS = (ProblemError, KernelError, ValueError, OSError, ConvergenceError)
+
+
+def toy_command(args: argparse.Namespace) -> int:
+  """``fedkrr toy``: the paper's toy experiment (Fig. 1-3) into ``--out``."""
+  if args.rounds < 1:
+    raise ValueError(f"--rounds: expected an integer >= 1, got {args.rounds}")
+  check_output(args.out, "--out", directory=True)
+  # Per round and panel: about a dozen vectors of the n points (coefficients, predictions).
+  config = toy.ToyConfig(rounds=args.rounds)
+  check_memory(args.rounds * 16 * config.num_points * 8,
+               f"the toy experiment with {args.rounds} rounds",
+               "use fewer --rounds (the paper: 250)")
+  result = toy.toy_experiment(jax.random.key(args.seed), config, progress=True)
+  paths = toy.write_toy(result, args.out, seed=args.seed)
+  print(f"wrote {', '.join(paths.values())}")
+  for line in toy.toy_summary(result):
+    print(line)
+  return 0
+
+
+def verify_command(args: argparse.Namespace) -> int:
+  """``fedkrr verify``: the paper's statements and the identities, checked on seeded instances."""
+  if args.seeds < 1:
+    raise ValueError(f"--seeds: expected an integer >= 1, got {args.seeds}")
+  if args.json:
+    check_output(args.json, "--json")
+  rows = verify.run_checks(seeds=tuple(range(args.seeds)), only=args.only, progress=True)
+  print(verify.checks_table(rows))
+  if args.json:
+    verify.write_checks(rows, args.json)
+    print(f"wrote {args.json}")
+  findings = [r for r in rows if r.kind == "claim" and not r.holds]
+  failed = verify.failed_checks(rows)
+  print(f"{len(rows)} checks: {len(rows) - len(findings) - len(failed)} hold, "
+        f"{len(findings)} paper claims do not hold as stated (findings), "
+        f"{len(failed)} identities failed")
+  return 1 if failed else 0
+
+
+def search_command(args: argparse.Namespace) -> int:
+  """``fedkrr search``: counterexamples to the paper's claims, searched for a time budget."""
+  check_output(args.out, "--out", directory=True)
+  if args.max_instances is not None and args.max_instances < 1:
+    raise ValueError(f"--max-instances: expected an integer >= 1, got {args.max_instances}")
+  if not args.budget_seconds > 0:
+    raise ValueError(f"--budget-seconds: expected a number of seconds > 0, "
+                     f"got {args.budget_seconds}")
+  if args.all:
+    results = search.search_all(args.budget_seconds, args.seed, args.out, args.progress,
+                                args.max_instances)
+  else:
+    if args.claim not in search.BY_ID:
+      raise ValueError(f"--claim: unknown id {args.claim!r}; expected one of "
+                       f"{', '.join(search.BY_ID)}")
+    results = [search.search_claim(args.claim, args.budget_seconds, args.seed, args.out,
+                                   args.progress, args.max_instances)]
+  print(search.findings_table(results))
+  broken = [r for r in results if not r.holds]
+  print(f"{len(results)} searched: {len(results) - len(broken)} held on every instance "
+        f"searched, {len(broken)} broken (counterexamples in {args.out})")
+  return 0
+
+
+def _check_out(out: str, problem: str) -> None:
+  """--out must be a file name in a writable directory (created if missing), not the input."""
+  if out.endswith(os.sep):
+    raise ValueError(f"--out: expected a file name, got the directory {out!r}")
+  check_output(out, "--out", inputs=[problem], create=False)
+
+
+def _plan_memory(problem: FederatedProblem, args: argparse.Namespace, n_eval: int,
+                 float32: bool) -> str:
+  """The method for ``args.method`` ("auto": ``runner.auto_method``), after a check that it
+  fits in memory; a ``SizeError`` with only the changes (flags) that would fit otherwise."""
+  baseline = args.protocol in BASELINES
+  itemsize = 4 if float32 else 8
+  kept = runner.kept_rounds(args.protocol, args.rounds, args.every)
+
+  def estimates(kept: int, itemsize: int) -> dict[str, int | None]:
+    return runner.method_bytes(problem, args.protocol, n_eval, kept, itemsize, args.limit)
+
+  need = estimates(kept, itemsize)
+  limit = memory_limit()
+  method = args.method
+  if method == "auto":
+    method = runner.auto_method(need, limit)
+    print(f"fedkrr: --method auto: {method}", file=sys.stderr)
+  if method == "matfree" and need["matfree"] is None:
+    return method   # refused with its own reason (c = 0, --limit) by the caller or the library
+  here = need[method] or 0
+  if here <= limit:
+    return method
+  options = []
+  if not baseline and kept > 1:
+    one = estimates(1, itemsize)[method] or 0
+    slope = (estimates(2, itemsize)[method] or 0) - one
+    if one <= limit and slope > 0:
+      most = 1 + (limit - one) // slope
+      if most < kept:
+        every = -(-args.rounds // most)
+        if args.protocol == "akd":   # a multiple of the number of agents
+          every = -(-every // problem.num_agents) * problem.num_agents
+        options.append(f"keep at most {most} rounds (--every {every}, or fewer --rounds)")
+  if not float32 and (estimates(kept, 4)[method] or 0) <= limit:
+    options.append("--float32")
+  for other in ("closed-form", "matfree"):
+    size = need[other]
+    if other != method and size is not None and size <= limit:
+      options.append(f"--method {other} (about {format_bytes(size)})")
+  hint = ("; ".join(options) if options else
+          "nothing the command offers fits: use a machine with more memory, or fewer points")
+  what = (f"{args.protocol} by {method} on {problem.num_points} points"
+          + ("" if baseline else f" with {args.rounds} rounds ({kept} kept)")
+          + f" and {n_eval} evaluation points")
+  raise SizeError(f"{what} needs about {format_bytes(here)}, more than the "
+                  f"{format_bytes(limit)} this machine has free; {hint}")
+
+
+def run_command(args: argparse.Namespace) -> int:
+  """``fedkrr run``: :func:`fedkrr.run` on ``--problem``, its predictions into ``--out``."""
+  baseline = args.protocol in BASELINES
+  if not baseline and (args.rounds is None or args.rounds < 1):
+    raise ValueError(f"--rounds: protocol {args.protocol} needs a number of rounds >= 1")
+  _check_out(args.out, args.problem)
+  dtype = jnp.float32 if args.float32 else jnp.float64
+  problem, x_eval = load_problem(args.problem, dtype=dtype)
+  options = dict(start=args.start, every=args.every, limit=args.limit)
+  try:
+    runner.check_run(problem, args.protocol, args.rounds, method=args.method, **options)
+  except ValueError as e:   # the library names its argument; the flag is that name
+    raise ValueError(f"--{e}") from None
+  if args.method == "matfree":
+    check_matfree_problem(problem)   # c > 0, before the estimate
+  method = _plan_memory(problem, args, x_eval.shape[0], args.float32)
+  result = runner.run(problem, args.protocol, args.rounds, x_eval, method=method,
+                      progress=args.progress, **options)
+  for note in result.notes:
+    print(f"fedkrr: note: {note}", file=sys.stderr)
+  out: dict[str, np.ndarray] = {}
+  if result.spectral_radius is not None:
+    out["spectral_radius"] = result.spectral_radius
+  if result.limit is not None:
+    out["limit"] = result.limit
+  out["predictions"] = result.predictions
+  atomic_savez(args.out, **out)
+  print(f"wrote {args.out}: predictions {out['predictions'].shape}"
+        + (f" (rounds 0, {args.every}, {2 * args.every}, ...)" if args.every > 1 and not baseline
+           else "")
+        + (", limit" if "limit" in out else ""))
+  return 0

@@ -1,0 +1,212 @@
+"""One front door for a protocol's predictions: :func:`run` checks, picks the path, runs it.
+
+``fedkrr run`` (the command line) is this function on a problem file: it parses its
+flags, plans the memory with hints in its own words, calls :func:`run` and writes
+the result. The paths themselves live in ``closed_form`` (the closed forms),
+``protocols`` (literal round-by-round simulation) and ``matfree`` (rounds by
+conjugate gradients, no N x N matrix).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+
+from fedkrr._src import closed_form
+from fedkrr._src import matfree
+from fedkrr._src import memory
+from fedkrr._src import protocols
+from fedkrr._src.learner import krr_learners
+from fedkrr._src.problem import FederatedProblem
+from fedkrr._src.protocols import RUN_METHODS
+
+
+@dataclasses.dataclass(frozen=True)
+class RunResult:
+  """What :func:`run` computed.
+
+  Attributes:
+    predictions: a protocol's rounds 0, every, 2 every, ... at ``x_eval``:
+      ``(T_kept, M, n_eval[, C])``; "central" and "local": each agent's model,
+      ``(M, n_eval[, C])``.
+    method: the path that ran ("closed-form", "simulate" or "matfree").
+    limit: the t -> infinity predictions (``limit=True`` where they exist), else ``None``.
+    spectral_radius: the recurrence's spectral radius (``limit=True``), else ``None``.
+    notes: what a reader should know (no limit for a baseline, a protocol that does
+      not converge).
+  """
+
+  predictions: np.ndarray
+  method: str
+  limit: np.ndarray | None = None
+  spectral_radius: np.ndarray | None = None
+  notes: tuple[str, ...] = ()
+
+
+def method_bytes(problem: FederatedProblem, protocol: str, n_eval: int, kept: int,
+                 itemsize: int, limit: bool = False) -> dict[str, int | None]:
+  """The peak memory each path would need (``None``: it cannot run this).
+
+  Args:
+    problem: the federated problem.
+    protocol: one of ``fedkrr.PROTOCOLS`` or "central" / "local".
+    n_eval: the number of evaluation points.
+    kept: the rounds kept (1 for a baseline).
+    itemsize: 8 (float64) or 4 (float32).
+    limit: the limit is computed too (one solve with the N x N recurrence matrix).
+  """
+  baseline = protocol in protocols.BASELINES
+  sizes, n = problem.sizes, problem.num_points
+  outputs = int(np.prod(problem.ys[0].shape[1:], dtype=np.int64))
+  dim = int(problem.xs[0].shape[1])
+  trajectory = memory.trajectory_bytes(protocol, n, problem.num_agents, outputs, n_eval,
+                                       kept, itemsize) if not baseline else 0
+  if baseline:
+    exact = memory.baseline_bytes(protocol, sizes, outputs, n_eval, itemsize)
+  else:
+    exact = memory.exact_bytes(protocol, sizes, outputs, n_eval, kept, itemsize)
+    if limit:
+      exact += 3 * n * n * itemsize
+  free = None
+  if float(problem.ridge) > 0 and (baseline or not limit):
+    free = memory.matfree_bytes(protocol, sizes, dim, outputs, n_eval, kept, itemsize)
+  simulate = None if baseline else 2 * max(sizes) ** 2 * itemsize + trajectory
+  return {"closed-form": exact, "matfree": free, "simulate": simulate}
+
+
+def auto_method(need: dict[str, int | None], available: int) -> str:
+  """The "auto" rule: the closed form if it fits in half of ``available`` bytes (or the
+  matrix-free path cannot run), else the matrix-free path."""
+  exact = need["closed-form"] or 0
+  return "matfree" if need["matfree"] is not None and exact > available // 2 else "closed-form"
+
+
+def kept_rounds(protocol: str, rounds: int | None, every: int) -> int:
+  """How many rounds a run keeps (1 for a baseline)."""
+  return 1 if protocol in protocols.BASELINES else -(-int(rounds or 0) // every)
+
+
+def check_run(problem: FederatedProblem, protocol: str, rounds: int | None, *,
+              method: str = "auto", start: int = 0, every: int = 1,
+              limit: bool = False) -> None:
+  """Raises ``ValueError`` naming the argument (``rounds:``, ``start:``, ``every:``,
+  ``limit:``, ``method:``, ``protocol:``) unless :func:`run` can take them."""
+  if protocol not in protocols.PROTOCOLS + protocols.BASELINES:
+    raise ValueError(f"protocol: expected one of {', '.join(protocols.PROTOCOLS)}, "
+                     f"{', '.join(protocols.BASELINES)}; got {protocol!r}")
+  if method not in RUN_METHODS:
+    raise ValueError(f"method: expected one of {', '.join(RUN_METHODS)}, got {method!r}")
+  baseline = protocol in protocols.BASELINES
+  if not baseline and (rounds is None or rounds < 1):
+    raise ValueError(f"rounds: protocol {protocol} needs a number of rounds >= 1")
+  if not 0 <= start < problem.num_agents:
+    raise ValueError(f"start: expected an agent index in 0..{problem.num_agents - 1}, "
+                     f"got {start}")
+  if not baseline:
+    closed_form.check_every(every, protocol, problem.num_agents)
+  if method == "matfree" and limit and not baseline:
+    raise ValueError("limit: the limit is one solve with the N x N recurrence matrix, which "
+                     "the matrix-free path never forms; drop --limit (limit=True), or use "
+                     "--method closed-form")
+
+
+def check_finite(problem: FederatedProblem, preds: np.ndarray, what: str) -> None:
+  """Raises ``ValueError`` if ``preds`` holds NaN or inf: from which round, and the likely
+  cause (a kernel that is not finite on an agent's inputs, or values that overflow)."""
+  bad = ~np.isfinite(preds)
+  if not bad.any():
+    return
+  first = int(np.argmax(bad.reshape(bad.shape[0], -1).any(axis=1))) if preds.ndim > 1 else 0
+  causes = []
+  for a, x in enumerate(problem.xs):
+    gram = np.asarray(problem.gram(a, x, x))
+    if not np.all(np.isfinite(gram)):
+      causes.append(f"kernel_{a} ({problem.kernels[a].to_dict().get('name', '?')}) is not finite "
+                    f"on x_{a} (largest |x| = {float(np.max(np.abs(np.asarray(x)))):.3g}): "
+                    f"rescale the inputs or change the kernel's parameters")
+  if not causes:
+    biggest = max(float(np.max(np.abs(np.asarray(y)))) for y in problem.ys)
+    causes.append(f"the values overflow {np.asarray(preds).dtype} (largest |y| = {biggest:.3g}); "
+                  f"rescale the labels or drop --float32")
+  raise ValueError(f"{what} are not finite (NaN or inf) from round {first} on: {causes[0]}")
+
+
+def _baseline(problem: FederatedProblem, protocol: str, x_eval: Any, method: str) -> Any:
+  if method == "closed-form":
+    fn = closed_form.central if protocol == "central" else closed_form.local
+    return fn(problem, x_eval)
+  fit = protocols.central_models if protocol == "central" else protocols.local_models
+  learners = matfree.matfree_learners(problem) if method == "matfree" else krr_learners(problem)
+  models = fit(learners, problem.xs, problem.ys)
+  return jnp.stack([m.predict(x_eval) for m in models])
+
+
+def run(problem: FederatedProblem, protocol: str, rounds: int | None, x_eval: Any, *,
+        method: str = "auto", start: int = 0, every: int = 1, limit: bool = False,
+        progress: bool = False) -> RunResult:
+  """A protocol's predictions at ``x_eval`` by the path ``method`` names.
+
+  Args:
+    problem: the federated problem (:func:`fedkrr.make_problem`, :func:`fedkrr.load_problem`).
+    protocol: one of ``fedkrr.PROTOCOLS``, or "central" / "local" (each agent's
+      centralised optimum, or its model on its own data).
+    rounds: T >= 1 (ignored by "central" and "local").
+    x_eval: (n_eval, d) evaluation points.
+    method: "closed-form" (one eigendecomposition, :func:`fedkrr.trajectory`),
+      "simulate" (the literal rounds, :func:`fedkrr.simulate`), "matfree" (conjugate
+      gradients, no N x N matrix; ridge > 0) or "auto" (the closed form if it fits in
+      half the memory, :func:`fedkrr.memory_limit`, else the matrix-free path).
+    start: AKD's first agent.
+    every: keep rounds 0, k, 2k, ... (AKD: a multiple of M).
+    limit: also the t -> infinity limit and the spectral radius (closed form).
+    progress: a progress bar over the rounds (simulation, matrix-free path).
+
+  Returns:
+    A :class:`RunResult`.
+
+  Raises:
+    ValueError: an argument :func:`check_run` refuses, or predictions that are not
+      finite (naming the round and the likely cause). ``ProblemError``: "matfree"
+      with ridge 0.
+  """
+  check_run(problem, protocol, rounds, method=method, start=start, every=every, limit=limit)
+  if method == "matfree":
+    matfree.check_matfree_problem(problem)
+  if method == "auto":
+    itemsize = jnp.dtype(problem.ridge.dtype).itemsize
+    need = method_bytes(problem, protocol, int(np.shape(x_eval)[0]),
+                        kept_rounds(protocol, rounds, every), itemsize, limit)
+    method = auto_method(need, memory.memory_limit())
+  notes: list[str] = []
+  lim_preds = radius = None
+  if protocol in protocols.BASELINES:
+    preds = _baseline(problem, protocol, x_eval, method)
+    if limit:
+      notes.append(f"{protocol} has no rounds, so no limit was written")
+  else:
+    assert rounds is not None
+    if method == "closed-form":
+      preds = closed_form.trajectory(problem, protocol, rounds, x_eval, start=start,
+                                     every=every)
+    elif method == "matfree":
+      preds = matfree.matfree_trajectory(problem, protocol, rounds, x_eval, start=start,
+                                         every=every, progress=progress)
+    else:
+      preds = protocols.simulate(protocol, krr_learners(problem), problem.xs, problem.ys,
+                                 rounds, x_eval, start=start, progress=progress, every=every)
+    if limit:
+      lim = closed_form.limit(problem, protocol, x_eval, start=start)
+      radius = np.asarray(lim.spectral_radius)
+      if lim.converges:
+        lim_preds = np.asarray(lim.predictions)
+        check_finite(problem, lim_preds[None], "the limit's predictions")
+      else:
+        notes.append(f"{protocol} does not converge (spectral radius "
+                     f"{float(lim.spectral_radius):.6g} >= 1), so no limit was written")
+  predictions = np.asarray(preds)
+  check_finite(problem, predictions if protocol not in protocols.BASELINES
+               else predictions[None], "the predictions")
+  return RunResult(predictions, method, lim_preds, radius, tuple(notes))

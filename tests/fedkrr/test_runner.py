@@ -1,0 +1,94 @@
+"""``fedkrr.run``: the one front door picks a path, and every path gives the same rounds."""
+
+import numpy as np
+import numpy_reference  # tests/ is no package: pytest puts its folders on sys.path
+import pytest
+
+import fedkrr
+
+RNG = np.random.default_rng(11)
+XS = [RNG.normal(size=(9, 2)), RNG.normal(size=(7, 2)) + 1.0, RNG.normal(size=(6, 2)) - 1.0]
+YS = [RNG.normal(size=9), RNG.normal(size=7), RNG.normal(size=6)]
+X_EVAL = RNG.normal(size=(5, 2))
+KERNELS = [fedkrr.RBF(0.5), fedkrr.Laplace(0.6), fedkrr.RBF(1.2)]
+NP_KERNELS = [numpy_reference.make_kernel("rbf", gamma=0.5),
+              numpy_reference.make_kernel("laplace", gamma=0.6),
+              numpy_reference.make_kernel("rbf", gamma=1.2)]
+
+
+@pytest.fixture
+def problem(x64):
+  return fedkrr.make_problem(XS, YS, KERNELS, 0.05)
+
+
+@pytest.mark.parametrize("protocol", fedkrr.PROTOCOLS)
+def test_every_path_gives_the_literal_rounds(problem, protocol, assert_close):
+  """Closed form and literal simulation agree round by round, and with the NumPy
+  reference; the closed form is ``fedkrr.trajectory`` itself."""
+  runs = {m: fedkrr.run(problem, protocol, 6, X_EVAL, method=m)
+          for m in ("closed-form", "simulate")}
+  assert {m: r.method for m, r in runs.items()} == {m: m for m in runs}
+  np.testing.assert_array_equal(runs["closed-form"].predictions,
+                                fedkrr.trajectory(problem, protocol, 6, X_EVAL))
+  assert_close(runs["simulate"].predictions, runs["closed-form"].predictions)
+  assert_close(runs["closed-form"].predictions,
+               numpy_reference.run(protocol, XS, YS, NP_KERNELS, 0.05, 6, X_EVAL))
+
+
+def test_the_matrix_free_path_gives_the_same_rounds(problem):
+  closed = fedkrr.run(problem, "avgkd", 6, X_EVAL, method="closed-form")
+  free = fedkrr.run(problem, "avgkd", 6, X_EVAL, method="matfree")
+  assert free.method == "matfree"
+  np.testing.assert_allclose(free.predictions, closed.predictions, atol=1e-5)
+
+
+def test_auto_takes_the_closed_form_when_it_fits_and_keeps_every_kth_round(problem):
+  result = fedkrr.run(problem, "akd", 12, X_EVAL, every=3, start=1)
+  assert result.method == "closed-form"
+  full = fedkrr.run(problem, "akd", 12, X_EVAL, method="closed-form", start=1)
+  np.testing.assert_array_equal(result.predictions, full.predictions[::3])
+
+
+def test_the_limit_and_the_spectral_radius_with_it(problem, assert_close):
+  result = fedkrr.run(problem, "avgkd", 200, X_EVAL, method="closed-form", limit=True)
+  lim = fedkrr.limit(problem, "avgkd", X_EVAL)
+  assert float(result.spectral_radius) == pytest.approx(float(lim.spectral_radius))
+  assert lim.converges and result.notes == ()
+  assert_close(result.limit, lim.predictions)
+  np.testing.assert_allclose(result.predictions[-1], result.limit, atol=1e-6)   # round 200
+
+
+def test_baselines_are_each_agents_model_and_have_no_limit(problem, assert_close):
+  central = fedkrr.run(problem, "central", None, X_EVAL, limit=True)
+  assert central.limit is None and "no rounds" in central.notes[0]
+  assert_close(central.predictions,
+               numpy_reference.central(XS, YS, NP_KERNELS, 0.05, X_EVAL))
+  local = fedkrr.run(problem, "local", None, X_EVAL, method="simulate")
+  assert local.predictions.shape == (3, 5)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(protocol="akd", rounds=0), "rounds: protocol akd needs a number of rounds >= 1"),
+    (dict(protocol="nope", rounds=2), "protocol: expected one of"),
+    (dict(protocol="akd", rounds=2, method="exact"), "method: expected one of"),
+    (dict(protocol="akd", rounds=2, start=3), "start: expected an agent index in 0..2, got 3"),
+    (dict(protocol="akd", rounds=6, every=2), "every: AKD's rounds cycle through the 3"),
+    (dict(protocol="pkd", rounds=2, method="matfree", limit=True), "limit: the limit is one"),
+])
+def test_bad_arguments_are_named(problem, kwargs, message):
+  protocol, rounds = kwargs.pop("protocol"), kwargs.pop("rounds")
+  with pytest.raises(ValueError, match=message):
+    fedkrr.run(problem, protocol, rounds, X_EVAL, **kwargs)
+
+
+def test_the_matrix_free_path_needs_a_ridge(x64):
+  problem = fedkrr.make_problem(XS, YS, KERNELS, 0.0)
+  with pytest.raises(fedkrr.ProblemError, match="ridge: the matrix-free path needs c > 0"):
+    fedkrr.run(problem, "pkd", 2, X_EVAL, method="matfree")
+  assert fedkrr.run(problem, "pkd", 2, X_EVAL).method == "closed-form"   # auto: c = 0
+
+
+def test_predictions_that_are_not_finite_name_the_round_and_the_cause(x64):
+  problem = fedkrr.make_problem([XS[0] * 1e200, XS[1]], YS[:2], KERNELS[:2], 0.05)
+  with pytest.raises(ValueError, match="not finite .* from round 0 on: kernel_0 \\(rbf\\)"):
+    fedkrr.run(problem, "pkd", 2, X_EVAL[:, :2], method="closed-form")
