@@ -152,8 +152,9 @@ def run_in_workers(tasks: Sequence[tuple[str, RunConfig, Path]], jobs: int, *,
     Each task's metric rows, in the order of ``tasks``.
 
   Raises:
-    The first failed run's error (``ConfigError``, ``DataError``, ``ExperimentError``),
-    its message starting with the run's name; the other workers are stopped first.
+    ExperimentError: the first failed run's error (or ``ConfigError``, ``DataError``
+      where it was one), its message starting with the run's name; the other workers
+      are stopped first.
   """
   from tqdm.auto import tqdm
 
