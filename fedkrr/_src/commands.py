@@ -157,8 +157,6 @@ def _plan_memory(problem: FederatedProblem, args: argparse.Namespace, n_eval: in
 def run_command(args: argparse.Namespace) -> int:
   """``fedkrr run``: :func:`fedkrr.run` on ``--problem``, its predictions into ``--out``."""
   baseline = args.protocol in BASELINES
-  if not baseline and (args.rounds is None or args.rounds < 1):
-    raise ValueError(f"--rounds: protocol {args.protocol} needs a number of rounds >= 1")
   _check_out(args.out, args.problem)
   dtype = jnp.float32 if args.float32 else jnp.float64
   problem, x_eval = load_problem(args.problem, dtype=dtype)

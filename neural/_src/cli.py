@@ -64,7 +64,7 @@ COMMANDS = {
 # What `neural reproduce` costs (measured with `time neural reproduce --figure 4` on a 2-core
 # machine): printed in its --help.
 REPRODUCE_TIME = ("Time: at --scale small each figure runs 3 seeds, and --jobs 2 runs two runs at "
-                  "a time (about 1.5x the runs per hour on 2 cores); docs/reproduce.md lists what "
+                  "a time (1.25-1.4x the runs per hour on 2 cores); docs/reproduce.md lists what "
                   "each figure took on a 2-core machine. --scale paper takes hours and wants a "
                   "GPU; --seeds 1 --rounds 2 --epochs 1 gives a quick look.")
 
@@ -315,7 +315,7 @@ def reproduce_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
                            "for the statements that compare figures (Fig. 8 with Fig. 6)")
   parser.add_argument("--jobs", type=_count(1), default=1, metavar="J",
                       help="run J runs at a time in worker processes, with the same numbers "
-                           "(default 1; on a 2-core CPU 2 does about 1.5x the runs per hour)")
+                           "(default 1; on a 2-core CPU 2 does 1.25-1.4x the runs per hour)")
   fields = add_field_flags(parser, [(ExperimentConfig, [])])
   _set_arg(parser)
   _max_rounds_arg(parser)

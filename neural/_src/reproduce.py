@@ -457,7 +457,7 @@ def reproduce(figure: int | str, workdir: str | os.PathLike, scale: str = "small
     max_rounds: do at most this many rounds of each run in this call (a later
       call resumes); the report then marks the unfinished runs.
     jobs: run this many runs at a time, in worker processes (``neural._src.workers``;
-      the same numbers as one at a time). On a 2-core CPU 2 does about 1.5x the runs
+      the same numbers as one at a time). On a 2-core CPU 2 does 1.25-1.4x the runs
       per hour of 1; on one GPU keep 1 unless the runs are small.
 
   Returns:
