@@ -34,6 +34,7 @@ import threading
 import time
 from typing import IO
 from typing import Any
+from typing import cast
 
 from fedkrr import before_exit
 from fedkrr import end_process
@@ -207,7 +208,7 @@ def run_in_workers(tasks: Sequence[tuple[str, RunConfig, Path]], jobs: int, *,
         worker.wait()
       selector.close()
       bar.close()
-  return [rows for rows in results if rows is not None]
+  return cast(list[list[dict[str, Any]]], results)   # every task replied (else raised)
 
 
 if __name__ == "__main__":
