@@ -91,7 +91,8 @@ def main() -> None:
         f"points, float64, {os.cpu_count()} cores")
   results = {}
   with tempfile.TemporaryDirectory() as tmp:
-    for devices in (1, args.devices):
+    for devices in sorted({1, args.devices}):
+      print(f"running on {devices} device(s) ...", flush=True)
       out = os.path.join(tmp, f"devices{devices}.npz")
       env = dict(os.environ)
       env.setdefault("JAX_PLATFORMS", "cpu")

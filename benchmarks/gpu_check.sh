@@ -8,7 +8,7 @@
 # It writes OUT/report.md (every step's command, output, exit code and wall time) and
 # OUT/fig5/ (one small `neural reproduce` figure). Each step has its own time limit
 # (`timeout`), so one slow or failing step is reported and the others still run; the
-# limits add up to 470 s. Copy the report's numbers into docs/devices.md.
+# limits add up to 515 s. Copy the report's numbers into docs/devices.md.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${1:-gpu_check}"
@@ -51,19 +51,21 @@ step "Device" 20 bash -c "nvidia-smi --query-gpu=name,memory.total,driver_versio
   --format=csv; $py -c 'import jax; print(jax.__version__, jax.devices())'"
 # The training scaffold against a plain jitted loop (batch 64 and 512), and agents vmapped
 # against one after the other: the last table's "vmapped / one agent" is the GPU target.
-for agents in 1 2 5; do
-  step "Training, $agents agent(s)" 60 "$py" benchmarks/train_speed.py --agents "$agents" \
-    --repeats 2
-done
-step "Closed forms" 35 "$py" benchmarks/closed_form.py
+step "Training, 1, 2 and 5 agents" 120 "$py" benchmarks/train_speed.py --agents 1,2,5 \
+  --repeats 2
+# closed_form.py and devices.py default to JAX_PLATFORMS=cpu (for the 2-core numbers in the
+# docs); here they are pinned to the GPU.
+step "Closed forms" 75 env JAX_PLATFORMS=cuda "$py" benchmarks/closed_form.py --rounds 200 \
+  --repeats 2
 step "Rate grid" 35 "$py" benchmarks/rates.py
 step "Matrix-free, N = 200,000, float32" 50 "$py" benchmarks/scale.py --sizes 200000 \
   --device gpu --dtype float32
 step "Matrix-free, N = 200,000, float64" 70 "$py" benchmarks/scale.py --sizes 200000 \
   --device gpu --dtype float64
-# The sharded trajectory: benchmarks/devices.py shards over forced host (CPU) devices; on a
-# one-GPU machine this checks that the sharded program still runs beside the GPU backend.
-step "Sharded trajectory" 25 "$py" benchmarks/devices.py --devices 4 --rounds 50
+# The sharded trajectory on the one GPU (a one-device mesh: the sharded program and its
+# numbers against fedkrr.trajectory; several devices need several GPUs).
+step "Sharded trajectory" 60 env JAX_PLATFORMS=cuda "$py" benchmarks/devices.py --devices 1 \
+  --rounds 50
 step "neural reproduce, Fig. 5 (small, one seed)" 85 "$py" -m neural reproduce --figure 5 \
-  --seeds 1 --workdir "$out/fig5"
+  --seeds 1 --no-progress --workdir "$out/fig5"
 echo "report: $report"

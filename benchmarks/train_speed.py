@@ -1,7 +1,7 @@
 """Local training speed: the training scaffold against the simplest programs doing the same work.
 
     python benchmarks/train_speed.py                 # CNN, batch 64 and 512, 2 agents (~2 min)
-    python benchmarks/train_speed.py --agents 5 --repeats 3
+    python benchmarks/train_speed.py --agents 1,2,5 --repeats 3   # section 2 for each
     python benchmarks/train_speed.py --fit           # also one paper CNN fit, end to end
     python benchmarks/train_speed.py --model mlp     # the paper's MLP (no convolution)
 
@@ -19,7 +19,8 @@ side by side in one run after a warm-up that compiles every program (best of
    on) with NumPy batches, at batch 64 and 512; the ratios to the plain loop
    (target for the scaffold: <= 1.2). Where ``torch`` happens to be installed
    (never a dependency), the same network and optimiser in PyTorch too.
-2. ``--agents`` agents of the same CNN (one epoch each, 1,024 images per agent):
+2. ``--agents`` agents of the same CNN (one epoch each, 1,024 images per agent; a
+   comma-separated list runs the section for each number):
    ``neural.train_batch`` with ``agent_batching="auto"``, ``"vmap"`` and
    ``"sequential"``, and the ratio of agents together (auto) to one after the
    other (target on a CPU: <= 1; on a GPU the vmapped program should cost under
@@ -104,10 +105,33 @@ def timed(fn, repeats):
   return best_time(fn, repeats)
 
 
+def agents_section(model, variables, x, t, key, m, repeats):
+  """Section 2: m agents together (vmapped, auto) against one after the other and one agent."""
+  n = len(x) // 2
+  print(f"\n2. {m} agents of one architecture, one epoch of {n} images each, batch 64")
+  config = neural.TrainConfig(epochs=1, batch_size=64)
+  xs = np.stack([x[:n]] * m)
+  ts = np.stack([t[:n]] * m)
+  stacked = jax.tree.map(lambda a: jnp.stack([a] * m), variables)
+  keys = jax.random.split(key, m)
+  times = {}
+  for mode in ("auto", "vmap", "sequential"):
+    c = neural.TrainConfig(epochs=1, batch_size=64, agent_batching=mode)
+    times[mode] = timed(lambda c=c: neural.train_batch(model, stacked, xs, ts, keys, c),
+                        repeats)
+  t_one = timed(lambda: neural.train(model, variables, x[:n], t[:n], key, config), repeats)
+  print(f"together (auto): {times['auto']:.4f}s   vmap: {times['vmap']:.4f}s   "
+        f"sequential: {times['sequential']:.4f}s   one agent: {t_one:.4f}s")
+  print(f"ratio together (auto) / one after the other: {times['auto'] / times['sequential']:.2f}")
+  print(f"ratio vmapped / one agent: {times['vmap'] / t_one:.2f}")
+  return times["vmap"]
+
+
 def main(argv=None) -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--points", type=int, default=2048)
-  parser.add_argument("--agents", type=int, default=2)
+  parser.add_argument("--agents", default="2",
+                      help="numbers of agents of section 2, comma-separated (default 2)")
   parser.add_argument("--repeats", type=int, default=3)
   parser.add_argument("--fit", action="store_true", help="also time one 20-epoch paper fit")
   parser.add_argument("--model", default="cnn", choices=("cnn", "mlp"),
@@ -149,24 +173,11 @@ def main(argv=None) -> None:
   else:
     print(f"(torch with {reference[1]} threads)")
 
-  m = args.agents
-  n = len(x) // 2
-  print(f"\n2. {m} agents of one architecture, one epoch of {n} images each, batch 64")
-  config = neural.TrainConfig(epochs=1, batch_size=64)
-  xs = np.stack([x[:n]] * m)
-  ts = np.stack([t[:n]] * m)
-  stacked = jax.tree.map(lambda a: jnp.stack([a] * m), variables)
-  keys = jax.random.split(key, m)
-  times = {}
-  for mode in ("auto", "vmap", "sequential"):
-    c = neural.TrainConfig(epochs=1, batch_size=64, agent_batching=mode)
-    times[mode] = timed(lambda c=c: neural.train_batch(model, stacked, xs, ts, keys, c),
-                        args.repeats)
-  t_one = timed(lambda: neural.train(model, variables, x[:n], t[:n], key, config), args.repeats)
-  print(f"together (auto): {times['auto']:.2f}s   vmap: {times['vmap']:.2f}s   "
-        f"sequential: {times['sequential']:.2f}s   one agent: {t_one:.2f}s")
-  print(f"ratio together (auto) / one after the other: {times['auto'] / times['sequential']:.2f}")
-  print(f"ratio vmapped / one agent: {times['vmap'] / t_one:.2f}")
+  vmapped = {m: agents_section(model, variables, x, t, key, m, args.repeats)
+             for m in (int(a) for a in args.agents.split(","))}
+  if 1 in vmapped and len(vmapped) > 1:
+    print("\nvmapped M agents / vmapped 1 agent (the same program but for the agent axis): "
+          + ", ".join(f"M = {m}: {tm / vmapped[1]:.2f}" for m, tm in vmapped.items() if m != 1))
 
   if args.fit:
     print(f"\n3. one paper {args.model.upper()} fit: 2,000 images, 20 epochs, batch 64, "

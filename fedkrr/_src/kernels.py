@@ -25,6 +25,7 @@ from jax import lax
 import jax.core
 import jax.numpy as jnp
 
+from fedkrr._src.linalg import full_matmul
 from fedkrr._src.nn_kernels import PARAMETRIZATIONS
 from fedkrr._src.nn_kernels import ReluNNGP
 from fedkrr._src.nn_kernels import ReluNTK
@@ -43,7 +44,7 @@ def _sq_distances(x1: Array, x2: Array) -> Array:
   """Squared Euclidean distances, shape (n1, n2), clipped at 0."""
   sq1 = jnp.sum(x1 * x1, axis=-1)[:, None]
   sq2 = jnp.sum(x2 * x2, axis=-1)[None, :]
-  return jnp.maximum(sq1 + sq2 - 2.0 * (x1 @ x2.T), 0.0)
+  return jnp.maximum(sq1 + sq2 - 2.0 * full_matmul(x1, x2.T), 0.0)
 
 
 def _distances(x1: Array, x2: Array, budget: int = 1 << 25) -> Array:
@@ -71,7 +72,7 @@ class Linear:
   """Linear kernel ``k(x, x') = <x, x'>``."""
 
   def __call__(self, x1: Array, x2: Array) -> Array:
-    return x1 @ x2.T
+    return full_matmul(x1, x2.T)
 
   def to_dict(self) -> dict[str, Any]:
     """The kernel as a JSON-ready dict (:func:`kernel_from_dict` reads it back)."""
@@ -92,7 +93,7 @@ class Polynomial:
   coef0: float | Array = 1.0
 
   def __call__(self, x1: Array, x2: Array) -> Array:
-    return (self.gamma * (x1 @ x2.T) + self.coef0) ** self.degree
+    return (self.gamma * full_matmul(x1, x2.T) + self.coef0) ** self.degree
 
   def to_dict(self) -> dict[str, Any]:
     """The kernel as a JSON-ready dict (:func:`kernel_from_dict` reads it back)."""

@@ -50,6 +50,7 @@ from fedkrr._src import protocols
 from fedkrr._src.kernels import RBF
 from fedkrr._src.kernels import Laplace
 from fedkrr._src.kernels import _sq_distances
+from fedkrr._src.linalg import full_matmul
 from fedkrr._src.problem import FederatedProblem
 from fedkrr._src.problem import ProblemError
 from fedkrr._src.problem import check_eval_points
@@ -204,8 +205,8 @@ def kernel_matvec(kernel: Any, x1: ArrayLike, x2: ArrayLike, v: ArrayLike,
 def _kernel_matvec_impl(kernel, x1, x2, v, tile_elements):
   tiles = _tiles(kernel, x2.shape[1])
   columns = x2.T if tiles.transposed else x2
-  return _row_tiles(lambda tile: tiles.fn(tile, columns).astype(v.dtype) @ v, x1, x2.shape[0],
-                    tile_elements)
+  return _row_tiles(lambda tile: full_matmul(tiles.fn(tile, columns).astype(v.dtype), v), x1,
+                    x2.shape[0], tile_elements)
 
 
 _kernel_matvec = jax.jit(_kernel_matvec_impl, static_argnames=("tile_elements",))
@@ -274,9 +275,9 @@ def _symmetric_matvec_impl(kernel, x, v, tile_elements):
     start = i * rows
     k = spec.fn(lax.dynamic_slice_in_dim(xp, start, rows), band).astype(v.dtype)
     forward = lax.dynamic_update_slice_in_dim(
-        forward, k @ lax.dynamic_slice_in_dim(ve, start, width), start, 0)
+        forward, full_matmul(k, lax.dynamic_slice_in_dim(ve, start, width)), start, 0)
     v_i = lax.dynamic_slice_in_dim(vp, start, rows)
-    update = lax.dynamic_slice_in_dim(backward, start, width) + (v_i.T @ k).T * back
+    update = lax.dynamic_slice_in_dim(backward, start, width) + full_matmul(v_i.T, k).T * back
     backward = lax.dynamic_update_slice_in_dim(backward, update, start, 0)
     # The next band is sliced here, into a buffer of its own: sliced inside the tile's
     # fused loop (direct differences), the dynamic offset made that loop about 4x slower.
@@ -319,9 +320,9 @@ class NystromPreconditioner(NamedTuple):
     lam = self.eigenvalues
     scale = (lam[self.last] + self.ridge) / (lam + self.ridge) - 1.0
     scale = jnp.where(jnp.arange(lam.shape[0]) <= self.last, scale, 0.0)
-    coef = self.basis.T @ r
+    coef = full_matmul(self.basis.T, r)
     scale = scale.reshape(scale.shape + (1,) * (r.ndim - 1))
-    return r + self.basis @ (scale * coef)
+    return r + full_matmul(self.basis, scale * coef)
 
 
 def landmark_indices(n: int, landmarks: int, key: Array | None = None) -> Array:
@@ -380,10 +381,10 @@ def _nystrom(kernel, x, z, ridge, num_points, tile_elements) -> NystromPrecondit
   # B = U S V^T from the m x m eigenproblem of B^T B (an n x m SVD is far slower on a
   # CPU); U = B V / S keeps orthonormal columns to about eps s_max^2 / s^2, so the
   # directions with s^2 below 1e4 eps s_max^2 are dropped (weight 0 in apply).
-  w, v = jnp.linalg.eigh(b.T @ b)
+  w, v = jnp.linalg.eigh(full_matmul(b.T, b))
   w, v = w[::-1], v[:, ::-1]
   keep = w > 1e4 * eps * jnp.maximum(w[0], jnp.finfo(dtype).tiny)
-  u = (b @ v) * jnp.where(keep, lax.rsqrt(jnp.where(keep, w, 1.0)), 0.0)[None, :]
+  u = full_matmul(b, v) * jnp.where(keep, lax.rsqrt(jnp.where(keep, w, 1.0)), 0.0)[None, :]
   lam = jnp.where(keep, w, 0.0)
   return NystromPreconditioner(u, lam, ridge, jnp.sum(keep) - 1)
 

@@ -83,6 +83,7 @@ import jax
 from jax import lax
 import jax.numpy as jnp
 
+from fedkrr._src.linalg import full_matmul
 from fedkrr._src.pytree import pytree_dataclass
 
 Array = jax.Array
@@ -206,7 +207,7 @@ def relu_kernels(x1: Array, x2: Array, depth: int, weight_var, bias_var,
     width: the hidden width n (standard parametrisation only).
   """
   d = x1.shape[-1]
-  dot = x1 @ x2.T
+  dot = full_matmul(x1, x2.T)
   sigma = weight_var * dot / d + bias_var
   var1 = weight_var * jnp.sum(x1 * x1, axis=-1) / d + bias_var
   var2 = weight_var * jnp.sum(x2 * x2, axis=-1) / d + bias_var

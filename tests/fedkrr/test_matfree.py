@@ -261,3 +261,40 @@ def test_float32_matches_float64_closed_form():
     p64 = fedkrr.make_problem(data.xs, data.ys, kernels, 1e-1, dtype=jnp.float64)
     exact = np.asarray(fedkrr.trajectory(p64, "avgkd", 4, data.x_test))
     assert np.max(np.abs(np.asarray(ours) - exact)) / np.max(np.abs(exact)) < 1e-3
+
+
+def _dot_precisions(jaxpr):
+  """The precision of every dot_general in a jaxpr, sub-jaxprs (maps, loops) included."""
+  for eqn in jaxpr.eqns:
+    if eqn.primitive.name == "dot_general":
+      yield eqn.params["precision"]
+    for value in eqn.params.values():
+      for sub in value if isinstance(value, (tuple, list)) else (value,):
+        inner = getattr(sub, "jaxpr", sub)
+        if hasattr(inner, "eqns"):
+          yield from _dot_precisions(inner)
+
+
+@pytest.mark.parametrize("what", ["linear", "polynomial", "rbf-d20", "relu-ntk", "kernel_matvec",
+                                  "symmetric_matvec", "nystrom", "ridge_solve"])
+def test_every_matrix_product_runs_at_full_precision(what):
+  """On GPUs with tensor cores JAX's default float32 precision is TF32 (about 1e-3): the
+  kernels' inner products and CG's products must ask for HIGHEST (on a CPU the bits are
+  the same either way, so the program is what can be checked here)."""
+  rng = np.random.default_rng(0)
+  x = jnp.asarray(rng.normal(size=(12, 20)), jnp.float32)
+  v = jnp.asarray(rng.normal(size=12), jnp.float32)
+  rbf = fedkrr.RBF(0.1)
+  fn = {"linear": lambda: fedkrr.Linear()(x, x),
+        "polynomial": lambda: fedkrr.Polynomial(2, 0.5, 1.0)(x, x),
+        "rbf-d20": lambda: rbf(x, x),
+        "relu-ntk": lambda: fedkrr.ReluNTK(depth=2)(x, x),
+        "kernel_matvec": lambda: fedkrr.kernel_matvec(rbf, x, x, v, tile_elements=48),
+        "symmetric_matvec": lambda: fedkrr.symmetric_matvec(rbf, x, v, tile_elements=48),
+        "nystrom": lambda: fedkrr.nystrom_preconditioner(rbf, x, 1e-2, 12.0, 4).apply(v),
+        "ridge_solve": lambda: fedkrr.ridge_solve(rbf, x, v, 1e-2, 12.0, tile_elements=48).alpha,
+        }[what]
+  precisions = list(_dot_precisions(jax.make_jaxpr(fn)().jaxpr))
+  assert precisions, "no matrix product found"
+  highest = jax.lax.Precision.HIGHEST
+  assert all(p == (highest, highest) for p in precisions), precisions
