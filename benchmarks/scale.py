@@ -19,7 +19,7 @@ points each in ``--dim`` dimensions (RBF kernels of bandwidths 0.1 and 0.2, ridg
 Each run computes ``--rounds`` rounds of ``--protocol`` at ``--n-eval`` test points,
 compilation included, and the parent prints, per N: the time and peak memory of each
 path, the error of the matrix-free predictions against the exact ones (max |diff| /
-max |exact|), the ratios matrix-free / exact, and which path ``fedkrr.choose_path``
+max |exact|), the ratios matrix-free / exact, and which path ``fedkrr.choose_method``
 picks on this machine. For the matrix-free path it also prints how many kernel entries
 the run evaluated, as passes over one agent's ``N_a^2`` block (the fits' symmetric
 products evaluate about half of it per CG iteration, plus one product per warm start;
@@ -214,7 +214,7 @@ def child(args) -> None:
   row = {"path": args.path, "n": problem.num_points, "seconds": seconds,
          "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
          "peak_device": _peak_device_bytes(), "device": jax.devices()[0].device_kind,
-         "rule": fedkrr.choose_path(problem, args.protocol, args.rounds, x_eval.shape[0])}
+         "rule": fedkrr.choose_method(problem, args.protocol, args.rounds, x_eval.shape[0])}
   if args.path == "matfree":
     block = sum(n_a ** 2 for n_a in problem.sizes) / problem.num_agents
     row["entries"] = count.entries

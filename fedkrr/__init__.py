@@ -88,8 +88,6 @@ if TYPE_CHECKING:
   from fedkrr._src.matfree import MatfreeKRRModel
   from fedkrr._src.matfree import NystromPreconditioner
   from fedkrr._src.matfree import RidgeSolution
-  from fedkrr._src.matfree import auto_trajectory
-  from fedkrr._src.matfree import choose_path
   from fedkrr._src.matfree import kernel_matvec
   from fedkrr._src.matfree import matfree_learners
   from fedkrr._src.matfree import matfree_trajectory
@@ -169,6 +167,7 @@ if TYPE_CHECKING:
   from fedkrr._src.reading import read_json
   from fedkrr._src.reading import read_npz
   from fedkrr._src.runner import RunResult
+  from fedkrr._src.runner import choose_method
   from fedkrr._src.runner import run
   from fedkrr._src.search import recheck_finding
   from fedkrr._src.search import search_all

@@ -15,7 +15,7 @@ def test_fedkrr_public_names_import():
                "kernel_matvec", "symmetric_matvec", "ridge_solve", "nystrom_preconditioner",
                "NystromPreconditioner", "warm_sweep", "GRID_ROUTES",
                "RidgeSolution", "MatfreeKRRLearner", "MatfreeKRRModel", "ConvergenceError",
-               "matfree_learners", "matfree_trajectory", "choose_path", "auto_trajectory",
+               "matfree_learners", "matfree_trajectory", "choose_method",
                "exact_bytes", "matfree_bytes", "memory_limit", "TILE_ELEMENTS",
                "read_npz", "read_json", "parse_json", "read_bytes", "ReadError", "NpzError",
                "write_files", "check_output", "WriteError", "exits_on_signals",

@@ -46,7 +46,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="closed form (default), literal round-by-round simulation, the "
                         "matrix-free path (rounds by conjugate gradients, no N x N matrix; "
                         "ridge > 0), or auto: closed form if it fits in half the memory, "
-                        "else matrix-free (fedkrr.choose_path)")
+                        "else matrix-free (fedkrr.choose_method)")
   run.add_argument("--limit", action="store_true",
                    help="also write the t -> infinity limit where it exists")
   run.add_argument("--every", type=int, default=1, metavar="K",

@@ -27,8 +27,8 @@ and time as N^3 (``docs/scale.md``). This module never stores a Gram block:
 
 Memory is O(N (m + d) + tile) instead of O(N^2); the preconditioner changes the
 number of iterations, never the solution. The matrix-free path needs ``c > 0``
-(the minimum-norm fit of ``c = 0`` is the exact path's). :func:`choose_path`
-states when each path is used.
+(the minimum-norm fit of ``c = 0`` is the exact path's). :func:`fedkrr.choose_method`
+states when each path is used (``fedkrr.run(..., method="auto")``).
 """
 
 from __future__ import annotations
@@ -45,7 +45,6 @@ from jax import lax
 import jax.numpy as jnp
 
 from fedkrr._src import closed_form
-from fedkrr._src import memory
 from fedkrr._src import protocols
 from fedkrr._src.kernels import RBF
 from fedkrr._src.kernels import Laplace
@@ -62,9 +61,6 @@ ArrayLike = jax.typing.ArrayLike
 TILE_ELEMENTS = 1 << 18
 """Default number of kernel entries in one tile (2 MiB in float64: a tile stays in cache,
 about three times faster on a CPU than tiles of 32 MiB)."""
-
-PATHS = ("auto", "exact", "matfree")
-
 
 def default_tol(dtype) -> float:
   """The CG tolerance on the relative residual: 1e-10 in float64, 1e-5 in float32."""
@@ -771,57 +767,3 @@ def matfree_trajectory(problem: FederatedProblem, protocol: str, rounds: int, x_
   learners = matfree_learners(problem, landmarks, tol, maxiter, key, tile_elements)
   return protocols.simulate(protocol, learners, problem.xs, problem.ys, rounds, x_eval,
                             start=start, progress=progress, every=every)
-
-
-def choose_path(problem: FederatedProblem, protocol: str, rounds: int, n_eval: int,
-                every: int = 1, limit: int | None = None) -> str:
-  """``"exact"`` or ``"matfree"``: the memory rule of ``docs/scale.md``.
-
-  The exact path is used when c = 0 (the matrix-free path needs c > 0) or when its
-  estimated memory (:func:`fedkrr.exact_bytes`) is at most half of ``limit``
-  (default :func:`fedkrr.memory_limit`: the accelerator's memory, else the host's
-  available memory; the other half is headroom for the estimate's error and the
-  rest of the process). Otherwise the matrix-free path, whose memory is
-  O(N (m + d)).
-  """
-  protocols.check_protocol_name(protocol)
-  protocols.check_rounds(rounds)
-  protocols.check_every(every)
-  if not float(problem.ridge) > 0:
-    return "exact"
-  outputs = 1
-  for s in problem.ys[0].shape[1:]:
-    outputs *= int(s)
-  need = memory.exact_bytes(protocol, problem.sizes, outputs, n_eval, -(-rounds // every),
-                            jnp.dtype(problem.ridge.dtype).itemsize)
-  limit = memory.memory_limit() if limit is None else limit
-  return "exact" if need <= limit // 2 else "matfree"
-
-
-def auto_trajectory(problem: FederatedProblem, protocol: str, rounds: int, x_eval: ArrayLike,
-                    start: int = 0, every: int = 1, path: str = "auto", **matfree_options
-                    ) -> Array:
-  """Every round's predictions by the exact or the matrix-free path.
-
-  Args:
-    problem: the federated problem.
-    protocol: one of ``fedkrr.PROTOCOLS``.
-    rounds: T >= 1.
-    x_eval: (n_eval, d) evaluation points.
-    start: the starting agent of AKD.
-    every: keep rounds 0, k, 2k, ... (as :func:`fedkrr.trajectory`).
-    path: ``"exact"`` (:func:`fedkrr.trajectory`), ``"matfree"``
-      (:func:`matfree_trajectory`) or ``"auto"`` (:func:`choose_path`).
-    **matfree_options: ``landmarks``, ``tol``, ``maxiter``, ``key``, ``tile_elements``,
-      ``progress`` for the matrix-free path.
-
-  Returns:
-    The predictions in :func:`fedkrr.trajectory`'s layout.
-  """
-  if path not in PATHS:
-    raise ValueError(f"path: expected one of {', '.join(PATHS)}, got {path!r}")
-  if path == "auto":
-    path = choose_path(problem, protocol, rounds, int(jnp.shape(x_eval)[0]), every)
-  if path == "exact":
-    return closed_form.trajectory(problem, protocol, rounds, x_eval, start=start, every=every)
-  return matfree_trajectory(problem, protocol, rounds, x_eval, start, every, **matfree_options)

@@ -23,6 +23,9 @@ from fedkrr._src.learner import krr_learners
 from fedkrr._src.problem import FederatedProblem
 from fedkrr._src.protocols import RUN_METHODS
 
+MATFREE_OPTIONS = ("landmarks", "tol", "maxiter", "key", "tile_elements")
+"""The matrix-free path's options that :func:`run` passes on."""
+
 
 @dataclasses.dataclass(frozen=True)
 class RunResult:
@@ -84,6 +87,31 @@ def auto_method(need: dict[str, int | None], available: int) -> str:
   return "matfree" if need["matfree"] is not None and exact > available // 2 else "closed-form"
 
 
+def choose_method(problem: FederatedProblem, protocol: str, rounds: int | None, n_eval: int, *,
+                  every: int = 1, limit: bool = False, available: int | None = None) -> str:
+  """What ``method="auto"`` of :func:`run` picks: "closed-form" or "matfree" (docs/scale.md).
+
+  The closed form when the matrix-free path cannot run (c = 0, or ``limit``) or when
+  the closed form's estimated peak memory (:func:`method_bytes`) is at most half of
+  ``available`` (default :func:`fedkrr.memory_limit`: the accelerator's memory, else
+  the host's available memory; the other half is headroom for the estimate's error and
+  the rest of the process); otherwise the matrix-free path, whose memory is O(N (m + d)).
+
+  Args:
+    problem: the federated problem.
+    protocol: one of ``fedkrr.PROTOCOLS``, or "central" / "local".
+    rounds: T >= 1 (ignored by "central" and "local").
+    n_eval: the number of evaluation points.
+    every: the rounds kept are 0, k, 2k, ...
+    limit: the limit is computed too.
+    available: bytes of memory to plan with.
+  """
+  check_run(problem, protocol, rounds, every=every, limit=limit)
+  need = method_bytes(problem, protocol, int(n_eval), kept_rounds(protocol, rounds, every),
+                      jnp.dtype(problem.ridge.dtype).itemsize, limit)
+  return auto_method(need, memory.memory_limit() if available is None else int(available))
+
+
 def kept_rounds(protocol: str, rounds: int | None, every: int) -> int:
   """How many rounds a run keeps (1 for a baseline)."""
   return 1 if protocol in protocols.BASELINES else -(-int(rounds or 0) // every)
@@ -134,19 +162,21 @@ def check_finite(problem: FederatedProblem, preds: np.ndarray, what: str) -> Non
   raise ValueError(f"{what} are not finite (NaN or inf) from round {first} on: {causes[0]}")
 
 
-def _baseline(problem: FederatedProblem, protocol: str, x_eval: Any, method: str) -> Any:
+def _baseline(problem: FederatedProblem, protocol: str, x_eval: Any, method: str,
+              matfree_options: dict[str, Any]) -> Any:
   if method == "closed-form":
     fn = closed_form.central if protocol == "central" else closed_form.local
     return fn(problem, x_eval)
   fit = protocols.central_models if protocol == "central" else protocols.local_models
-  learners = matfree.matfree_learners(problem) if method == "matfree" else krr_learners(problem)
+  learners = (matfree.matfree_learners(problem, **matfree_options) if method == "matfree"
+              else krr_learners(problem))
   models = fit(learners, problem.xs, problem.ys)
   return jnp.stack([m.predict(x_eval) for m in models])
 
 
 def run(problem: FederatedProblem, protocol: str, rounds: int | None, x_eval: Any, *,
         method: str = "auto", start: int = 0, every: int = 1, limit: bool = False,
-        progress: bool = False) -> RunResult:
+        progress: bool = False, **matfree_options: Any) -> RunResult:
   """A protocol's predictions at ``x_eval`` by the path ``method`` names.
 
   Args:
@@ -157,12 +187,14 @@ def run(problem: FederatedProblem, protocol: str, rounds: int | None, x_eval: An
     x_eval: (n_eval, d) evaluation points.
     method: "closed-form" (one eigendecomposition, :func:`fedkrr.trajectory`),
       "simulate" (the literal rounds, :func:`fedkrr.simulate`), "matfree" (conjugate
-      gradients, no N x N matrix; ridge > 0) or "auto" (the closed form if it fits in
-      half the memory, :func:`fedkrr.memory_limit`, else the matrix-free path).
+      gradients, no N x N matrix; ridge > 0) or "auto" (:func:`choose_method`: the
+      closed form if it fits in half the memory, else the matrix-free path).
     start: AKD's first agent.
     every: keep rounds 0, k, 2k, ... (AKD: a multiple of M).
     limit: also the t -> infinity limit and the spectral radius (closed form).
     progress: a progress bar over the rounds (simulation, matrix-free path).
+    **matfree_options: ``landmarks``, ``tol``, ``maxiter``, ``key``, ``tile_elements`` of
+      the matrix-free path (:func:`fedkrr.matfree_learners`), where it runs.
 
   Returns:
     A :class:`RunResult`.
@@ -173,17 +205,19 @@ def run(problem: FederatedProblem, protocol: str, rounds: int | None, x_eval: An
       with ridge 0.
   """
   check_run(problem, protocol, rounds, method=method, start=start, every=every, limit=limit)
+  unknown = sorted(set(matfree_options) - set(MATFREE_OPTIONS))
+  if unknown:
+    raise ValueError(f"matfree_options: unknown {', '.join(unknown)}; expected some of "
+                     f"{', '.join(MATFREE_OPTIONS)}")
   if method == "matfree":
     matfree.check_matfree_problem(problem)
   if method == "auto":
-    itemsize = jnp.dtype(problem.ridge.dtype).itemsize
-    need = method_bytes(problem, protocol, int(np.shape(x_eval)[0]),
-                        kept_rounds(protocol, rounds, every), itemsize, limit)
-    method = auto_method(need, memory.memory_limit())
+    method = choose_method(problem, protocol, rounds, int(np.shape(x_eval)[0]), every=every,
+                           limit=limit)
   notes: list[str] = []
   lim_preds = radius = None
   if protocol in protocols.BASELINES:
-    preds = _baseline(problem, protocol, x_eval, method)
+    preds = _baseline(problem, protocol, x_eval, method, matfree_options)
     if limit:
       notes.append(f"{protocol} has no rounds, so no limit was written")
   else:
@@ -193,7 +227,7 @@ def run(problem: FederatedProblem, protocol: str, rounds: int | None, x_eval: An
                                      every=every)
     elif method == "matfree":
       preds = matfree.matfree_trajectory(problem, protocol, rounds, x_eval, start=start,
-                                         every=every, progress=progress)
+                                         every=every, progress=progress, **matfree_options)
     else:
       preds = protocols.simulate(protocol, krr_learners(problem), problem.xs, problem.ys,
                                  rounds, x_eval, start=start, progress=progress, every=every)

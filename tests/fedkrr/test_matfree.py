@@ -179,7 +179,7 @@ def test_learner_says_when_rounding_keeps_the_residual_above_tol(x64):
 def test_matfree_trajectory_equals_exact_rounds(protocol, x64, assert_close):
   # Three agents with different kernels, matrix labels: matrix-free rounds vs the exact
   # learners' rounds (which equal fedkrr.trajectory: test_closed_form.py; compared
-  # directly in test_auto_trajectory_follows_the_memory_rule), equal up to the CG
+  # directly in test_auto_follows_the_memory_rule), equal up to the CG
   # tolerance (1e-10 on the residual).
   problem, x_test = _problem(outputs=2)
   exact = fedkrr.simulate(protocol, fedkrr.krr_learners(problem), problem.xs, problem.ys, 5,
@@ -200,18 +200,21 @@ def test_matfree_learner_is_a_learner(x64, assert_close):
     assert_close(mine.predict(x_test), theirs.predict(x_test), rtol=1e-8)
 
 
-def test_auto_trajectory_follows_the_memory_rule(x64, assert_close):
+def test_auto_follows_the_memory_rule(x64, assert_close):
   problem, x_test = _problem(outputs=2)
-  need = fedkrr.exact_bytes("avgkd", problem.sizes, 2, 10, 4, 8)
-  assert fedkrr.choose_path(problem, "avgkd", 4, 10, limit=2 * need) == "exact"
-  assert fedkrr.choose_path(problem, "avgkd", 4, 10, limit=2 * need - 1) == "matfree"
+  itemsize = jnp.dtype(problem.ridge.dtype).itemsize
+  need = fedkrr.exact_bytes("avgkd", problem.sizes, 2, 10, 4, itemsize)
+  assert fedkrr.choose_method(problem, "avgkd", 4, 10, available=2 * need) == "closed-form"
+  assert fedkrr.choose_method(problem, "avgkd", 4, 10, available=2 * need - 1) == "matfree"
+  assert fedkrr.choose_method(problem, "avgkd", 4, 10, available=0, limit=True) == "closed-form"
   zero = dataclasses.replace(problem, ridge=jnp.asarray(0.0))
-  assert fedkrr.choose_path(zero, "avgkd", 4, 10, limit=0) == "exact"   # CG needs c > 0
+  assert fedkrr.choose_method(zero, "avgkd", 4, 10, available=0) == "closed-form"   # CG: c > 0
   # 48 points fit this machine: "auto" is the closed form; the matrix-free path equals it.
-  ours = fedkrr.auto_trajectory(problem, "avgkd", 5, x_test, path="matfree",
-                                landmarks=LANDMARKS, tile_elements=TILE)
-  assert_close(ours, fedkrr.auto_trajectory(problem, "avgkd", 5, x_test, path="auto"),
-               rtol=1e-8)
+  ours = fedkrr.run(problem, "avgkd", 5, x_test, method="matfree", landmarks=LANDMARKS,
+                    tile_elements=TILE)
+  auto = fedkrr.run(problem, "avgkd", 5, x_test)
+  assert (ours.method, auto.method) == ("matfree", "closed-form")
+  assert_close(ours.predictions, auto.predictions, rtol=1e-8)
 
 
 def test_exact_bytes_grows_as_n_squared():
@@ -233,8 +236,10 @@ def test_bad_input_is_refused(x64):
     fedkrr.matfree_trajectory(problem, "fedavg", 2, x_test)
   with pytest.raises(fedkrr.ProblemError, match="x_eval"):
     fedkrr.matfree_trajectory(problem, "avgkd", 2, x_test[:, :1])
-  with pytest.raises(ValueError, match="path"):
-    fedkrr.auto_trajectory(problem, "avgkd", 2, x_test, path="dense")
+  with pytest.raises(ValueError, match="method"):
+    fedkrr.run(problem, "avgkd", 2, x_test, method="dense")
+  with pytest.raises(ValueError, match="matfree_options: unknown landmark"):
+    fedkrr.run(problem, "avgkd", 2, x_test, method="matfree", landmark=4)
   with pytest.raises(ValueError, match="v: expected"):
     fedkrr.kernel_matvec(fedkrr.RBF(1.0), x_test, x_test, jnp.ones(3))
   x = problem.xs[0]
