@@ -72,10 +72,12 @@ if TYPE_CHECKING:
   from fedkrr._src.kernels import kernel_from_dict
   from fedkrr._src.kernels import kernel_from_json
   from fedkrr._src.lazy import lazy_exports
+  from fedkrr._src.learner import BatchLearner
   from fedkrr._src.learner import KRRLearner
   from fedkrr._src.learner import KRRModel
   from fedkrr._src.learner import Learner
   from fedkrr._src.learner import Model
+  from fedkrr._src.learner import WarmStartLearner
   from fedkrr._src.learner import fit_all
   from fedkrr._src.learner import krr_learners
   from fedkrr._src.linalg import RidgeFactor
@@ -97,6 +99,9 @@ if TYPE_CHECKING:
   from fedkrr._src.memory import exact_bytes
   from fedkrr._src.memory import matfree_bytes
   from fedkrr._src.memory import memory_limit
+  from fedkrr._src.names import BASELINES
+  from fedkrr._src.names import PROTOCOLS
+  from fedkrr._src.names import RUN_METHODS
   from fedkrr._src.nn_kernels import ReluNNGP
   from fedkrr._src.nn_kernels import ReluNTK
   from fedkrr._src.problem import FederatedProblem
@@ -104,9 +109,6 @@ if TYPE_CHECKING:
   from fedkrr._src.problem import make_problem
   from fedkrr._src.problem_io import load_problem
   from fedkrr._src.problem_io import save_problem
-  from fedkrr._src.protocols import BASELINES
-  from fedkrr._src.protocols import PROTOCOLS
-  from fedkrr._src.protocols import RUN_METHODS
   from fedkrr._src.protocols import Protocol
   from fedkrr._src.protocols import RoundOutput
   from fedkrr._src.protocols import akd

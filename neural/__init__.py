@@ -30,6 +30,7 @@ if TYPE_CHECKING:
   from neural._src.checkpoint import save_checkpoint
   from neural._src.choices import AGENT_BATCHING
   from neural._src.choices import AUGMENTS
+  from neural._src.choices import LOSSES
   from neural._src.choices import MODELS
   from neural._src.choices import SPLIT_RESNETS
   from neural._src.choices import STEP_LOOPS
@@ -166,7 +167,6 @@ if TYPE_CHECKING:
   from neural._src.train_loop import resolve_loop
   from neural._src.train_loop import train_loop
   from neural._src.train_loop import weighted_mean
-  from neural._src.training import LOSSES
   from neural._src.training import LossContext
   from neural._src.training import SoftmaxLoss
   from neural._src.training import Teachers

@@ -14,14 +14,16 @@ from collections.abc import Sequence
 import sys
 import textwrap
 
+from fedkrr._src import names
 from fedkrr._src.interrupts import exits_on_signals
 from fedkrr._src.version import installed_version
 from fedkrr._src.xla_env import avoid_cpu_eigh_deadlock
 
 
 def _parser() -> argparse.ArgumentParser:
-  from fedkrr._src import protocols  # deferred: the choices (JAX), once a command is parsed
-  from fedkrr._src.search_claims import BY_ID  # deferred: as above
+  from fedkrr._src.search_claims import (
+    BY_ID,  # deferred: the choices (JAX), once a command is parsed
+  )
   from fedkrr._src.verify import CHECKS  # deferred: as above
 
   parser = argparse.ArgumentParser(
@@ -37,12 +39,12 @@ def _parser() -> argparse.ArgumentParser:
                   "as JSON strings, ridge, x_eval) and writes OUT.npz with `predictions` "
                   "evaluated at x_eval (and `limit` with --limit, where it exists).")
   run.add_argument("--problem", required=True, metavar="P.npz", help="the problem file")
-  run.add_argument("--protocol", required=True, choices=protocols.PROTOCOLS + protocols.BASELINES)
+  run.add_argument("--protocol", required=True, choices=names.PROTOCOLS + names.BASELINES)
   run.add_argument("--rounds", type=int, metavar="T",
                    help="number of rounds (required except for central and local)")
   run.add_argument("--start", type=int, default=0, metavar="S",
                    help="starting agent of AKD (default 0)")
-  run.add_argument("--method", choices=protocols.RUN_METHODS, default="closed-form",
+  run.add_argument("--method", choices=names.RUN_METHODS, default="closed-form",
                    help="closed form (default), literal round-by-round simulation, the "
                         "matrix-free path (rounds by conjugate gradients, no N x N matrix; "
                         "ridge > 0), or auto: closed form if it fits in half the memory, "

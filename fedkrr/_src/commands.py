@@ -29,10 +29,10 @@ from fedkrr._src.memory import SizeError
 from fedkrr._src.memory import check_memory
 from fedkrr._src.memory import format_bytes
 from fedkrr._src.memory import memory_limit
+from fedkrr._src.names import BASELINES
 from fedkrr._src.problem import FederatedProblem
 from fedkrr._src.problem import ProblemError
 from fedkrr._src.problem_io import load_problem
-from fedkrr._src.protocols import BASELINES
 
 # The errors a command reports as one line (exit status 2).
 ERRORS = (ProblemError, KernelError, ValueError, OSError, ConvergenceError)

@@ -15,6 +15,7 @@ from fedkrr._src.files import atomic_savefig
 from fedkrr._src.files import atomic_savez
 from fedkrr._src.files import atomic_write
 from fedkrr._src.learner import krr_learners
+from fedkrr._src.names import PROTOCOLS
 from fedkrr._src.problem import make_problem
 from fedkrr._src.problem_io import save_problem
 from fedkrr._src.synthetic import synthetic_regression
@@ -57,7 +58,7 @@ def closed_form_demo(out_dir: str, rounds: int = 40, seed: int = 0) -> int:
 
   learners = krr_learners(problem)
   rows, curves = [], {}
-  for name in protocols.PROTOCOLS:
+  for name in PROTOCOLS:
     t0 = time.perf_counter()
     exact = np.asarray(closed_form.trajectory(problem, name, rounds, data.x_test))
     t1 = time.perf_counter()

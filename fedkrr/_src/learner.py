@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import dataclasses
 from typing import Any
 from typing import Protocol
+from typing import runtime_checkable
 
 import jax
 import jax.numpy as jnp
@@ -37,6 +38,51 @@ class Learner(Protocol):
 
   def fit(self, x: ArrayLike, targets: ArrayLike) -> Model:
     """Fits a model to ``targets`` at the points ``x``; the protocols call nothing else."""
+    ...
+
+
+@runtime_checkable
+class BatchLearner(Protocol):
+  """A learner that fits together with others of its class in one call (optional).
+
+  Learners of one class whose ``batch_key`` is equal and not ``None`` (e.g. networks
+  of one architecture and training config) are fitted by one
+  ``fit_batch(learners, xs, targets)`` call of that class (e.g. one vmapped program)
+  in :func:`fit_all`; the others one by one with ``fit``.
+  """
+
+  @property
+  def batch_key(self) -> Any:
+    """A hashable key, equal for learners that can be fitted together; ``None``: alone."""
+    ...
+
+  def fit(self, x: ArrayLike, targets: ArrayLike) -> Model:
+    """Fits one model, as :meth:`Learner.fit`."""
+    ...
+
+  @classmethod
+  def fit_batch(cls, learners: Sequence[Any], xs: Sequence[ArrayLike],
+                targets: Sequence[ArrayLike]) -> Sequence[Model]:
+    """The models of ``learners[k].fit(xs[k], targets[k])`` for every k, in one call."""
+    ...
+
+
+@runtime_checkable
+class WarmStartLearner(Protocol):
+  """A learner whose next fit can start from its last model (optional).
+
+  After every fit, :func:`fedkrr.iterate` replaces such a learner by
+  ``warm_start_from(model)`` (e.g. conjugate gradients from the last coefficients,
+  a network from its last parameters); the fit's result must not depend on it beyond
+  the solver's tolerance, or must be what the protocol means (warm-started training).
+  """
+
+  def fit(self, x: ArrayLike, targets: ArrayLike) -> Model:
+    """Fits one model, as :meth:`Learner.fit`."""
+    ...
+
+  def warm_start_from(self, model: Any) -> Learner:
+    """The learner whose next fit starts from ``model``."""
     ...
 
 
@@ -118,7 +164,7 @@ def fit_all(learners: Sequence[Learner], xs: Sequence[ArrayLike],
   groups: dict[Any, list[int]] = {}
   models: list[Any] = [None] * len(learners)
   for k, learner in enumerate(learners):
-    key = getattr(learner, "batch_key", None)
+    key = learner.batch_key if isinstance(learner, BatchLearner) else None
     if key is None:
       models[k] = learner.fit(xs[k], targets[k])
     else:

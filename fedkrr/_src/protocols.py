@@ -33,24 +33,20 @@ from collections.abc import Iterator
 from collections.abc import Sequence
 from typing import Any
 from typing import NamedTuple
-from typing import cast
 
 import jax
 import jax.numpy as jnp
 
 from fedkrr._src.learner import Learner
 from fedkrr._src.learner import Model
+from fedkrr._src.learner import WarmStartLearner
 from fedkrr._src.learner import check_learners
 from fedkrr._src.learner import fit_all
+from fedkrr._src.names import PROTOCOLS
 
 Array = jax.Array
 ArrayLike = jax.typing.ArrayLike
 
-PROTOCOLS = ("akd", "avgkd", "pkd", "pkd-mean", "ekd", "backfit-gs", "backfit-jacobi")
-BASELINES = ("central", "local")
-# The paths of fedkrr.run (and `fedkrr run --method`): closed form, literal rounds,
-# conjugate gradients without an N x N matrix, or the memory rule's choice.
-RUN_METHODS = ("closed-form", "simulate", "matfree", "auto")
 
 
 class RoundOutput(NamedTuple):
@@ -322,9 +318,9 @@ def iterate(protocol: Protocol, learners: Sequence[Learner], xs: Sequence[Array]
   while state.round < rounds:
     state, output = protocol.step(state, learners, xs, ys)
     for agent, model in zip(output.agents, output.models):
-      warm = getattr(learners[agent], "warm_start_from", None)
-      if callable(warm):
-        learners[agent] = cast(Learner, warm(model))
+      learner = learners[agent]
+      if isinstance(learner, WarmStartLearner):
+        learners[agent] = learner.warm_start_from(model)
     if bar is not None:
       bar.update(1)
     yield state, output

@@ -20,8 +20,10 @@ from fedkrr._src import matfree
 from fedkrr._src import memory
 from fedkrr._src import protocols
 from fedkrr._src.learner import krr_learners
+from fedkrr._src.names import BASELINES
+from fedkrr._src.names import PROTOCOLS
+from fedkrr._src.names import RUN_METHODS
 from fedkrr._src.problem import FederatedProblem
-from fedkrr._src.protocols import RUN_METHODS
 
 MATFREE_OPTIONS = ("landmarks", "tol", "maxiter", "key", "tile_elements")
 """The matrix-free path's options that :func:`run` passes on."""
@@ -61,7 +63,7 @@ def method_bytes(problem: FederatedProblem, protocol: str, n_eval: int, kept: in
     itemsize: 8 (float64) or 4 (float32).
     limit: the limit is computed too (one solve with the N x N recurrence matrix).
   """
-  baseline = protocol in protocols.BASELINES
+  baseline = protocol in BASELINES
   sizes, n = problem.sizes, problem.num_points
   outputs = int(np.prod(problem.ys[0].shape[1:], dtype=np.int64))
   dim = int(problem.xs[0].shape[1])
@@ -114,7 +116,7 @@ def choose_method(problem: FederatedProblem, protocol: str, rounds: int | None, 
 
 def kept_rounds(protocol: str, rounds: int | None, every: int) -> int:
   """How many rounds a run keeps (1 for a baseline)."""
-  return 1 if protocol in protocols.BASELINES else -(-int(rounds or 0) // every)
+  return 1 if protocol in BASELINES else -(-int(rounds or 0) // every)
 
 
 def check_run(problem: FederatedProblem, protocol: str, rounds: int | None, *,
@@ -122,12 +124,12 @@ def check_run(problem: FederatedProblem, protocol: str, rounds: int | None, *,
               limit: bool = False) -> None:
   """Raises ``ValueError`` naming the argument (``rounds:``, ``start:``, ``every:``,
   ``limit:``, ``method:``, ``protocol:``) unless :func:`run` can take them."""
-  if protocol not in protocols.PROTOCOLS + protocols.BASELINES:
-    raise ValueError(f"protocol: expected one of {', '.join(protocols.PROTOCOLS)}, "
-                     f"{', '.join(protocols.BASELINES)}; got {protocol!r}")
+  if protocol not in PROTOCOLS + BASELINES:
+    raise ValueError(f"protocol: expected one of {', '.join(PROTOCOLS)}, "
+                     f"{', '.join(BASELINES)}; got {protocol!r}")
   if method not in RUN_METHODS:
     raise ValueError(f"method: expected one of {', '.join(RUN_METHODS)}, got {method!r}")
-  baseline = protocol in protocols.BASELINES
+  baseline = protocol in BASELINES
   if not baseline and (rounds is None or rounds < 1):
     raise ValueError(f"rounds: protocol {protocol} needs a number of rounds >= 1")
   if not 0 <= start < problem.num_agents:
@@ -216,7 +218,7 @@ def run(problem: FederatedProblem, protocol: str, rounds: int | None, x_eval: An
                            limit=limit)
   notes: list[str] = []
   lim_preds = radius = None
-  if protocol in protocols.BASELINES:
+  if protocol in BASELINES:
     preds = _baseline(problem, protocol, x_eval, method, matfree_options)
     if limit:
       notes.append(f"{protocol} has no rounds, so no limit was written")
@@ -241,6 +243,6 @@ def run(problem: FederatedProblem, protocol: str, rounds: int | None, x_eval: An
         notes.append(f"{protocol} does not converge (spectral radius "
                      f"{float(lim.spectral_radius):.6g} >= 1), so no limit was written")
   predictions = np.asarray(preds)
-  check_finite(problem, predictions if protocol not in protocols.BASELINES
+  check_finite(problem, predictions if protocol not in BASELINES
                else predictions[None], "the predictions")
   return RunResult(predictions, method, lim_preds, radius, tuple(notes))

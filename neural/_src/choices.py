@@ -32,3 +32,4 @@ MAIN_JOB_PARTS = ("verify", "toy", "closed-forms", "mnist")
 WEIGHTINGS = ("size", "equal")   # FedAvg's server average
 STEP_LOOPS = ("auto", "scan", "python")
 AGENT_BATCHING = ("auto", "vmap", "sequential")
+LOSSES = ("mse", "ce")   # training's losses: squared error of the softmax, cross-entropy

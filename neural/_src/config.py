@@ -36,20 +36,22 @@ from typing import Any
 from typing import ClassVar
 from typing import Self
 
+from fedkrr import BASELINES
+from fedkrr import PROTOCOLS
 from fedkrr import ReadError
 from fedkrr import parse_json
 from neural._src.choices import AGENT_BATCHING
 from neural._src.choices import AUGMENTS
+from neural._src.choices import LOSSES
 from neural._src.choices import MODELS
 from neural._src.choices import STEP_LOOPS
 from neural._src.choices import WEIGHTINGS
 from neural._src.data import DATASETS
 from neural._src.partitions import PARTITIONS
 
-KD_PROTOCOLS = ("akd", "avgkd", "pkd", "pkd-mean", "ekd", "backfit-gs", "backfit-jacobi")
-BASELINE_PROTOCOLS = ("central", "local")
+KD_PROTOCOLS = PROTOCOLS   # fedkrr's protocols, by the same names
+BASELINE_PROTOCOLS = BASELINES
 RUN_PROTOCOLS = KD_PROTOCOLS + ("fedavg",) + BASELINE_PROTOCOLS
-LOSSES = ("mse", "ce")
 FEDAVG_INITS = ("one", "mean")
 DEVICE_CHOICES = ("one", "all")
 FOREST = "forest"

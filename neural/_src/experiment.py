@@ -48,9 +48,11 @@ import numpy as np
 from tqdm.auto import tqdm
 
 import fedkrr
+from fedkrr import BatchLearner
 from fedkrr import Protocol
 from fedkrr import RoundOutput
 from neural._src.augment import Augment
+from neural._src.capabilities import ReseedableLearner
 from neural._src.checkpoint import ModelSlot
 from neural._src.config import FOREST
 from neural._src.config import KD_PROTOCOLS
@@ -130,7 +132,7 @@ def round_key(seed: int, t: int, a: int) -> jax.Array:
 
 
 def _with_key(learner: Any, key: jax.Array) -> Any:
-  if hasattr(learner, "with_key"):
+  if isinstance(learner, ReseedableLearner):
     return learner.with_key(key)
   seed = int(jax.random.randint(key, (), 0, 2**31 - 1))   # learners seeded by an int
   return dataclasses.replace(learner, seed=seed)
@@ -261,7 +263,7 @@ class _Counted:
 
   @property
   def batch_key(self):
-    key = getattr(self.learner, "batch_key", None)
+    key = self.learner.batch_key if isinstance(self.learner, BatchLearner) else None
     return None if key is None else (type(self.learner), key)
 
   def fit(self, x, targets):

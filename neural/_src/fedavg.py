@@ -23,6 +23,7 @@ import jax.numpy as jnp
 from fedkrr import Protocol
 from fedkrr import RoundOutput
 from fedkrr import fit_all
+from neural._src.capabilities import ParameterLearner
 from neural._src.choices import WEIGHTINGS
 
 
@@ -47,7 +48,7 @@ class FedAvgState(NamedTuple):
 def check_same_architecture(learners: Sequence[Any]) -> None:
   """Raises :class:`FedAvgError` unless all learners are Flax learners of one architecture."""
   for a, learner in enumerate(learners):
-    if not hasattr(learner, "model") or not hasattr(learner, "with_init"):
+    if not isinstance(learner, ParameterLearner):
       raise FedAvgError(f"learners[{a}]: FedAvg needs Flax learners (parameters to average), "
                         f"got {type(learner).__name__}")
     if not learner.config.warm_start:

@@ -36,6 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from neural._src.augment import Augment
+from neural._src.choices import LOSSES
 from neural._src.optimizers import OptimizerConfig
 from neural._src.train_loop import AGENT_BATCHING
 from neural._src.train_loop import STEP_LOOPS
@@ -48,7 +49,6 @@ Array = jax.Array
 ArrayLike = jax.typing.ArrayLike
 Variables = Any   # a Flax variables dict {"params": ...}
 
-LOSSES = ("mse", "ce")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -53,6 +53,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from neural._src import graphs
+from neural._src.choices import LOSSES
 from neural._src.methods.registry import Method
 from neural._src.methods.registry import MethodConfig
 from neural._src.methods.registry import register_method
@@ -65,7 +66,6 @@ from neural._src.optimizers import make_optimizer
 from neural._src.run_data import load_train_test
 from neural._src.run_data import split_agents
 from neural._src.train_loop import train_loop
-from neural._src.training import LOSSES
 from neural._src.training import init_variables
 from neural._src.training import per_example_loss
 

@@ -1,0 +1,52 @@
+"""What a learner may offer beyond ``fit``, declared (``isinstance`` checks them).
+
+A protocol needs only ``fedkrr.Learner`` (``fit``); some runs use more where a learner
+has it: ``fedkrr.BatchLearner`` (fitted together), ``fedkrr.WarmStartLearner`` (next
+fit from the last model), and these two of ``neural``'s.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from typing import Protocol
+from typing import runtime_checkable
+
+
+@runtime_checkable
+class ReseedableLearner(Protocol):
+  """A learner whose randomness comes from a JAX key it can be given anew (each round).
+
+  Learners without it that are dataclasses with an int ``seed`` (the random forest)
+  are re-seeded through that field instead.
+  """
+
+  def fit(self, x: Any, targets: Any) -> Any:
+    """Fits one model (``fedkrr.Learner``)."""
+    ...
+
+  def with_key(self, key: Any) -> Any:
+    """The same learner with the PRNG key ``key``."""
+    ...
+
+
+@runtime_checkable
+class ParameterLearner(Protocol):
+  """A network learner with parameters to average (what FedAvg needs).
+
+  Attributes:
+    model: the Flax module (architectures compare equal when they are the same).
+    input_shape: the shape of one input.
+    config: the training config (``warm_start`` must be on for FedAvg).
+  """
+
+  model: Any
+  input_shape: Any
+  config: Any
+
+  def fit(self, x: Any, targets: Any) -> Any:
+    """Fits one model (``fedkrr.Learner``)."""
+    ...
+
+  def with_init(self, variables: Any) -> Any:
+    """The same learner starting its next fit from ``variables``."""
+    ...
