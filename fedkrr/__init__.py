@@ -6,7 +6,7 @@ by hand; the implementation lives in ``fedkrr._src``. The library never changes
 ``jax.config``: enable float64 in your entry point with
 ``jax.config.update("jax_enable_x64", True)``. One XLA setting is applied on import:
 before any XLA backend has started, ``XLA_FLAGS`` gains the CPU scheduler flag without
-which vmapped eigen-decompositions can stall (``fedkrr._src.xla_env``; naming the flag
+which vmapped eigen-decompositions can stall (``fedkrr._src.scale.xla_env``; naming the flag
 in ``XLA_FLAGS`` yourself keeps your choice). Entry points on small CPUs also call
 :func:`avoid_cpu_eigh_deadlock` before the first computation.
 
@@ -17,8 +17,8 @@ are the imports listed below.
 
 from typing import TYPE_CHECKING
 
+from fedkrr._src.scale.xla_env import apply_import_defaults as _apply_import_defaults
 from fedkrr._src.version import installed_version as _installed_version
-from fedkrr._src.xla_env import apply_import_defaults as _apply_import_defaults
 
 _apply_import_defaults()
 
@@ -37,32 +37,36 @@ if TYPE_CHECKING:
   from fedkrr._src.closed_form import spectral_radius
   from fedkrr._src.closed_form import trajectory
   from fedkrr._src.closed_form import transfer
-  from fedkrr._src.demo import closed_form_demo
-  from fedkrr._src.devices import AGENT_AXIS
-  from fedkrr._src.devices import DeviceError
-  from fedkrr._src.devices import agent_devices
-  from fedkrr._src.devices import agent_mesh
-  from fedkrr._src.devices import agent_sharding
-  from fedkrr._src.devices import check_mesh
-  from fedkrr._src.devices import shard_agents
-  from fedkrr._src.files import WriteError
-  from fedkrr._src.files import atomic_savefig
-  from fedkrr._src.files import atomic_savez
-  from fedkrr._src.files import atomic_write
-  from fedkrr._src.files import check_output
-  from fedkrr._src.files import figure_bytes
-  from fedkrr._src.files import savez_bytes
-  from fedkrr._src.files import write_files
   from fedkrr._src.geometry import Geometry
   from fedkrr._src.geometry import akd_by_projections
   from fedkrr._src.geometry import geometry
   from fedkrr._src.geometry import principal_cosines
   from fedkrr._src.geometry import stacked_gram
-  from fedkrr._src.interrupts import before_exit
-  from fedkrr._src.interrupts import commit
-  from fedkrr._src.interrupts import end_process
-  from fedkrr._src.interrupts import exits_on_signals
-  from fedkrr._src.interrupts import signals_exit
+  from fedkrr._src.io.files import WriteError
+  from fedkrr._src.io.files import atomic_savefig
+  from fedkrr._src.io.files import atomic_savez
+  from fedkrr._src.io.files import atomic_write
+  from fedkrr._src.io.files import check_output
+  from fedkrr._src.io.files import figure_bytes
+  from fedkrr._src.io.files import savez_bytes
+  from fedkrr._src.io.files import write_files
+  from fedkrr._src.io.interrupts import before_exit
+  from fedkrr._src.io.interrupts import commit
+  from fedkrr._src.io.interrupts import end_process
+  from fedkrr._src.io.interrupts import exits_on_signals
+  from fedkrr._src.io.interrupts import signals_exit
+  from fedkrr._src.io.problem_io import load_problem
+  from fedkrr._src.io.problem_io import save_problem
+  from fedkrr._src.io.reading import NpzError
+  from fedkrr._src.io.reading import ReadError
+  from fedkrr._src.io.reading import available_memory
+  from fedkrr._src.io.reading import format_size
+  from fedkrr._src.io.reading import open_regular
+  from fedkrr._src.io.reading import parse_json
+  from fedkrr._src.io.reading import read_bytes
+  from fedkrr._src.io.reading import read_json
+  from fedkrr._src.io.reading import read_npz
+  from fedkrr._src.io.synthetic import synthetic_regression
   from fedkrr._src.kernels import RBF
   from fedkrr._src.kernels import CustomKernel
   from fedkrr._src.kernels import KernelError
@@ -84,31 +88,49 @@ if TYPE_CHECKING:
   from fedkrr._src.linalg import RidgeRoot
   from fedkrr._src.linalg import ridge_factor
   from fedkrr._src.linalg import ridge_root
-  from fedkrr._src.matfree import TILE_ELEMENTS
-  from fedkrr._src.matfree import ConvergenceError
-  from fedkrr._src.matfree import MatfreeKRRLearner
-  from fedkrr._src.matfree import MatfreeKRRModel
-  from fedkrr._src.matfree import NystromPreconditioner
-  from fedkrr._src.matfree import RidgeSolution
-  from fedkrr._src.matfree import kernel_matvec
-  from fedkrr._src.matfree import matfree_learners
-  from fedkrr._src.matfree import matfree_trajectory
-  from fedkrr._src.matfree import nystrom_preconditioner
-  from fedkrr._src.matfree import ridge_solve
-  from fedkrr._src.matfree import symmetric_matvec
-  from fedkrr._src.memory import exact_bytes
-  from fedkrr._src.memory import matfree_bytes
-  from fedkrr._src.memory import memory_limit
   from fedkrr._src.names import BASELINES
   from fedkrr._src.names import PROTOCOLS
   from fedkrr._src.names import RUN_METHODS
   from fedkrr._src.nn_kernels import ReluNNGP
   from fedkrr._src.nn_kernels import ReluNTK
+  from fedkrr._src.paper.demo import closed_form_demo
+  from fedkrr._src.paper.rate_plots import DegradationReport
+  from fedkrr._src.paper.rate_plots import RateCurves
+  from fedkrr._src.paper.rate_plots import akd_decay
+  from fedkrr._src.paper.rate_plots import degradation_report
+  from fedkrr._src.paper.rate_plots import plot_akd_decay
+  from fedkrr._src.paper.rate_plots import plot_rate_curves
+  from fedkrr._src.paper.rate_plots import plot_rate_heatmap
+  from fedkrr._src.paper.rate_plots import rate_curves
+  from fedkrr._src.paper.rate_plots import sweep_kernel_mismatch
+  from fedkrr._src.paper.search import recheck_finding
+  from fedkrr._src.paper.search import search_all
+  from fedkrr._src.paper.search import search_claim
+  from fedkrr._src.paper.search import search_ids
+  from fedkrr._src.paper.shipped_findings import SearchResult
+  from fedkrr._src.paper.shipped_findings import findings_dir
+  from fedkrr._src.paper.shipped_findings import findings_table
+  from fedkrr._src.paper.shipped_findings import known_findings
+  from fedkrr._src.paper.toy import ToyConfig
+  from fedkrr._src.paper.toy import ToyData
+  from fedkrr._src.paper.toy import ToyPanel
+  from fedkrr._src.paper.toy import ToyResult
+  from fedkrr._src.paper.toy import plot_toy
+  from fedkrr._src.paper.toy import toy_curves
+  from fedkrr._src.paper.toy import toy_data
+  from fedkrr._src.paper.toy import toy_experiment
+  from fedkrr._src.paper.toy import toy_problem
+  from fedkrr._src.paper.toy import toy_rows
+  from fedkrr._src.paper.toy import toy_summary
+  from fedkrr._src.paper.toy import write_toy
+  from fedkrr._src.paper.verify import CheckRow
+  from fedkrr._src.paper.verify import checks_table
+  from fedkrr._src.paper.verify import failed_checks
+  from fedkrr._src.paper.verify import run_checks
+  from fedkrr._src.paper.verify import write_checks
   from fedkrr._src.problem import FederatedProblem
   from fedkrr._src.problem import ProblemError
   from fedkrr._src.problem import make_problem
-  from fedkrr._src.problem_io import load_problem
-  from fedkrr._src.problem_io import save_problem
   from fedkrr._src.protocols import Protocol
   from fedkrr._src.protocols import RoundOutput
   from fedkrr._src.protocols import akd
@@ -134,15 +156,6 @@ if TYPE_CHECKING:
   from fedkrr._src.public_distillation import public_distillation_trajectory
   from fedkrr._src.public_distillation import weighted_krr_learners
   from fedkrr._src.pytree import pytree_dataclass
-  from fedkrr._src.rate_plots import DegradationReport
-  from fedkrr._src.rate_plots import RateCurves
-  from fedkrr._src.rate_plots import akd_decay
-  from fedkrr._src.rate_plots import degradation_report
-  from fedkrr._src.rate_plots import plot_akd_decay
-  from fedkrr._src.rate_plots import plot_rate_curves
-  from fedkrr._src.rate_plots import plot_rate_heatmap
-  from fedkrr._src.rate_plots import rate_curves
-  from fedkrr._src.rate_plots import sweep_kernel_mismatch
   from fedkrr._src.rates import GRID_ROUTES
   from fedkrr._src.rates import RATE_METHODS
   from fedkrr._src.rates import RateEstimate
@@ -159,30 +172,37 @@ if TYPE_CHECKING:
   from fedkrr._src.rates import sweep_ridge
   from fedkrr._src.rates import sweep_separation
   from fedkrr._src.rates import warm_sweep
-  from fedkrr._src.reading import NpzError
-  from fedkrr._src.reading import ReadError
-  from fedkrr._src.reading import available_memory
-  from fedkrr._src.reading import format_size
-  from fedkrr._src.reading import open_regular
-  from fedkrr._src.reading import parse_json
-  from fedkrr._src.reading import read_bytes
-  from fedkrr._src.reading import read_json
-  from fedkrr._src.reading import read_npz
   from fedkrr._src.runner import RunResult
   from fedkrr._src.runner import choose_method
   from fedkrr._src.runner import run
-  from fedkrr._src.search import recheck_finding
-  from fedkrr._src.search import search_all
-  from fedkrr._src.search import search_claim
-  from fedkrr._src.search import search_ids
-  from fedkrr._src.sharded import SHARDED_PROTOCOLS
-  from fedkrr._src.sharded import AgentBlocks
-  from fedkrr._src.sharded import shard_blocks
-  from fedkrr._src.sharded import sharded_trajectory
-  from fedkrr._src.shipped_findings import SearchResult
-  from fedkrr._src.shipped_findings import findings_dir
-  from fedkrr._src.shipped_findings import findings_table
-  from fedkrr._src.shipped_findings import known_findings
+  from fedkrr._src.scale.devices import AGENT_AXIS
+  from fedkrr._src.scale.devices import DeviceError
+  from fedkrr._src.scale.devices import agent_devices
+  from fedkrr._src.scale.devices import agent_mesh
+  from fedkrr._src.scale.devices import agent_sharding
+  from fedkrr._src.scale.devices import check_mesh
+  from fedkrr._src.scale.devices import shard_agents
+  from fedkrr._src.scale.matfree import TILE_ELEMENTS
+  from fedkrr._src.scale.matfree import ConvergenceError
+  from fedkrr._src.scale.matfree import MatfreeKRRLearner
+  from fedkrr._src.scale.matfree import MatfreeKRRModel
+  from fedkrr._src.scale.matfree import NystromPreconditioner
+  from fedkrr._src.scale.matfree import RidgeSolution
+  from fedkrr._src.scale.matfree import kernel_matvec
+  from fedkrr._src.scale.matfree import matfree_learners
+  from fedkrr._src.scale.matfree import matfree_trajectory
+  from fedkrr._src.scale.matfree import nystrom_preconditioner
+  from fedkrr._src.scale.matfree import ridge_solve
+  from fedkrr._src.scale.matfree import symmetric_matvec
+  from fedkrr._src.scale.memory import exact_bytes
+  from fedkrr._src.scale.memory import matfree_bytes
+  from fedkrr._src.scale.memory import memory_limit
+  from fedkrr._src.scale.sharded import SHARDED_PROTOCOLS
+  from fedkrr._src.scale.sharded import AgentBlocks
+  from fedkrr._src.scale.sharded import shard_blocks
+  from fedkrr._src.scale.sharded import sharded_trajectory
+  from fedkrr._src.scale.xla_env import XLA_CPU_FLAGS
+  from fedkrr._src.scale.xla_env import avoid_cpu_eigh_deadlock
   from fedkrr._src.special_cases import avgkd_by_projections
   from fedkrr._src.special_cases import avgkd_limit_by_projections
   from fedkrr._src.special_cases import avgkd_limit_by_system
@@ -190,26 +210,6 @@ if TYPE_CHECKING:
   from fedkrr._src.special_cases import block_system_predictions
   from fedkrr._src.special_cases import intersection_limit_linear
   from fedkrr._src.special_cases import pkd_by_projections
-  from fedkrr._src.synthetic import synthetic_regression
-  from fedkrr._src.toy import ToyConfig
-  from fedkrr._src.toy import ToyData
-  from fedkrr._src.toy import ToyPanel
-  from fedkrr._src.toy import ToyResult
-  from fedkrr._src.toy import plot_toy
-  from fedkrr._src.toy import toy_curves
-  from fedkrr._src.toy import toy_data
-  from fedkrr._src.toy import toy_experiment
-  from fedkrr._src.toy import toy_problem
-  from fedkrr._src.toy import toy_rows
-  from fedkrr._src.toy import toy_summary
-  from fedkrr._src.toy import write_toy
-  from fedkrr._src.verify import CheckRow
-  from fedkrr._src.verify import checks_table
-  from fedkrr._src.verify import failed_checks
-  from fedkrr._src.verify import run_checks
-  from fedkrr._src.verify import write_checks
-  from fedkrr._src.xla_env import XLA_CPU_FLAGS
-  from fedkrr._src.xla_env import avoid_cpu_eigh_deadlock
 else:
   from fedkrr._src.lazy import lazy_exports as _lazy_exports
   __getattr__, __dir__ = _lazy_exports(__name__, __file__)

@@ -15,16 +15,16 @@ import sys
 import textwrap
 
 from fedkrr._src import names
-from fedkrr._src.interrupts import exits_on_signals
+from fedkrr._src.io.interrupts import exits_on_signals
+from fedkrr._src.scale.xla_env import avoid_cpu_eigh_deadlock
 from fedkrr._src.version import installed_version
-from fedkrr._src.xla_env import avoid_cpu_eigh_deadlock
 
 
 def _parser() -> argparse.ArgumentParser:
-  from fedkrr._src.search_claims import (
+  from fedkrr._src.paper.search_claims import (
     BY_ID,  # deferred: the choices (JAX), once a command is parsed
   )
-  from fedkrr._src.verify import CHECKS  # deferred: as above
+  from fedkrr._src.paper.verify import CHECKS  # deferred: as above
 
   parser = argparse.ArgumentParser(
       prog="fedkrr",

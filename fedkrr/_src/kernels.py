@@ -25,13 +25,13 @@ from jax import lax
 import jax.core
 import jax.numpy as jnp
 
+from fedkrr._src.io.reading import ReadError
+from fedkrr._src.io.reading import parse_json
 from fedkrr._src.linalg import full_matmul
 from fedkrr._src.nn_kernels import PARAMETRIZATIONS
 from fedkrr._src.nn_kernels import ReluNNGP
 from fedkrr._src.nn_kernels import ReluNTK
 from fedkrr._src.pytree import pytree_dataclass
-from fedkrr._src.reading import ReadError
-from fedkrr._src.reading import parse_json
 
 Array = jax.Array
 

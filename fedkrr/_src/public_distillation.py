@@ -63,7 +63,7 @@ import numpy as np
 
 from fedkrr._src import closed_form
 from fedkrr._src import linalg
-from fedkrr._src.files import atomic_savefig
+from fedkrr._src.io.files import atomic_savefig
 from fedkrr._src.learner import KRRModel
 from fedkrr._src.problem import FederatedProblem
 from fedkrr._src.problem import ProblemError

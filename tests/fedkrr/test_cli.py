@@ -9,8 +9,8 @@ import pytest
 
 import fedkrr
 from fedkrr._src.cli import main
-from fedkrr._src.problem_io import load_problem
-from fedkrr._src.problem_io import save_problem
+from fedkrr._src.io.problem_io import load_problem
+from fedkrr._src.io.problem_io import save_problem
 
 RNG = np.random.default_rng(5)
 XS = [RNG.normal(size=(8, 2)), RNG.normal(size=(6, 2)) + 1.0]
@@ -297,7 +297,7 @@ def test_an_interrupted_simulation_exits_130_and_writes_nothing(problem_file, tm
 
 def test_help_names_the_claim_ids_and_what_verify_costs(capsys):
   from fedkrr._src.cli import _parser
-  from fedkrr._src.search_claims import BY_ID
+  from fedkrr._src.paper.search_claims import BY_ID
   for command in ("search", "verify"):
     with pytest.raises(SystemExit):
       _parser().parse_args([command, "--help"])

@@ -8,7 +8,7 @@ import sys
 _DRAW = """
 import sys
 import numpy as np
-from fedkrr._src import demo
+from fedkrr._src.paper import demo
 curves = {"akd": np.linspace(1.0, 0.1, 5), "avgkd": np.full((5, 2), 0.5), "ekd": np.ones(5)}
 demo._plot(sys.argv[1], curves, [0.2, 0.3], [0.4, 0.5])
 print("matplotlib.pyplot" in sys.modules)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import fedkrr
-from fedkrr._src import matfree
+from fedkrr._src.scale import matfree
 
 RNG = np.random.default_rng(5)
 # Every problem below has agents of 16 points, 10 test points, 8 landmarks and tiles of 4

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import fedkrr
-from fedkrr._src import rate_plots as fedkrr_plots
 from fedkrr._src import rates as fedkrr_rates
+from fedkrr._src.paper import rate_plots as fedkrr_plots
 
 RNG = np.random.default_rng(12)
 

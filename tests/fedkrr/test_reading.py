@@ -13,8 +13,8 @@ import pytest
 import fedkrr
 from fedkrr import NpzError
 from fedkrr import ReadError
-from fedkrr._src import files
 from fedkrr._src.cli import main
+from fedkrr._src.io import files
 
 
 def _npy(shape, dtype="<f8", data=b""):

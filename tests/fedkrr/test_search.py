@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 import fedkrr
-from fedkrr._src import search
-from fedkrr._src import search_space as space_lib
 from fedkrr._src.cli import main
-from fedkrr._src.problem_io import load_problem
-from fedkrr._src.search_claims import BY_ID
-from fedkrr._src.verify import CHECKS
+from fedkrr._src.io.problem_io import load_problem
+from fedkrr._src.paper import search
+from fedkrr._src.paper import search_space as space_lib
+from fedkrr._src.paper.search_claims import BY_ID
+from fedkrr._src.paper.verify import CHECKS
 
 
 def test_every_claim_of_verify_has_a_search_with_its_id():

@@ -7,8 +7,8 @@ import re
 import pytest
 
 import fedkrr
-from fedkrr._src import verify
 from fedkrr._src.cli import main
+from fedkrr._src.paper import verify
 
 
 def test_checks_have_unique_ids_and_kinds():

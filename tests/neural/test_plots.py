@@ -6,7 +6,7 @@ from matplotlib.text import Text
 import numpy as np
 import pytest
 
-from fedkrr._src import demo
+from fedkrr._src.paper import demo
 from neural._src import plots
 from neural._src.paper_units import unfinished_steps
 

@@ -251,7 +251,7 @@ def test_read_metrics_keeps_every_intact_row(tmp_path):
 
 def test_outputs_are_replaced_atomically(tmp_path, monkeypatch):
   """A write that fails half-way leaves the old file as it was and no temporary file."""
-  from fedkrr._src import files
+  from fedkrr._src.io import files
   target = tmp_path / "out.json"
   target.write_text("old")
 
@@ -266,7 +266,7 @@ def test_outputs_are_replaced_atomically(tmp_path, monkeypatch):
 
 
 def test_atomic_outputs_keep_ordinary_permissions(tmp_path):
-  from fedkrr._src import files
+  from fedkrr._src.io import files
   fresh = files.atomic_write(tmp_path / "new.txt", "x")
   plain = tmp_path / "plain.txt"
   plain.write_text("x")

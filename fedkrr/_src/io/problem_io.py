@@ -17,13 +17,13 @@ import jax
 import numpy as np
 
 from fedkrr._src import kernels as kernels_lib
-from fedkrr._src.files import atomic_savez
+from fedkrr._src.io.files import atomic_savez
+from fedkrr._src.io.reading import NpzError
+from fedkrr._src.io.reading import read_npz
 from fedkrr._src.problem import FederatedProblem
 from fedkrr._src.problem import ProblemError
 from fedkrr._src.problem import check_eval_points
 from fedkrr._src.problem import make_problem
-from fedkrr._src.reading import NpzError
-from fedkrr._src.reading import read_npz
 
 Array = jax.Array
 

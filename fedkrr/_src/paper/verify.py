@@ -25,14 +25,14 @@ from fedkrr._src import geometry as geo_lib
 from fedkrr._src import protocols
 from fedkrr._src import rates
 from fedkrr._src import special_cases as sc
-from fedkrr._src.files import atomic_write
+from fedkrr._src.io.files import atomic_write
 from fedkrr._src.kernels import RBF
 from fedkrr._src.kernels import Laplace
 from fedkrr._src.kernels import Linear
 from fedkrr._src.learner import krr_learners
+from fedkrr._src.paper.shipped_findings import known_findings
+from fedkrr._src.paper.shipped_findings import search_note
 from fedkrr._src.problem import make_problem
-from fedkrr._src.shipped_findings import known_findings
-from fedkrr._src.shipped_findings import search_note
 
 SIZES = ((5, 4), (14, 10))
 SEEDS = (0, 1)

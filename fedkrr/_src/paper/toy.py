@@ -51,9 +51,9 @@ import numpy as np
 
 from fedkrr._src import closed_form
 from fedkrr._src import kernels as kernels_lib
-from fedkrr._src.files import atomic_savefig
-from fedkrr._src.files import figure_bytes
-from fedkrr._src.files import write_files
+from fedkrr._src.io.files import atomic_savefig
+from fedkrr._src.io.files import figure_bytes
+from fedkrr._src.io.files import write_files
 from fedkrr._src.problem import FederatedProblem
 from fedkrr._src.problem import make_problem
 

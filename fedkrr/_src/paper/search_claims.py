@@ -1,7 +1,7 @@
 """What ``fedkrr search`` measures for each statement, and how it replays a counterexample.
 
 Each :class:`ClaimSearch` has the id of a ``fedkrr verify`` row, the
-:class:`~fedkrr._src.search_space.Space` of instances the statement allows, a
+:class:`~fedkrr._src.paper.search_space.Space` of instances the statement allows, a
 ``residual`` (a traceable function of one problem; the statement holds on an
 instance when the residual is at most ``tolerance``), and a ``replay``: the same
 number recomputed by an independent route, the protocol's literal rounds
@@ -31,10 +31,10 @@ from fedkrr._src import protocols
 from fedkrr._src import rates
 from fedkrr._src import special_cases as sc
 from fedkrr._src.learner import krr_learners
+from fedkrr._src.paper.search_space import Space
+from fedkrr._src.paper.verify import literal_rounds
+from fedkrr._src.paper.verify import relative_error
 from fedkrr._src.problem import FederatedProblem
-from fedkrr._src.search_space import Space
-from fedkrr._src.verify import literal_rounds
-from fedkrr._src.verify import relative_error
 
 Array = jax.Array
 # A spectral radius breaks "degrades to 0" only above 1: a radius of 1 - 1e-11 still

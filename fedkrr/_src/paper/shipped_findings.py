@@ -11,14 +11,15 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from fedkrr._src.reading import read_json
+from fedkrr._src.io.reading import read_json
 
 # The findings shipped with the toolkit: `fedkrr search` output (summary.json and the
 # counterexamples' problem files). FINDINGS_COMMAND made the rows of the paper's 17 claims; the
 # two pkd-mean rows were added with `--claim pkd-mean-shared` and `--claim pkd-mean-different`
 # (90 s each, seed 0, on a loaded 2-core CPU; summary.json keeps each row's budget).
 FINDINGS_DIR = Path(__file__).with_name("findings")
-FINDINGS_COMMAND = "fedkrr search --all --budget-seconds 510 --seed 0 --out fedkrr/_src/findings"
+FINDINGS_COMMAND = (
+    "fedkrr search --all --budget-seconds 510 --seed 0 --out fedkrr/_src/paper/findings")
 
 
 @dataclasses.dataclass(frozen=True)

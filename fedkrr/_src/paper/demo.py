@@ -11,14 +11,14 @@ import numpy as np
 from fedkrr._src import closed_form
 from fedkrr._src import kernels as kernels_lib
 from fedkrr._src import protocols
-from fedkrr._src.files import atomic_savefig
-from fedkrr._src.files import atomic_savez
-from fedkrr._src.files import atomic_write
+from fedkrr._src.io.files import atomic_savefig
+from fedkrr._src.io.files import atomic_savez
+from fedkrr._src.io.files import atomic_write
+from fedkrr._src.io.problem_io import save_problem
+from fedkrr._src.io.synthetic import synthetic_regression
 from fedkrr._src.learner import krr_learners
 from fedkrr._src.names import PROTOCOLS
 from fedkrr._src.problem import make_problem
-from fedkrr._src.problem_io import save_problem
-from fedkrr._src.synthetic import synthetic_regression
 
 
 def _mse(pred: np.ndarray, target: np.ndarray) -> np.ndarray:

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 
 import jax
 
-from fedkrr._src.reading import available_memory
-from fedkrr._src.reading import format_size
+from fedkrr._src.io.reading import available_memory
+from fedkrr._src.io.reading import format_size
 
 
 class SizeError(ValueError):

@@ -1,6 +1,6 @@
 """Searching for instances where the paper's statements break (``fedkrr search``).
 
-For one statement (a :class:`~fedkrr._src.search_claims.ClaimSearch`) the
+For one statement (a :class:`~fedkrr._src.paper.search_claims.ClaimSearch`) the
 search repeats, within its time budget:
 
 1. draw a family of instances from the statement's space (sizes, dimension,
@@ -31,22 +31,22 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedkrr._src import search_space as space_lib
-from fedkrr._src.files import atomic_write
-from fedkrr._src.files import savez_bytes
-from fedkrr._src.files import write_files
-from fedkrr._src.problem_io import load_problem
-from fedkrr._src.problem_io import problem_arrays
-from fedkrr._src.search_claims import BY_ID
-from fedkrr._src.search_claims import SEARCHES
-from fedkrr._src.search_claims import ClaimSearch
-from fedkrr._src.shipped_findings import FINDINGS_DIR
-from fedkrr._src.shipped_findings import SearchResult
-from fedkrr._src.shipped_findings import findings_dir  # noqa: F401 (re-exported)
-from fedkrr._src.shipped_findings import findings_table  # noqa: F401 (re-exported)
-from fedkrr._src.shipped_findings import known_findings  # noqa: F401 (re-exported)
-from fedkrr._src.shipped_findings import search_note  # noqa: F401 (re-exported)
-from fedkrr._src.verify import CHECKS
+from fedkrr._src.io.files import atomic_write
+from fedkrr._src.io.files import savez_bytes
+from fedkrr._src.io.files import write_files
+from fedkrr._src.io.problem_io import load_problem
+from fedkrr._src.io.problem_io import problem_arrays
+from fedkrr._src.paper import search_space as space_lib
+from fedkrr._src.paper.search_claims import BY_ID
+from fedkrr._src.paper.search_claims import SEARCHES
+from fedkrr._src.paper.search_claims import ClaimSearch
+from fedkrr._src.paper.shipped_findings import FINDINGS_DIR
+from fedkrr._src.paper.shipped_findings import SearchResult
+from fedkrr._src.paper.shipped_findings import findings_dir  # noqa: F401 (re-exported)
+from fedkrr._src.paper.shipped_findings import findings_table  # noqa: F401 (re-exported)
+from fedkrr._src.paper.shipped_findings import known_findings  # noqa: F401 (re-exported)
+from fedkrr._src.paper.shipped_findings import search_note  # noqa: F401 (re-exported)
+from fedkrr._src.paper.verify import CHECKS
 
 BATCH = 32               # instances per vmapped call
 BATCHES_PER_FAMILY = 4   # calls per compiled family before the gradient ascent

@@ -5,7 +5,7 @@ through :func:`atomic_write`, so a killed or failed command leaves the previous
 file as it was (or none), never a half-written one; a command that writes several
 files writes them as one set with :func:`write_files` (all of them or none).
 :func:`check_output` checks an output before the command does any work. Reading is
-in ``fedkrr._src.reading`` (bounded, header first).
+in ``fedkrr._src.io.reading`` (bounded, header first).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from fedkrr._src import interrupts
+from fedkrr._src.io import interrupts
 
 
 def _umask() -> int:
@@ -96,7 +96,7 @@ def write_files(files: Mapping[str | os.PathLike, bytes | str]) -> list[Path]:
   Every file is first written to a temporary file beside it (the step that can
   fail: a full disk, a read-only directory); only when all are written are they
   renamed into place, in one section that Ctrl-C does not cut
-  (``fedkrr._src.interrupts.commit``). On a failure the temporary files are
+  (``fedkrr._src.io.interrupts.commit``). On a failure the temporary files are
   removed and the old files stay as they were.
 
   Args:

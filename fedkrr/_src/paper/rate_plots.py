@@ -40,8 +40,8 @@ import numpy as np
 
 from fedkrr._src import closed_form
 from fedkrr._src import rates
-from fedkrr._src.files import atomic_savefig
-from fedkrr._src.files import atomic_write
+from fedkrr._src.io.files import atomic_savefig
+from fedkrr._src.io.files import atomic_write
 from fedkrr._src.kernels import RBF
 from fedkrr._src.problem import FederatedProblem
 

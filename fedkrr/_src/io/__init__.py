@@ -1,0 +1,1 @@
+"""Files in and out: atomic writes, bounded readers, problem files, synthetic data, signals."""
