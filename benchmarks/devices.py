@@ -66,7 +66,7 @@ def child(args: argparse.Namespace) -> None:
     arrays[f"{protocol}/sharded"] = np.asarray(preds)
     arrays[f"{protocol}/closed"] = np.asarray(closed)
     times[protocol] = {"cold": cold, "warm": warm, "closed_form_warm": closed_warm}
-  fedkrr.atomic_savez(args.out, **arrays)
+  fedkrr.io.atomic_savez(args.out, **arrays)
   Path(args.out + ".json").write_text(json.dumps({"devices": mesh.size, "times": times,
                                                   "platform": jax.devices()[0].platform}))
 

@@ -42,7 +42,7 @@ agent, mixing 0.3) with two different kernels (RBF gamma 0.2 and 0.5), side by s
 eigen-decomposition reused, warm-started Arnoldi along c) against a loop of the jitted
 single instance ``fedkrr.degradation_rate`` (its Krylov route, sampled and extrapolated)
 and against ``fedkrr.sweep`` (the vmapped single instance); then
-``fedkrr.sweep_kernel_mismatch`` over ``--ratios`` bandwidth ratios in [0.1, 10]
+``fedkrr.paper.sweep_kernel_mismatch`` over ``--ratios`` bandwidth ratios in [0.1, 10]
 (warm-started Krylov along the ratios) against the same two. Every call is compiled
 first (compile times apart); it prints times, ratios and the largest differences from
 the loop and from the dense route on the sample, and exits non-zero above 1e-10.
@@ -145,7 +145,7 @@ def sweeps(args) -> None:
                                                        fedkrr.RBF(gamma * root)))
 
   compare("sweep_kernel_mismatch (c = 1e-2)", ratios, mismatched,
-          lambda rs: fedkrr.sweep_kernel_mismatch(mismatch_base, rs), args.ratios)
+          lambda rs: fedkrr.paper.sweep_kernel_mismatch(mismatch_base, rs), args.ratios)
   if not worst <= TOLERANCE:
     raise SystemExit(f"failed: NaN rates or a difference of {worst:.3g} (tolerance "
                      f"{TOLERANCE:g})")

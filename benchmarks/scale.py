@@ -222,7 +222,7 @@ def child(args) -> None:
   if y_test is not None:
     last = preds[-1, 0] if args.protocol in ("avgkd", "pkd", "pkd-mean") else preds[-1]
     row["accuracy"] = float(np.mean(np.argmax(last, axis=-1) == y_test))
-  fedkrr.atomic_savez(args.out, predictions=preds)
+  fedkrr.io.atomic_savez(args.out, predictions=preds)
   print(json.dumps(row), flush=True)
 
 

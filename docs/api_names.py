@@ -13,6 +13,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # (namespace, the file that lists its public names); each gets the page api/<namespace>.md
 NAMESPACES = (
     ("fedkrr", "fedkrr/__init__.py"),
+    ("fedkrr.io", "fedkrr/io.py"),
+    ("fedkrr.paper", "fedkrr/paper.py"),
     ("neural", "neural/__init__.py"),
     ("neural.methods", "neural/methods/__init__.py"),
     ("neural.methods.ddistillation", "neural/methods/ddistillation.py"),

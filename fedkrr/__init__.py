@@ -2,11 +2,15 @@
 
 Theory toolkit for "Towards Model-Agnostic Federated Learning Using Knowledge
 Distillation" (Afonin & Karimireddy, ICLR 2022). Public names are listed here
-by hand; the implementation lives in ``fedkrr._src``. The library never changes
+by hand; the implementation lives in ``fedkrr._src``. This namespace holds the
+mathematics (kernels, problems, protocols, closed forms, rates, the matrix-free and
+sharded paths); two submodules hold the rest: :mod:`fedkrr.io` (atomic writes, bounded
+readers, signal exits) and :mod:`fedkrr.paper` (the verify table, the counterexample
+search, the toy experiment, rate plots, the closed-form demo). The library never changes
 ``jax.config``: enable float64 in your entry point with
 ``jax.config.update("jax_enable_x64", True)``. One XLA setting is applied on import:
 before any XLA backend has started, ``XLA_FLAGS`` gains the CPU scheduler flag without
-which vmapped eigen-decompositions can stall (``fedkrr._src.scale.xla_env``; naming the flag
+which vmapped eigen-decompositions can stall (naming the flag
 in ``XLA_FLAGS`` yourself keeps your choice). Entry points on small CPUs also call
 :func:`avoid_cpu_eigh_deadlock` before the first computation.
 
@@ -25,6 +29,8 @@ _apply_import_defaults()
 __version__ = _installed_version()
 
 if TYPE_CHECKING:
+  from fedkrr import io
+  from fedkrr import paper
   from fedkrr._src.closed_form import RADIUS_METHODS
   from fedkrr._src.closed_form import Limit
   from fedkrr._src.closed_form import Recurrence
@@ -42,30 +48,8 @@ if TYPE_CHECKING:
   from fedkrr._src.geometry import geometry
   from fedkrr._src.geometry import principal_cosines
   from fedkrr._src.geometry import stacked_gram
-  from fedkrr._src.io.files import WriteError
-  from fedkrr._src.io.files import atomic_savefig
-  from fedkrr._src.io.files import atomic_savez
-  from fedkrr._src.io.files import atomic_write
-  from fedkrr._src.io.files import check_output
-  from fedkrr._src.io.files import figure_bytes
-  from fedkrr._src.io.files import savez_bytes
-  from fedkrr._src.io.files import write_files
-  from fedkrr._src.io.interrupts import before_exit
-  from fedkrr._src.io.interrupts import commit
-  from fedkrr._src.io.interrupts import end_process
-  from fedkrr._src.io.interrupts import exits_on_signals
-  from fedkrr._src.io.interrupts import signals_exit
   from fedkrr._src.io.problem_io import load_problem
   from fedkrr._src.io.problem_io import save_problem
-  from fedkrr._src.io.reading import NpzError
-  from fedkrr._src.io.reading import ReadError
-  from fedkrr._src.io.reading import available_memory
-  from fedkrr._src.io.reading import format_size
-  from fedkrr._src.io.reading import open_regular
-  from fedkrr._src.io.reading import parse_json
-  from fedkrr._src.io.reading import read_bytes
-  from fedkrr._src.io.reading import read_json
-  from fedkrr._src.io.reading import read_npz
   from fedkrr._src.io.synthetic import synthetic_regression
   from fedkrr._src.kernels import RBF
   from fedkrr._src.kernels import CustomKernel
@@ -93,41 +77,6 @@ if TYPE_CHECKING:
   from fedkrr._src.names import RUN_METHODS
   from fedkrr._src.nn_kernels import ReluNNGP
   from fedkrr._src.nn_kernels import ReluNTK
-  from fedkrr._src.paper.demo import closed_form_demo
-  from fedkrr._src.paper.rate_plots import DegradationReport
-  from fedkrr._src.paper.rate_plots import RateCurves
-  from fedkrr._src.paper.rate_plots import akd_decay
-  from fedkrr._src.paper.rate_plots import degradation_report
-  from fedkrr._src.paper.rate_plots import plot_akd_decay
-  from fedkrr._src.paper.rate_plots import plot_rate_curves
-  from fedkrr._src.paper.rate_plots import plot_rate_heatmap
-  from fedkrr._src.paper.rate_plots import rate_curves
-  from fedkrr._src.paper.rate_plots import sweep_kernel_mismatch
-  from fedkrr._src.paper.search import recheck_finding
-  from fedkrr._src.paper.search import search_all
-  from fedkrr._src.paper.search import search_claim
-  from fedkrr._src.paper.search import search_ids
-  from fedkrr._src.paper.shipped_findings import SearchResult
-  from fedkrr._src.paper.shipped_findings import findings_dir
-  from fedkrr._src.paper.shipped_findings import findings_table
-  from fedkrr._src.paper.shipped_findings import known_findings
-  from fedkrr._src.paper.toy import ToyConfig
-  from fedkrr._src.paper.toy import ToyData
-  from fedkrr._src.paper.toy import ToyPanel
-  from fedkrr._src.paper.toy import ToyResult
-  from fedkrr._src.paper.toy import plot_toy
-  from fedkrr._src.paper.toy import toy_curves
-  from fedkrr._src.paper.toy import toy_data
-  from fedkrr._src.paper.toy import toy_experiment
-  from fedkrr._src.paper.toy import toy_problem
-  from fedkrr._src.paper.toy import toy_rows
-  from fedkrr._src.paper.toy import toy_summary
-  from fedkrr._src.paper.toy import write_toy
-  from fedkrr._src.paper.verify import CheckRow
-  from fedkrr._src.paper.verify import checks_table
-  from fedkrr._src.paper.verify import failed_checks
-  from fedkrr._src.paper.verify import run_checks
-  from fedkrr._src.paper.verify import write_checks
   from fedkrr._src.problem import FederatedProblem
   from fedkrr._src.problem import ProblemError
   from fedkrr._src.problem import make_problem

@@ -18,8 +18,6 @@ def test_fedkrr_public_names_import():
                "RidgeSolution", "MatfreeKRRLearner", "MatfreeKRRModel", "ConvergenceError",
                "matfree_learners", "matfree_trajectory", "choose_method",
                "exact_bytes", "matfree_bytes", "memory_limit", "TILE_ELEMENTS",
-               "read_npz", "read_json", "parse_json", "read_bytes", "ReadError", "NpzError",
-               "write_files", "check_output", "WriteError", "exits_on_signals",
                "ridge_root", "RidgeRoot", "degradation_rate", "rate_estimate", "RateEstimate",
                "RATE_METHODS", "RADIUS_METHODS", "spectral_radius"]:
     assert name in names, name
@@ -92,10 +90,8 @@ def test_fedkrr_device_names_import():
 
 def test_fedkrr_helpers_for_entry_points_and_neural_import():
   """What users and ``neural`` need, so that nothing outside fedkrr imports ``fedkrr._src``."""
-  for name in ["avoid_cpu_eigh_deadlock", "XLA_CPU_FLAGS", "pytree_dataclass", "atomic_write",
-               "atomic_savez", "atomic_savefig", "read_npz", "savez_bytes", "NpzError",
-               "run_checks", "checks_table", "write_checks", "failed_checks", "CheckRow",
-               "closed_form_demo", "synthetic_regression"]:
+  for name in ["avoid_cpu_eigh_deadlock", "XLA_CPU_FLAGS", "pytree_dataclass",
+               "synthetic_regression"]:
     assert hasattr(fedkrr, name), name
   assert all(flag.startswith("--xla_cpu_") for flag in fedkrr.XLA_CPU_FLAGS)
 
@@ -139,3 +135,24 @@ def test_every_listed_public_name_resolves_and_importing_loads_no_jax():
   code = "import sys, fedkrr, neural; print(sorted(m for m in ('jax', 'flax') if m in sys.modules))"
   out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
   assert out.stdout.strip() == "[]"
+
+
+def test_fedkrr_io_and_paper_hold_the_file_helpers_and_the_applications():
+  """``fedkrr.io`` (files) and ``fedkrr.paper`` (the paper's applications), each name in one
+  namespace: none of them is also at fedkrr's top level."""
+  import fedkrr.io
+  import fedkrr.paper
+  io = {n for n in dir(fedkrr.io) if not n.startswith("_")}
+  paper = {n for n in dir(fedkrr.paper) if not n.startswith("_")}
+  assert {"NpzError", "ReadError", "WriteError", "atomic_savefig", "atomic_savez", "atomic_write",
+          "check_output", "exits_on_signals", "parse_json", "read_bytes", "read_json", "read_npz",
+          "savez_bytes", "write_files"} <= io
+  assert {"CheckRow", "checks_table", "closed_form_demo", "failed_checks", "run_checks",
+          "write_checks", "search_claim", "toy_experiment", "rate_curves"} <= paper
+  top = {n for n in dir(fedkrr) if not n.startswith("_")}
+  assert not (io | paper) & top - {"TYPE_CHECKING"}, sorted((io | paper) & top)
+  assert {"io", "paper", "load_problem", "save_problem", "synthetic_regression"} <= top
+  for name in sorted(io):
+    getattr(fedkrr.io, name)
+  for name in sorted(paper):
+    getattr(fedkrr.paper, name)

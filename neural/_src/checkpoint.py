@@ -49,12 +49,12 @@ from typing import cast
 
 import numpy as np
 
-from fedkrr import NpzError
-from fedkrr import ReadError
-from fedkrr import atomic_write
-from fedkrr import parse_json
-from fedkrr import read_npz
-from fedkrr import savez_bytes
+from fedkrr.io import NpzError
+from fedkrr.io import ReadError
+from fedkrr.io import atomic_write
+from fedkrr.io import parse_json
+from fedkrr.io import read_npz
+from fedkrr.io import savez_bytes
 
 FORMAT = "neural-checkpoint/2"
 FORMATS = ("neural-checkpoint/1", FORMAT)   # /1 named types as module:Name; read the same way

@@ -28,10 +28,10 @@ import typing
 from typing import Any
 from typing import cast
 
-from fedkrr import ReadError
 from fedkrr import __version__
-from fedkrr import exits_on_signals
-from fedkrr import parse_json
+from fedkrr.io import ReadError
+from fedkrr.io import exits_on_signals
+from fedkrr.io import parse_json
 from neural._src.choices import MAIN_JOB_PARTS
 from neural._src.config import ExperimentConfig
 from neural._src.config import RunConfig
@@ -526,7 +526,7 @@ def _demo(args: argparse.Namespace) -> int:
   import jax
 
   from fedkrr import avoid_cpu_eigh_deadlock
-  from fedkrr import check_output
+  from fedkrr.io import check_output
   from neural._src.report import MainJobSettings  # deferred: JAX, Flax, fedkrr's closed forms
   from neural._src.report import run_main_job  # deferred: as above
 

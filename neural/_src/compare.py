@@ -94,11 +94,11 @@ import numpy as np
 
 import fedkrr
 from fedkrr import FederatedProblem
-from fedkrr import atomic_savefig
-from fedkrr import atomic_write
-from fedkrr import figure_bytes
 from fedkrr import pytree_dataclass
-from fedkrr import write_files
+from fedkrr.io import atomic_savefig
+from fedkrr.io import atomic_write
+from fedkrr.io import figure_bytes
+from fedkrr.io import write_files
 from neural._src.config import FOREST
 from neural._src.config import KD_PROTOCOLS
 from neural._src.config import ExperimentConfig

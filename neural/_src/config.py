@@ -38,8 +38,8 @@ from typing import Self
 
 from fedkrr import BASELINES
 from fedkrr import PROTOCOLS
-from fedkrr import ReadError
-from fedkrr import parse_json
+from fedkrr.io import ReadError
+from fedkrr.io import parse_json
 from neural._src.choices import AGENT_BATCHING
 from neural._src.choices import AUGMENTS
 from neural._src.choices import LOSSES

@@ -37,11 +37,11 @@ import zlib
 
 import numpy as np
 
-from fedkrr import ReadError
-from fedkrr import available_memory
-from fedkrr import format_size
-from fedkrr import open_regular
-from fedkrr import read_bytes
+from fedkrr.io import ReadError
+from fedkrr.io import available_memory
+from fedkrr.io import format_size
+from fedkrr.io import open_regular
+from fedkrr.io import read_bytes
 
 DATASETS = ("digits", "mnist-subset", "mnist", "cifar10", "cinic10", "synthetic")
 

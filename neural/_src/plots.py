@@ -29,7 +29,7 @@ import textwrap
 from typing import Any
 
 from fedkrr import __version__
-from fedkrr import atomic_savefig
+from fedkrr.io import atomic_savefig
 from neural._src.paper_units import default_accuracy
 from neural._src.paper_units import in_units
 from neural._src.paper_units import unfinished_steps

@@ -32,10 +32,10 @@ from matplotlib.figure import Figure
 import numpy as np
 
 import fedkrr
-from fedkrr import atomic_savefig
-from fedkrr import atomic_write
-from fedkrr import read_bytes
-from fedkrr import read_json
+from fedkrr.io import atomic_savefig
+from fedkrr.io import atomic_write
+from fedkrr.io import read_bytes
+from fedkrr.io import read_json
 from neural._src.choices import MAIN_JOB_PARTS
 from neural._src.compare import MIN_FIT_ROUNDS
 from neural._src.compare import compare
@@ -170,22 +170,23 @@ def _report(settings, sections, readings, timings, total, cost) -> str:
 
 def _verify(out: Path, settings: MainJobSettings, progress: bool):
   out.mkdir(parents=True, exist_ok=True)
-  rows = fedkrr.run_checks(seeds=(settings.seed,), only=settings.verify_only,
+  rows = fedkrr.paper.run_checks(seeds=(settings.seed,), only=settings.verify_only,
                            progress=progress, quick=True)
-  fedkrr.write_checks(rows, out / "verify.json")
-  failed = fedkrr.failed_checks(rows)
+  fedkrr.paper.write_checks(rows, out / "verify.json")
+  failed = fedkrr.paper.failed_checks(rows)
   findings = [r for r in rows if r.kind == "claim" and not r.holds]
   held = len(rows) - len(failed) - len(findings)
   section = (f"Each statement on its smallest instance, seed {settings.seed} "
              f"(`fedkrr verify` checks two sizes and two seeds). An *identity* is algebra the "
              f"toolkit relies on (a failure is a bug); a *claim* is the paper's statement "
              f"(a failure is a finding about the paper).\n\n"
-             f"{fedkrr.checks_table(rows)}\n\nRows: [verify/verify.json](verify/verify.json).")
+             f"{fedkrr.paper.checks_table(rows)}\n\n"
+             f"Rows: [verify/verify.json](verify/verify.json).")
   reading = [f"**Propositions**: {held} of {len(rows)} statements hold on these instances; "
              f"{len(failed)} identities failed"
              + (f"; claims that do not hold as printed: "
                 f"{', '.join(r.id for r in findings)}" if findings else "") + "."]
-  searched = fedkrr.known_findings()
+  searched = fedkrr.paper.known_findings()
   broken = [r for r in searched if not r.holds]
   if broken:
     section += "\n\n" + _counterexamples(broken)
@@ -203,22 +204,22 @@ def _counterexamples(broken) -> str:
            "the catalogue, bandwidths and ridges over decades, 1-20 dimensions, shared to "
            "disjoint data), shrunk, and confirmed by literal rounds. The residual is "
            "recomputed now from the saved problem file; `fedkrr run --problem` replays it "
-           "(the files are in `fedkrr.findings_dir()`).",
+           "(the files are in `fedkrr.paper.findings_dir()`).",
            "",
            "| claim | counterexample | residual now | tolerance |",
            "| --- | --- | --- | --- |"]
   for r in broken:
     text = r.description.split("; replayed by")[0].replace("|", "\\|")
-    lines.append(f"| {r.claim} | {text} | {fedkrr.recheck_finding(r):.6g} | "
+    lines.append(f"| {r.claim} | {text} | {fedkrr.paper.recheck_finding(r):.6g} | "
                  f"{r.tolerance:.3g} |")
   return "\n".join(lines)
 
 
 def _toy(out: Path, settings: MainJobSettings, progress: bool):
-  result = fedkrr.toy_experiment(jax.random.key(settings.seed),
-                                 fedkrr.ToyConfig(rounds=settings.toy_rounds))
-  fedkrr.write_toy(result, out)
-  lines = fedkrr.toy_summary(result)
+  result = fedkrr.paper.toy_experiment(jax.random.key(settings.seed),
+                                 fedkrr.paper.ToyConfig(rounds=settings.toy_rounds))
+  fedkrr.paper.write_toy(result, out)
+  lines = fedkrr.paper.toy_summary(result)
   section = ("Linear regression (d = 100, n = 150, 60 % of the points with agent 0): the "
              "loss on all n training points per round, as in the paper's figure; the dashed "
              "line is the centralised model.\n\n"
@@ -251,7 +252,7 @@ def _spread(values: list[float]) -> str:
 
 
 def _closed_forms(out: Path, settings: MainJobSettings, progress: bool):
-  fedkrr.closed_form_demo(str(out), rounds=settings.rounds, seed=settings.seed)
+  fedkrr.paper.closed_form_demo(str(out), rounds=settings.rounds, seed=settings.seed)
   summary = read_json(out / "summary.json", "closed-form summary")
   table = read_bytes(out / "summary.md", 2**24, "closed-form table").decode("utf-8")
   worst = max(r["max_rel_gap"] for r in summary["protocols"])

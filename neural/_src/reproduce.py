@@ -39,8 +39,8 @@ from typing import Any
 from matplotlib.figure import Figure
 import numpy as np
 
-from fedkrr import atomic_savefig
-from fedkrr import atomic_write
+from fedkrr.io import atomic_savefig
+from fedkrr.io import atomic_write
 from neural._src.authors import control_checks
 from neural._src.claims import Check
 from neural._src.claims import evaluate

@@ -50,15 +50,15 @@ from typing import Any
 
 import numpy as np
 
-from fedkrr import ReadError
-from fedkrr import WriteError
-from fedkrr import atomic_write
-from fedkrr import available_memory
-from fedkrr import check_output
-from fedkrr import commit
-from fedkrr import parse_json
-from fedkrr import read_bytes
-from fedkrr import read_json
+from fedkrr.io import ReadError
+from fedkrr.io import WriteError
+from fedkrr.io import atomic_write
+from fedkrr.io import available_memory
+from fedkrr.io import check_output
+from fedkrr.io import commit
+from fedkrr.io import parse_json
+from fedkrr.io import read_bytes
+from fedkrr.io import read_json
 from neural._src.checkpoint import CheckpointError
 from neural._src.checkpoint import load_checkpoint_entries
 from neural._src.checkpoint import read_checkpoint

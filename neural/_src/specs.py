@@ -33,11 +33,11 @@ from pathlib import Path
 from typing import Any
 from typing import cast
 
-from fedkrr import ReadError
-from fedkrr import WriteError
-from fedkrr import atomic_write
-from fedkrr import check_output
-from fedkrr import read_json
+from fedkrr.io import ReadError
+from fedkrr.io import WriteError
+from fedkrr.io import atomic_write
+from fedkrr.io import check_output
+from fedkrr.io import read_json
 from neural._src.config import ConfigError
 from neural._src.config import ExperimentConfig
 from neural._src.config import RunConfig

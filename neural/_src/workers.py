@@ -36,9 +36,9 @@ from typing import IO
 from typing import Any
 from typing import cast
 
-from fedkrr import before_exit
-from fedkrr import end_process
-from fedkrr import signals_exit
+from fedkrr.io import before_exit
+from fedkrr.io import end_process
+from fedkrr.io import signals_exit
 from neural._src.config import ConfigError
 from neural._src.config import RunConfig
 from neural._src.data import DataError

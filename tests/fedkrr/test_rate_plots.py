@@ -20,7 +20,7 @@ def clusters():
 
 @pytest.fixture(scope="module")
 def curves(clusters):
-  return fedkrr.rate_curves(clusters, ridge=1e-2, mixing=0.0, ridges=np.logspace(-4, 0, 9),
+  return fedkrr.paper.rate_curves(clusters, ridge=1e-2, mixing=0.0, ridges=np.logspace(-4, 0, 9),
                             ratios=RATIOS, mixings=np.linspace(0.0, 1.0, 6),
                             separations=np.linspace(0.0, 6.0, 7))
 
@@ -42,7 +42,7 @@ def test_trend_2_symmetric_mismatch_is_slowest_at_ratio_one(seed, mixing):
   """Prop. IV, second trend: with the geometric mean of the bandwidths fixed, rho is
   maximal for the shared kernel (ratio 1) and falls on both sides."""
   problem = fedkrr.TwoClusters.draw(seed, 50).problem(mixing, 1e-2)
-  rho = np.asarray(fedkrr.sweep_kernel_mismatch(problem, np.asarray(RATIOS)))
+  rho = np.asarray(fedkrr.paper.sweep_kernel_mismatch(problem, np.asarray(RATIOS)))
   assert int(np.argmax(rho)) == RATIOS.index(1.0), rho
   assert np.all(np.diff(rho[:3]) > 0) and np.all(np.diff(rho[2:]) < 0), rho
 
@@ -77,7 +77,7 @@ def test_trend_3_rho_increases_with_mixing(curves):
 
 def test_plot_rate_curves_draws_the_sweeps(curves, tmp_path):
   path = tmp_path / "curves.png"
-  fig = fedkrr.plot_rate_curves(curves, path=path)
+  fig = fedkrr.paper.plot_rate_curves(curves, path=path)
   assert _png(path)
   ax_c, ax_r, ax_p, ax_s = fig.axes
   assert [ax.get_xscale() for ax in fig.axes] == ["log", "log", "linear", "linear"]
@@ -101,7 +101,7 @@ def test_plot_rate_heatmap(clusters, tmp_path):
   # Along c (the first trend) on every row of the grid.
   assert np.all(np.diff(grid, axis=0) < 0), grid
   path = tmp_path / "heat.png"
-  fig = fedkrr.plot_rate_heatmap(grid, ridges, mixings, path=path)
+  fig = fedkrr.paper.plot_rate_heatmap(grid, ridges, mixings, path=path)
   assert _png(path)
   ax, bar = fig.axes
   assert ax.get_xscale() == "log" and "c" in ax.get_xlabel() and "mixing" in ax.get_ylabel()
@@ -112,13 +112,13 @@ def test_plot_rate_heatmap(clusters, tmp_path):
   left, right = ax.get_xlim()
   assert left < ridges[0] < ridges[-1] < right
   assert np.isclose(np.sqrt(left * 10 ** (-2.5)), ridges[0])
-  log_fig = fedkrr.plot_rate_heatmap(grid, ridges, mixings, log_scale=True)
+  log_fig = fedkrr.paper.plot_rate_heatmap(grid, ridges, mixings, log_scale=True)
   assert isinstance(log_fig.axes[0].collections[0].norm, LogNorm)
 
 
 def test_plot_rate_heatmap_rejects_mismatched_shapes():
   with pytest.raises(ValueError, match="grid: expected shape \\(4, 3\\)"):
-    fedkrr.plot_rate_heatmap(np.zeros((3, 4)), np.logspace(-3, 0, 4), np.linspace(0, 1, 3))
+    fedkrr.paper.plot_rate_heatmap(np.zeros((3, 4)), np.logspace(-3, 0, 4), np.linspace(0, 1, 3))
 
 
 def test_sweep_kernel_mismatch_needs_an_rbf_kernel():
@@ -126,7 +126,7 @@ def test_sweep_kernel_mismatch_needs_an_rbf_kernel():
   problem = fedkrr.make_problem([rng.normal(size=(4, 2)), rng.normal(size=(3, 2))],
                                 [rng.normal(size=4), rng.normal(size=3)], fedkrr.Linear(), 0.1)
   with pytest.raises(ValueError, match="expected an RBF kernel"):
-    fedkrr.sweep_kernel_mismatch(problem, np.ones(2))
+    fedkrr.paper.sweep_kernel_mismatch(problem, np.ones(2))
 
 
 def test_akd_decays_at_the_predicted_rate(clusters, x64):
@@ -134,20 +134,20 @@ def test_akd_decays_at_the_predicted_rate(clusters, x64):
   problem = clusters.problem(0.0, 1e-2)
   x_eval = problem.pooled_x()
   rounds = 80
-  norms, rho = fedkrr.akd_decay(problem, rounds, x_eval)
+  norms, rho = fedkrr.paper.akd_decay(problem, rounds, x_eval)
   assert norms.shape == (rounds,) and 0.0 < rho < 1.0
   t = np.arange(rounds)
   even_late = (t % 2 == 0) & (t >= rounds // 2)
   slope = np.polyfit(t[even_late], np.log(norms[even_late]), 1)[0]
   assert abs(slope - np.log(rho) / 2) < 1e-3 * abs(np.log(rho)), (slope, np.log(rho) / 2)
-  fig = fedkrr.plot_akd_decay(problem, rounds, x_eval)
+  fig = fedkrr.paper.plot_akd_decay(problem, rounds, x_eval)
   measured, predicted = fig.axes[0].lines
   np.testing.assert_allclose(measured.get_ydata(), np.log(norms))
   np.testing.assert_allclose(np.diff(predicted.get_ydata()), np.log(rho) / 2)
 
 
 def test_degradation_report_writes_figures_and_numbers(tmp_path):
-  report = fedkrr.degradation_report(1, tmp_path / "rates", points_per_agent=20, grid_size=3)
+  report = fedkrr.paper.degradation_report(1, tmp_path / "rates", points_per_agent=20, grid_size=3)
   assert set(report.paths) == {"curves", "heatmap", "numbers"}
   assert _png(report.paths["curves"]) and _png(report.paths["heatmap"])
   with open(report.paths["numbers"]) as f:

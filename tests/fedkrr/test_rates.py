@@ -277,7 +277,7 @@ def test_kernel_sweeps_start_each_ratio_from_the_last(x64):
   clusters = fedkrr.TwoClusters.draw(2, 130)
   problem = clusters.problem(0.3, 1e-2)
   ratios = jnp.asarray([0.5, 0.8, 1.0, 1.6])
-  swept = np.asarray(fedkrr.sweep_kernel_mismatch(problem, ratios))
+  swept = np.asarray(fedkrr.paper.sweep_kernel_mismatch(problem, ratios))
   dense = [float(fedkrr.degradation_rate(fedkrr_plots._mismatched(problem, r), method="dense"))
            for r in ratios]
   np.testing.assert_allclose(swept, dense, rtol=0, atol=1e-10)

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 import fedkrr
-from fedkrr import NpzError
-from fedkrr import ReadError
 from fedkrr._src.cli import main
 from fedkrr._src.io import files
+from fedkrr.io import NpzError
+from fedkrr.io import ReadError
 
 
 def _npy(shape, dtype="<f8", data=b""):
@@ -46,13 +46,13 @@ def _zip(path, members, compress=zipfile.ZIP_STORED):
 ])
 def test_json_is_bounded_and_finite(text, message):
   with pytest.raises(ReadError, match=message) as info:
-    fedkrr.parse_json(text, "config.json")
+    fedkrr.io.parse_json(text, "config.json")
   assert str(info.value).startswith("config.json: ") and "\n" not in str(info.value)
 
 
 def test_brackets_inside_strings_do_not_count_as_nesting():
   text = json.dumps({"note": "[" * 500, "x": [[1]]})
-  assert fedkrr.parse_json(text, "f")["x"] == [[1]]
+  assert fedkrr.io.parse_json(text, "f")["x"] == [[1]]
 
 
 def test_only_regular_files_are_read(tmp_path):
@@ -60,27 +60,27 @@ def test_only_regular_files_are_read(tmp_path):
   os.mkfifo(fifo)   # opening it for reading would wait for a writer forever
   result = []
   reader = threading.Thread(target=lambda: result.append(
-      pytest.raises(ReadError, fedkrr.read_json, fifo)), daemon=True)
+      pytest.raises(ReadError, fedkrr.io.read_json, fifo)), daemon=True)
   reader.start()
   reader.join(timeout=10)
   assert result and "a FIFO, not a regular file" in str(result[0].value)
   with pytest.raises(ReadError, match="a character device"):
-    fedkrr.read_bytes("/dev/zero", 10)
+    fedkrr.io.read_bytes("/dev/zero", 10)
   with pytest.raises(ReadError, match="a directory"):
-    fedkrr.read_json(tmp_path)
+    fedkrr.io.read_json(tmp_path)
   with pytest.raises(ReadError, match="no such file"):
-    fedkrr.read_json(tmp_path / "missing.json")
+    fedkrr.io.read_json(tmp_path / "missing.json")
   loop = tmp_path / "loop"
   loop.symlink_to(loop)
   with pytest.raises(ReadError, match="symbolic link loop"):
-    fedkrr.read_json(loop)
+    fedkrr.io.read_json(loop)
 
 
 def test_a_file_over_its_limit_is_refused_unread(tmp_path):
   big = tmp_path / "big.json"
   big.write_text("[" + "0," * 1000 + "0]")
   with pytest.raises(ReadError, match="more than the 100 B"):
-    fedkrr.read_json(big, limit=100)
+    fedkrr.io.read_json(big, limit=100)
 
 
 # ---------------------------------------------------------------------------- .npz
@@ -90,7 +90,7 @@ def test_npz_round_trip_keeps_arrays(tmp_path):
   arrays = {"a": np.arange(6.0).reshape(2, 3), "b": np.asfortranarray(np.ones((3, 2), np.int32)),
             "s": np.asarray('{"name": "rbf"}'), "e": np.zeros((0, 4))}
   np.savez_compressed(tmp_path / "x.npz", **arrays)
-  back = fedkrr.read_npz(tmp_path / "x.npz")
+  back = fedkrr.io.read_npz(tmp_path / "x.npz")
   assert set(back) == set(arrays)
   for k, v in arrays.items():
     assert back[k].dtype == v.dtype and back[k].shape == v.shape
@@ -101,7 +101,7 @@ def test_a_member_declaring_more_than_it_holds_is_refused_before_its_data(tmp_pa
   """The header says 10^12 x 10 float64 (80 TB): refused from the header, no allocation."""
   path = _zip(tmp_path / "p.npz", {"x_0.npy": _npy((10**12, 10), data=b"\0" * 80)})
   with pytest.raises(NpzError, match=r"x_0: its header declares shape \(1000000000000, 10\)"):
-    fedkrr.read_npz(path)
+    fedkrr.io.read_npz(path)
 
 
 def test_a_member_that_would_inflate_past_the_limit_is_refused_uninflated(tmp_path):
@@ -116,26 +116,26 @@ def test_a_member_that_would_inflate_past_the_limit_is_refused_uninflated(tmp_pa
         member.write(chunk)
   assert path.stat().st_size < 2**20
   with pytest.raises(NpzError, match="more than the 16 MiB allowed"):
-    fedkrr.read_npz(path, limit=16 * 2**20)
+    fedkrr.io.read_npz(path, limit=16 * 2**20)
 
   def check(headers):
     shape, _ = headers["x_0"]
     raise ValueError(f"x_0: expected at most 10 points, got {shape[0]}")
 
   with pytest.raises(NpzError, match="bomb.npz: x_0: expected at most 10 points, got 8388608"):
-    fedkrr.read_npz(path, check=check)
+    fedkrr.io.read_npz(path, check=check)
 
 
 def test_a_member_holding_python_objects_or_another_format_is_refused(tmp_path):
   np.savez(tmp_path / "o.npz", a=np.array([{"x": 1}], dtype=object))
   with pytest.raises(NpzError, match="a holds Python objects"):
-    fedkrr.read_npz(tmp_path / "o.npz")
+    fedkrr.io.read_npz(tmp_path / "o.npz")
   _zip(tmp_path / "t.npz", {"readme.txt": b"hello"})
   with pytest.raises(NpzError, match="is not a .npy array"):
-    fedkrr.read_npz(tmp_path / "t.npz")
+    fedkrr.io.read_npz(tmp_path / "t.npz")
   (tmp_path / "cut.npz").write_bytes((tmp_path / "o.npz").read_bytes()[:50])
   with pytest.raises(NpzError, match="cut.npz: not an .npz archive"):
-    fedkrr.read_npz(tmp_path / "cut.npz")
+    fedkrr.io.read_npz(tmp_path / "cut.npz")
 
 
 def test_a_problem_file_with_inconsistent_sizes_is_refused_from_its_headers(tmp_path, capsys):
@@ -169,8 +169,8 @@ def test_outputs_are_checked_before_any_work(tmp_path, kind, message):
   else:
     out = tmp_path / "link"
     out.symlink_to(tmp_path / ("nowhere" if kind == "dangling" else "link"))
-  with pytest.raises(fedkrr.WriteError, match=message):
-    fedkrr.check_output(out, "--out", directory=True)
+  with pytest.raises(fedkrr.io.WriteError, match=message):
+    fedkrr.io.check_output(out, "--out", directory=True)
 
 
 def test_search_out_under_a_regular_file_is_refused_at_once(tmp_path, capsys):
@@ -194,7 +194,7 @@ def test_a_set_of_files_is_written_all_or_none(tmp_path, monkeypatch):
     return real(fd)
 
   monkeypatch.setattr(files.os, "fsync", full_disk)
-  with pytest.raises(fedkrr.WriteError, match=r"cannot write .*b\.txt: No space left"):
-    fedkrr.write_files({tmp_path / "a.txt": "new a", tmp_path / "b.txt": "new b"})
+  with pytest.raises(fedkrr.io.WriteError, match=r"cannot write .*b\.txt: No space left"):
+    fedkrr.io.write_files({tmp_path / "a.txt": "new a", tmp_path / "b.txt": "new b"})
   assert (tmp_path / "a.txt").read_text() == "old a" and (tmp_path / "b.txt").read_text() == "old b"
   assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt", "b.txt"]

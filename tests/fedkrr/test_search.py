@@ -23,23 +23,23 @@ def test_every_claim_of_verify_has_a_search_with_its_id():
 
 
 def test_shipped_findings_cover_every_claim_and_their_counterexamples_still_break(x64):
-  found = {r.claim: r for r in fedkrr.known_findings()}
+  found = {r.claim: r for r in fedkrr.paper.known_findings()}
   assert set(found) == set(search.search_ids())
   for claim, result in found.items():
     assert result.holds == (result.counterexample is None), claim
     if result.holds:
       continue
     spec = BY_ID[claim]
-    problem, x_eval = load_problem(fedkrr.findings_dir() / result.counterexample)
+    problem, x_eval = load_problem(fedkrr.paper.findings_dir() / result.counterexample)
     value = float(spec.residual(problem, x_eval))
     assert value > spec.tolerance, claim
     assert search.confirms(value, float(spec.replay(problem, x_eval)), spec.tolerance), claim
 
 
 def test_verify_rows_say_what_the_search_found():
-  rows = fedkrr.run_checks(seeds=(0,), only="prop5-finite-sums", quick=True)
+  rows = fedkrr.paper.run_checks(seeds=(0,), only="prop5-finite-sums", quick=True)
   assert rows[0].search == "counterexample (prop5-finite-sums.npz)"
-  assert "counterexample (prop5-finite-sums.npz)" in fedkrr.checks_table(rows)
+  assert "counterexample (prop5-finite-sums.npz)" in fedkrr.paper.checks_table(rows)
   assert search.search_note(None) == "not searched"
 
 

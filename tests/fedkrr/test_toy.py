@@ -22,7 +22,7 @@ ROUNDS = 250  # the paper's number of rounds
 def result():
   if not jax.config.read("jax_enable_x64"):
     pytest.skip("needs float64 (JAX_ENABLE_X64=0)")
-  return fedkrr.toy_experiment(jax.random.key(0), fedkrr.ToyConfig(rounds=ROUNDS))
+  return fedkrr.paper.toy_experiment(jax.random.key(0), fedkrr.paper.ToyConfig(rounds=ROUNDS))
 
 
 def _panel(result, name):
@@ -101,35 +101,35 @@ def test_sorting_by_b_does_not_change_the_akd_rate(x64):
   # (spectral radius of its two-round operator) is the same for "same" and "different" data
   # to within 1%; the paper's "data heterogeneity speeds up degradation" (Fig. 4, MNIST)
   # does not show in this toy.
-  cfg = fedkrr.ToyConfig()
-  data = fedkrr.toy_data(jax.random.key(0), cfg)
-  rho = {p.split: float(fedkrr.limit(fedkrr.toy_problem(data, p, cfg), "akd", data.a)
+  cfg = fedkrr.paper.ToyConfig()
+  data = fedkrr.paper.toy_data(jax.random.key(0), cfg)
+  rho = {p.split: float(fedkrr.limit(fedkrr.paper.toy_problem(data, p, cfg), "akd", data.a)
                         .spectral_radius) for p in cfg.panels[:2]}
   assert 0.9 < rho["same"] < 1
   assert abs(rho["same"] - rho["different"]) <= 0.01 * rho["same"], rho
 
 
 def test_splits(x64):
-  cfg = fedkrr.ToyConfig()
-  data = fedkrr.toy_data(jax.random.key(3), cfg)
+  cfg = fedkrr.paper.ToyConfig()
+  data = fedkrr.paper.toy_data(jax.random.key(3), cfg)
   assert sorted(np.asarray(data.orders["same"]).tolist()) == list(range(150))
   np.testing.assert_allclose(data.b, data.a @ data.x_star, rtol=1e-12)  # noise = 0
-  diff = fedkrr.toy_problem(data, cfg.panels[1], cfg)
+  diff = fedkrr.paper.toy_problem(data, cfg.panels[1], cfg)
   assert diff.sizes == (90, 60)
   assert float(diff.ys[0].max()) <= float(diff.ys[1].min())  # agent 0: the smallest b
 
 
 def test_deterministic_under_the_seed(x64):
-  cfg = fedkrr.ToyConfig(rounds=4)
-  r1, r2 = (fedkrr.toy_experiment(jax.random.key(7), cfg) for _ in range(2))
-  r3 = fedkrr.toy_experiment(8, cfg)  # an int seed is turned into a key
+  cfg = fedkrr.paper.ToyConfig(rounds=4)
+  r1, r2 = (fedkrr.paper.toy_experiment(jax.random.key(7), cfg) for _ in range(2))
+  r3 = fedkrr.paper.toy_experiment(8, cfg)  # an int seed is turned into a key
   for name in ("akd", "avgkd", "ekd", "central", "local"):
     np.testing.assert_array_equal(getattr(r1, name), getattr(r2, name))
   assert not np.allclose(r1.central, r3.central)
 
 
 def test_float32_runs():
-  result = fedkrr.toy_experiment(0, fedkrr.ToyConfig(rounds=3), dtype=np.float32)
+  result = fedkrr.paper.toy_experiment(0, fedkrr.paper.ToyConfig(rounds=3), dtype=np.float32)
   assert result.ekd.dtype == np.float32 and result.akd.shape == (3, 2, 3)
   assert np.all(np.isfinite(np.asarray(result.ekd)))
 
@@ -137,16 +137,16 @@ def test_float32_runs():
 @pytest.mark.parametrize("changes, message", [
     (dict(rounds=0), "rounds: expected an integer >= 1"),
     (dict(fraction=1.0), "both agents need points"),
-    (dict(panels=(fedkrr.ToyPanel("x", "sorted", 1.0),)), "split of 'x' must be one of"),
-    (dict(panels=(fedkrr.ToyPanel("x", "same", -1.0),)), "ridge of 'x' must be >= 0"),
+    (dict(panels=(fedkrr.paper.ToyPanel("x", "sorted", 1.0),)), "split of 'x' must be one of"),
+    (dict(panels=(fedkrr.paper.ToyPanel("x", "same", -1.0),)), "ridge of 'x' must be >= 0"),
 ])
 def test_bad_config(changes, message):
   with pytest.raises(ValueError, match=message):
-    fedkrr.toy_experiment(0, dataclasses.replace(fedkrr.ToyConfig(), **changes))
+    fedkrr.paper.toy_experiment(0, dataclasses.replace(fedkrr.paper.ToyConfig(), **changes))
 
 
 def test_write_toy(result, tmp_path):
-  paths = fedkrr.write_toy(result, tmp_path / "out")
+  paths = fedkrr.paper.write_toy(result, tmp_path / "out")
   for kind in ("png", "pdf", "csv", "config"):
     assert (tmp_path / "out" / f"toy.{kind}" if kind != "config"
             else tmp_path / "out" / "toy_config.json").stat().st_size > 0, kind

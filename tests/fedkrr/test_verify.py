@@ -82,7 +82,7 @@ def test_pkd_mean_rows_hold_on_the_seeded_instances_and_only_the_shared_one_is_p
   assert [r.id for r in rows] == ["pkd-mean-shared", "pkd-mean-different"]
   assert all(r.kind == "claim" and r.holds and r.residual < 1e-3 for r in rows)
   # the search held the shared statement and broke the different-kernel one
-  found = {r.claim: r for r in fedkrr.known_findings()}
+  found = {r.claim: r for r in fedkrr.paper.known_findings()}
   assert found["pkd-mean-shared"].holds and not found["pkd-mean-different"].holds
   assert rows[0].search == f"held on {found['pkd-mean-shared'].searched} searched"
   assert rows[1].search == "counterexample (pkd-mean-different.npz)"

@@ -6,7 +6,7 @@ within a second or two of the signal:
 
 * one line on stderr (``fedkrr: interrupted by SIGINT; ...``), and exit status
   128 + the signal's number: 130 for SIGINT, 143 for SIGTERM;
-* nothing half-written: the temporary files of :func:`fedkrr.atomic_write` that
+* nothing half-written: the temporary files of :func:`fedkrr.io.atomic_write` that
   are being written are removed, and a :func:`commit` (renaming a set of files
   into place, appending a round's metrics with its checkpoint) is finished
   before the process ends;

@@ -138,10 +138,10 @@ def rate_curves(clusters: rates.TwoClusters, ridge: float = 1e-2, mixing: float 
     A :class:`RateCurves`.
 
   Example:
-    >>> curves = fedkrr.rate_curves(fedkrr.TwoClusters.draw(0, 20))
+    >>> curves = fedkrr.paper.rate_curves(fedkrr.TwoClusters.draw(0, 20))
     >>> bool(np.all(np.diff(curves.rho_ridge) < 0))   # more regularisation, faster decay
     True
-    >>> fig = fedkrr.plot_rate_curves(curves)   # pass path="rates.png" to write it
+    >>> fig = fedkrr.paper.plot_rate_curves(curves)   # pass path="rates.png" to write it
   """
   base = clusters.problem(mixing, ridge)
   as_np = lambda a: np.asarray(a, dtype=np.float64)  # noqa: E731
@@ -378,7 +378,7 @@ def degradation_report(seed: int, out_dir: str | os.PathLike, points_per_agent: 
   Example:
     >>> import os, tempfile
     >>> out = tempfile.mkdtemp()
-    >>> report = fedkrr.degradation_report(0, out, points_per_agent=10, grid_size=3)
+    >>> report = fedkrr.paper.degradation_report(0, out, points_per_agent=10, grid_size=3)
     >>> sorted(os.listdir(out))
     ['rate_curves.png', 'rate_heatmap.png', 'rates.json']
   """

@@ -269,7 +269,7 @@ def toy_experiment(key: Array | int, config: ToyConfig = ToyConfig(), dtype=None
 
   Example:
     >>> jax.config.update("jax_enable_x64", True)   # in your entry point
-    >>> result = fedkrr.toy_experiment(jax.random.key(0))
+    >>> result = fedkrr.paper.toy_experiment(jax.random.key(0))
     >>> bool(jnp.allclose(result.ekd[:, -1], result.central, rtol=1e-3))   # EKD reaches central
     True
   """
@@ -397,7 +397,7 @@ def write_toy(result: ToyResult, out_dir: str | os.PathLike, seed: int | None = 
               ) -> dict[str, str]:
   """Writes toy.png, toy.pdf (the figure), toy.csv (:func:`toy_rows`) and toy_config.json.
 
-  The four files are written as one set (``fedkrr.write_files``): all of them or,
+  The four files are written as one set (``fedkrr.io.write_files``): all of them or,
   on an error such as a full disk, none (the previous files stay).
 
   Args:

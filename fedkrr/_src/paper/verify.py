@@ -423,7 +423,7 @@ def checks_table(rows: list[CheckRow]) -> str:
 
   "holds here" is the verdict on the instances checked here; the last column says
   what ``fedkrr search`` found over every instance the statement allows
-  (:func:`fedkrr.known_findings`): a claim may hold here and be broken elsewhere.
+  (:func:`fedkrr.paper.known_findings`): a claim may hold here and be broken elsewhere.
   Residual and tolerance show as many digits as it takes to tell them apart.
   """
   lines = ["| id | statement | source | kind | max residual | tolerance | holds here | "
