@@ -104,7 +104,6 @@ from neural._src.config import KD_PROTOCOLS
 from neural._src.config import ExperimentConfig
 from neural._src.data import one_hot
 from neural._src.experiment import round_key
-from neural._src.experiment import scores
 from neural._src.experiment import train_and_evaluate
 from neural._src.models import MLP
 from neural._src.models import get_model
@@ -113,6 +112,7 @@ from neural._src.run_data import RunData
 from neural._src.run_data import load_run_data
 from neural._src.rundir import read_metrics
 from neural._src.training import init_variables
+from neural._src.training import scores
 
 KERNELS = ("ntk", "nngp", "relu-ntk", "rbf")
 COMPARE_JSON = "compare.json"

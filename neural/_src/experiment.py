@@ -58,9 +58,8 @@ from neural._src.config import FOREST
 from neural._src.config import KD_PROTOCOLS
 from neural._src.config import ExperimentConfig
 from neural._src.data import one_hot
-from neural._src.fedavg import average
-from neural._src.fedavg import check_same_architecture
 from neural._src.fedavg import fedavg
+from neural._src.fedavg import starting_variables
 from neural._src.forest import ForestLearner
 from neural._src.learners import FlaxLearner
 from neural._src.models import get_model
@@ -75,6 +74,7 @@ from neural._src.soft_targets import Teacher
 from neural._src.soft_targets import concrete
 from neural._src.training import TrainConfig
 from neural._src.training import init_variables
+from neural._src.training import scores
 
 
 def build_learners(config: ExperimentConfig, input_shape: tuple[int, ...],
@@ -165,16 +165,8 @@ def make_protocol(config: ExperimentConfig, learners: Sequence[Any]) -> Protocol
   if config.protocol in KD_PROTOCOLS:
     return fedkrr.get_protocol(config.protocol, config.start)
   if config.protocol == "fedavg":
-    check_same_architecture(learners)
-    first = learners[0]
     key = jax.random.split(jax.random.PRNGKey(config.init_seed))[1]
-    if config.fedavg_init == "one":
-      start = init_variables(first.model, key, first.input_shape)
-    else:   # the authors' code: the average of M independent initialisations
-      m = config.agents
-      start = average([init_variables(first.model, k, first.input_shape)
-                       for k in jax.random.split(key, m)], [1 / m] * m)
-    return fedavg(start, config.fedavg_weights)
+    return fedavg(starting_variables(learners, key, config.fedavg_init), config.fedavg_weights)
   return _baseline(config.protocol)
 
 
@@ -185,18 +177,6 @@ def total_rounds(config: ExperimentConfig) -> int:
 
 # ---------------------------------------------------------------------------
 # Metrics
-
-
-def scores(probs: np.ndarray, labels: np.ndarray, targets: np.ndarray,
-           loss: str) -> tuple[float, float]:
-  """``(accuracy, loss)`` of predictions ``probs`` (n, C) against int labels and one-hot targets."""
-  probs = np.asarray(probs, dtype=np.float64)
-  accuracy = float(np.mean(np.argmax(probs, axis=1) == labels))
-  if loss == "mse":
-    value = float(np.mean((probs - targets) ** 2))
-  else:
-    value = float(-np.mean(np.sum(targets * np.log(np.clip(probs, 1e-7, 1.0)), axis=1)))
-  return accuracy, value
 
 
 class _Evaluator:

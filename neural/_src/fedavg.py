@@ -25,6 +25,7 @@ from fedkrr import RoundOutput
 from fedkrr import fit_all
 from neural._src.capabilities import ParameterLearner
 from neural._src.choices import WEIGHTINGS
+from neural._src.training import init_variables
 
 
 class FedAvgError(ValueError):
@@ -72,6 +73,24 @@ def average(trees: Sequence[Any], weights: Sequence[float]) -> Any:
   return jax.tree.map(combine, *trees)
 
 
+
+
+def starting_variables(learners: Sequence[Any], key: jax.Array, init: str = "one") -> Any:
+  """FedAvg's round-0 global variables for learners of one architecture (checked).
+
+  Args:
+    learners: the agents' learners (:func:`check_same_architecture`).
+    key: the PRNG key of the initialisation.
+    init: "one" (one initialisation from ``key``) or "mean" (the average of M
+      initialisations from ``split(key, M)``, as the authors' code starts).
+  """
+  check_same_architecture(learners)
+  first = learners[0]
+  if init == "one":
+    return init_variables(first.model, key, first.input_shape)
+  m = len(learners)
+  return average([init_variables(first.model, k, first.input_shape)
+                  for k in jax.random.split(key, m)], [1 / m] * m)
 
 
 def fedavg(initial_variables: Any, weighting: str = "size") -> Protocol:

@@ -382,6 +382,27 @@ def predict_proba(model: nn.Module, variables: Variables, x: ArrayLike,
   return jnp.concatenate(chunks)[:n]
 
 
+def scores(probs: ArrayLike, labels: ArrayLike, targets: ArrayLike | None,
+           loss: str) -> tuple[float, float]:
+  """``(accuracy, loss)`` of predictions ``probs`` (n, C) against int ``labels`` (n,), in float64.
+
+  ``loss``: "mse", the mean squared error against ``targets`` (n, C) (for kernel
+  predictions too); "ce", the cross-entropy of the labels' probabilities, clipped at
+  1e-7 (``targets`` unused). Every run of ``neural`` scores its test rows with this.
+  """
+  probs = np.asarray(probs, dtype=np.float64)
+  labels = np.asarray(labels)
+  if probs.ndim != 2 or probs.shape[0] != labels.shape[0]:
+    raise ValueError(f"probs: expected shape ({labels.shape[0]}, C), got {probs.shape}")
+  accuracy = float(np.mean(np.argmax(probs, axis=1) == labels))
+  if loss == "mse":
+    return accuracy, float(np.mean((probs - np.asarray(targets)) ** 2))
+  if loss != "ce":
+    raise ValueError(f"loss: expected 'mse' or 'ce', got {loss!r}")
+  picked = np.clip(probs[np.arange(labels.shape[0]), labels], 1e-7, 1.0)
+  return accuracy, float(-np.mean(np.log(picked)))
+
+
 def accuracy(model: nn.Module, variables: Variables, x: ArrayLike, labels: ArrayLike) -> float:
   """The fraction of ``x`` whose most probable class under ``model`` is its int label."""
   probs = np.asarray(predict_proba(model, variables, x))

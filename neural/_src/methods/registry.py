@@ -42,6 +42,7 @@ from neural._src.plots import plot_run
 from neural._src.run_data import load_run_data
 from neural._src.rundir import PLOT_FILE
 from neural._src.rundir import open_run
+from neural._src.training import scores
 
 _REGISTRY: dict[str, Method] = {}
 
@@ -150,13 +151,8 @@ def round_rng(seed: int, t: int) -> jax.Array:
 
 def test_scores(probs: Any, y_test: np.ndarray) -> dict[str, float]:
   """``{"test_accuracy", "test_loss"}`` of probabilities (n, C) vs int labels (loss: CE)."""
-  probs = np.asarray(probs, dtype=np.float64)
-  y_test = np.asarray(y_test)
-  if probs.ndim != 2 or probs.shape[0] != y_test.shape[0]:
-    raise ValueError(f"probs: expected shape ({y_test.shape[0]}, C), got {probs.shape}")
-  picked = np.clip(probs[np.arange(len(y_test)), y_test], 1e-7, 1.0)
-  return {"test_accuracy": float(np.mean(np.argmax(probs, axis=1) == y_test)),
-          "test_loss": float(-np.mean(np.log(picked)))}
+  accuracy, loss = scores(probs, y_test, None, "ce")
+  return {"test_accuracy": accuracy, "test_loss": loss}
 
 
 # ---------------------------------------------------------------------------
