@@ -65,6 +65,7 @@ from fedkrr._src import closed_form
 from fedkrr._src import linalg
 from fedkrr._src.io.files import atomic_savefig
 from fedkrr._src.learner import KRRModel
+from fedkrr._src.metrics import mean_squared_error as _mse
 from fedkrr._src.problem import FederatedProblem
 from fedkrr._src.problem import ProblemError
 from fedkrr._src.problem import check_eval_points
@@ -532,12 +533,6 @@ class CoverageSweep(NamedTuple):
   spectral_radius: Array
   local_mse: Array
   central_mse: Array
-
-
-def _mse(pred: Array, y: Array) -> Array:
-  axes = tuple(range(1, pred.ndim))
-  diff = pred - y[None]
-  return jnp.mean(diff * diff, axis=axes)
 
 
 def coverage_sweep(problem: FederatedProblem, references: Sequence[Array], x_test: ArrayLike,

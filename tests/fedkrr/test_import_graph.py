@@ -94,8 +94,8 @@ def test_the_command_line_defers_at_most_five_imports():
 # mathematics flat in fedkrr/_src/, scale/ above the closed forms, paper/ above all of
 # the library, the command line on top.
 RANKS = {
-    "names": 0, "lazy": 0, "version": 0, "pytree": 0, "io.reading": 0, "io.interrupts": 0,
-    "io.synthetic": 0, "scale.devices": 0, "scale.xla_env": 0,
+    "names": 0, "metrics": 0, "lazy": 0, "version": 0, "pytree": 0, "io.reading": 0,
+    "io.interrupts": 0, "io.synthetic": 0, "scale.devices": 0, "scale.xla_env": 0,
     "io.files": 1, "linalg": 1, "krylov": 1, "scale.memory": 1,
     "nn_kernels": 2, "kernels": 3, "problem": 4,
     "learner": 5, "geometry": 5, "special_cases": 6, "io.problem_io": 5,

@@ -17,13 +17,9 @@ from fedkrr._src.io.files import atomic_write
 from fedkrr._src.io.problem_io import save_problem
 from fedkrr._src.io.synthetic import synthetic_regression
 from fedkrr._src.learner import krr_learners
+from fedkrr._src.metrics import mean_squared_error as _mse
 from fedkrr._src.names import PROTOCOLS
 from fedkrr._src.problem import make_problem
-
-
-def _mse(pred: np.ndarray, target: np.ndarray) -> np.ndarray:
-  """Mean squared error over the evaluation axis (the last axis for vector labels)."""
-  return np.mean((pred - target) ** 2, axis=-1)
 
 
 def closed_form_demo(out_dir: str, rounds: int = 40, seed: int = 0) -> int:

@@ -54,6 +54,7 @@ from fedkrr._src import kernels as kernels_lib
 from fedkrr._src.io.files import atomic_savefig
 from fedkrr._src.io.files import figure_bytes
 from fedkrr._src.io.files import write_files
+from fedkrr._src.metrics import mean_squared_error as _mse
 from fedkrr._src.problem import FederatedProblem
 from fedkrr._src.problem import make_problem
 
@@ -214,11 +215,6 @@ def toy_problem(data: ToyData, panel: ToyPanel, config: ToyConfig = ToyConfig()
   parts = (order[:n0], order[n0:])
   return make_problem([data.a[i] for i in parts], [data.b[i] for i in parts],
                       kernels_lib.Linear(), panel.ridge, dtype=data.a.dtype)
-
-
-def _mse(preds: Array, b: Array) -> Array:
-  """Mean squared error against b over the last axis (the n points)."""
-  return jnp.mean((preds - jnp.broadcast_to(b, preds.shape)) ** 2, axis=-1)
 
 
 @functools.partial(jax.jit, static_argnames=("rounds",))
