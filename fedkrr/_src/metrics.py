@@ -18,5 +18,5 @@ def mean_squared_error(pred: Any, target: Any) -> Any:
   """
   xp = np if isinstance(pred, np.ndarray) and isinstance(target, np.ndarray) else jnp
   axes = tuple(range(pred.ndim - target.ndim, pred.ndim))
-  diff = pred - target
+  diff = pred - xp.broadcast_to(target, pred.shape)   # explicit: no implicit rank promotion
   return xp.mean(diff * diff, axis=axes)
