@@ -496,7 +496,7 @@ def train_loop(loss_fn: Callable[..., Any] | Sequence[Callable[..., Any]], param
   if count == 0:
     return TrainResult(params, opt_state, context)
   if shared_key is None:
-    shared_key = _shared_key(key, stacked=stacked)
+    shared_key = cast(jax.Array, _shared_key(key, stacked=stacked))   # jit's result: untyped
 
   if steps is None:   # epochs is given (checked above)
     steps_per_epoch = int(-(-int(n_valid.max()) // batch_size))

@@ -189,8 +189,10 @@ def shard_blocks(problem: FederatedProblem, mesh: Mesh | None = None,
   n = max(problem.sizes)
   cross, chol, root = _blocks_on_mesh(problem.kernels, problem.pooled_x(), problem.ridge,
                                       sizes=problem.sizes, rtol=rtol, mesh=mesh)
-  labels = np.stack([np.pad(np.asarray(y), ((0, n - y.shape[0]),) + ((0, 0),) * (y.ndim - 1))
-                     for y in problem.ys])
+  ys = [np.asarray(y) for y in problem.ys]
+  labels = np.zeros((m, n) + ys[0].shape[1:], dtype=np.result_type(*ys))   # zero padding
+  for a, y in enumerate(ys):
+    labels[a, :y.shape[0]] = y
   labels = shard_agents(labels, mesh)   # each device receives its own agents' labels only
   return AgentBlocks(cross, chol, root, labels, problem.ridge, mesh, problem.sizes, rtol)
 
