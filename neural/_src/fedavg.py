@@ -19,6 +19,7 @@ from typing import cast
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from fedkrr import Protocol
 from fedkrr import RoundOutput
@@ -63,16 +64,45 @@ def check_same_architecture(learners: Sequence[Any]) -> None:
                         f"{type(first.model).__name__} (or other settings)")
 
 
-def average(trees: Sequence[Any], weights: Sequence[float]) -> Any:
-  """``sum_k weights[k] * trees[k]`` leaf by leaf (float32 leaves stay float32)."""
-  def combine(*leaves):
-    out = jnp.zeros_like(leaves[0])
-    for w, leaf in zip(weights, leaves):
-      out = out + jnp.asarray(w, dtype=leaf.dtype) * leaf
+def average(stacked: Any, weights: Sequence[float] | np.ndarray) -> Any:
+  """The server's average ``sum_k weights[k] * stacked[k]``, leaf by leaf.
+
+  The one FedAvg average of the project (FedAvg here, MHD's and representation
+  sharing's FedAvg baselines).
+
+  Args:
+    stacked: a pytree whose leaves hold the M agents' parameters stacked on a
+      leading axis, shape ``(M, ...)``.
+    weights: M finite non-negative weights (``N_a / N`` or ``1 / M``).
+
+  Returns:
+    The averaged pytree (leaves of the stacked leaves' shapes without the agent
+    axis, and their dtypes). The sum runs agent by agent in each leaf's dtype,
+    one rounded product and one rounded sum per agent (``out + w_k * x_k``, as
+    McMahan et al. write it), op by op rather than in one fused program, so that
+    the order of the sum is fixed.
+  """
+  w = np.asarray(weights, np.float64)
+  leaves = jax.tree.leaves(stacked)
+  if w.ndim != 1 or not np.all(np.isfinite(w)) or np.any(w < 0):
+    raise FedAvgError(f"weights: expected a vector of finite non-negative numbers, got {w!r}")
+  for leaf in leaves:
+    if np.ndim(leaf) < 1 or np.shape(leaf)[0] != w.shape[0]:
+      raise FedAvgError(f"stacked: expected leaves with a leading axis of {w.shape[0]} agents "
+                        f"(one per weight), got a leaf of shape {np.shape(leaf)}")
+
+  def combine(leaf):
+    leaf = jnp.asarray(leaf)
+    out = jnp.zeros(leaf.shape[1:], leaf.dtype)
+    for k, w_k in enumerate(w):
+      out = out + jnp.asarray(w_k, dtype=leaf.dtype) * leaf[k]
     return out
-  return jax.tree.map(combine, *trees)
+  return jax.tree.map(combine, stacked)
 
 
+def stack(trees: Sequence[Any]) -> Any:
+  """The agents' pytrees stacked leaf by leaf on a new leading axis."""
+  return jax.tree.map(lambda *leaves: jnp.stack(leaves), *trees)
 
 
 def starting_variables(learners: Sequence[Any], key: jax.Array, init: str = "one") -> Any:
@@ -89,8 +119,8 @@ def starting_variables(learners: Sequence[Any], key: jax.Array, init: str = "one
   if init == "one":
     return init_variables(first.model, key, first.input_shape)
   m = len(learners)
-  return average([init_variables(first.model, k, first.input_shape)
-                  for k in jax.random.split(key, m)], [1 / m] * m)
+  inits = [init_variables(first.model, k, first.input_shape) for k in jax.random.split(key, m)]
+  return average(stack(inits), [1 / m] * m)
 
 
 def fedavg(initial_variables: Any, weighting: str = "size") -> Protocol:
@@ -123,7 +153,7 @@ def fedavg(initial_variables: Any, weighting: str = "size") -> Protocol:
     models = cast(tuple[Any, ...], fit_all(local, xs, ys))   # Flax models (with variables)
     sizes = [int(x.shape[0]) if weighting == "size" else 1 for x in xs]
     weights = [n / sum(sizes) for n in sizes]
-    variables = average([m.variables for m in models], weights)
+    variables = average(stack([m.variables for m in models]), weights)
     scored = {"epoch_accuracy": ()} if hasattr(models[0], "epoch_accuracy") else {}
     model = dataclasses.replace(models[0], variables=variables, **scored)   # not agent 0's scores
     return (FedAvgState(state.round + 1, variables, model),

@@ -15,7 +15,6 @@ from neural._src.experiment import round_key
 from neural._src.experiment import scores
 from neural._src.experiment import train_and_evaluate
 from neural._src.fedavg import FedAvgError
-from neural._src.fedavg import average
 from neural._src.fedavg import fedavg
 from neural._src.run_data import load_run_data
 from neural._src.rundir import ExperimentError
@@ -209,13 +208,6 @@ def test_fedavg_can_start_from_the_mean_of_independent_initialisations():
   assert not all(np.allclose(a, b) for a, b in zip(jax.tree.leaves(one), jax.tree.leaves(start)))
   with pytest.raises(neural.ConfigError, match="fedavg_init: expected 'one' or 'mean'"):
     config.replace(fedavg_init="two")
-
-
-def test_average_is_weighted_leafwise():
-  trees = [{"w": jnp.ones(2, jnp.float32)}, {"w": 3 * jnp.ones(2, jnp.float32)}]
-  out = average(trees, [0.25, 0.75])
-  np.testing.assert_allclose(out["w"], [2.5, 2.5])
-  assert out["w"].dtype == jnp.float32
 
 
 def test_scores():

@@ -53,6 +53,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from neural._src.fedavg import average
 from neural._src.graphs import ALL_GRAPHS
 from neural._src.graphs import Graph
 from neural._src.graphs import hop_distances
@@ -741,8 +742,8 @@ def step(config: MHDConfig, data: MHDData, state: MHDState, t: int
   pool_params, pool_owner, pool_round = state.pool_params, state.pool_owner, state.pool_round
   if config.method == "mhd-fedavg":
     w = data.counts / np.sum(data.counts)
-    params = jax.tree.map(lambda a: np.broadcast_to(
-        np.tensordot(w, a.astype(np.float64), axes=1).astype(a.dtype), a.shape).copy(), params)
+    params = jax.tree.map(lambda m, a: np.broadcast_to(np.asarray(m)[None], a.shape).copy(),
+                          average(params, w), params)
     comm[:] = 2 * n_params            # upload the local model, download the average
   elif config.distills:
     rng = np.random.default_rng([config.init_seed, 3, t])

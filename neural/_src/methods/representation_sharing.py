@@ -61,6 +61,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from neural._src.fedavg import average
 from neural._src.methods.registry import Method
 from neural._src.methods.registry import MethodConfig
 from neural._src.methods.registry import register_method
@@ -727,13 +728,6 @@ def _no_teacher(n: int, c: int) -> Download:
                   np.zeros((n, 0, c, c), np.float32), np.zeros((n, 0, c), bool))
 
 
-@jax.jit
-def _average(params, weights):
-  """FedAvg's server: ``sum_u w_u params_u``, handed back to every client (stacked)."""
-  return jax.tree_util.tree_map(
-      lambda a: jnp.broadcast_to(jnp.tensordot(weights, a, axes=1)[None], a.shape), params)
-
-
 def _share(config: RepShareConfig, data: RepShareData, model: FeatureClassifier, params,
            k_up: Array, k_relay: Array) -> tuple[Payload, Download]:
   """Every client's upload from ``params`` and the relay's answer (the representation methods)."""
@@ -768,7 +762,9 @@ def step(config: RepShareConfig, data: RepShareData, state: RepShareState, t: in
     no_teacher = config.method == "repshare-fd" and t == 0 and not first
     down = 0 if no_teacher else tree_size(state.downloads) // n
   elif config.method == "repshare-fedavg":
-    params = _average(params, np.asarray(data.sizes, np.float32) / float(sum(data.sizes)))
+    mean = average(params, np.asarray(data.sizes) / sum(data.sizes))
+    params = jax.tree.map(lambda m, p: jnp.broadcast_to(m[None], p.shape),
+                          mean, params)   # handed back to every client
     up = down = tree_size(params) // n
   probs = predict_all(model, params, data.x_test)
   rows = [{"agent": a, "model": config.backbone, **test_scores(probs[a], data.y_test),
