@@ -8,7 +8,7 @@
 # It writes OUT/report.md (every step's command, output, exit code and wall time) and
 # OUT/fig5/ (one small `neural reproduce` figure). Each step has its own time limit
 # (`timeout`), so one slow or failing step is reported and the others still run; the
-# limits add up to 515 s. Copy the report's numbers into docs/devices.md.
+# limits add up to 615 s. Copy the report's numbers into docs/devices.md.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${1:-gpu_check}"
@@ -53,6 +53,12 @@ step "Device" 20 bash -c "nvidia-smi --query-gpu=name,memory.total,driver_versio
 # against one after the other: the last table's "vmapped / one agent" is the GPU target.
 step "Training, 1, 2 and 5 agents" 120 "$py" benchmarks/train_speed.py --agents 1,2,5 \
   --repeats 2
+# The convolutions of M agents' CNNs in one program, by route (grouped, block-diagonal,
+# unrolled, im2col): what the vmapped training step's convolutions cost per agent.
+step "Convolution routes, 1, 2, 5 and 10 agents" 60 "$py" benchmarks/conv_routes.py \
+  --agents 1,2,5,10
+# float32 K @ v at JAX's default precision (TF32 on tensor cores) and at full precision.
+step "float32 matrix products" 40 "$py" benchmarks/matmul_precision.py
 # closed_form.py and devices.py default to JAX_PLATFORMS=cpu (for the 2-core numbers in the
 # docs); here they are pinned to the GPU.
 step "Closed forms" 75 env JAX_PLATFORMS=cuda "$py" benchmarks/closed_form.py --rounds 200 \
