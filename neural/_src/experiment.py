@@ -389,8 +389,8 @@ def _begin(config: ExperimentConfig, data: RunData, checkpoint: dict[str, Any] |
       if config.warm_start and config.protocol != "fedavg" and inits[a] is not None:
         learner = learner.with_init(inits[a])
       round_learners.append(_Counted(learner, fit_bar, defer))
-    (state, out), = fedkrr.iterate(protocol, round_learners, data.xs, data.ys,
-                                   rounds=t + 1, state=state)
+    (state, out), = fedkrr.iterate(protocol, round_learners, cast(Any, data.xs),
+                                   cast(Any, data.ys), rounds=t + 1, state=state)
     fit_bar.close()
     for model, agent in zip(out.models, out.agents):
       if hasattr(model, "variables"):
