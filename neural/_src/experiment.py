@@ -7,7 +7,10 @@ written once, in ``fedkrr``). Round t's learner of agent a gets the key
 ``fold_in(fold_in(PRNGKey(init_seed), t), a)``, so a resumed run draws the same keys
 as an uninterrupted one. After every round the predictors are evaluated on the
 test set and the metrics appended to ``metrics.jsonl``; then the protocol state
-is checkpointed atomically. The run directory (see ``neural._src.rundir``) holds::
+is checkpointed atomically. The round loop (resume, ``max_rounds``, the bar over
+rounds, the writes and the figure) is the one every run shares,
+``neural._src.rounds.run_rounds``; this module gives it the KD round. The run
+directory (see ``neural._src.rundir``) holds::
 
   config.json      the ExperimentConfig (a different config there is an error)
   metrics.jsonl    one JSON object per (round, agent), flushed as it goes
@@ -37,7 +40,6 @@ from collections.abc import Callable
 from collections.abc import Sequence
 import dataclasses
 import os
-from pathlib import Path
 from typing import Any
 from typing import NamedTuple
 from typing import cast
@@ -64,12 +66,10 @@ from neural._src.forest import ForestLearner
 from neural._src.learners import FlaxLearner
 from neural._src.models import get_model
 from neural._src.paper_units import UNITS
-from neural._src.plots import plot_run
+from neural._src.rounds import Step
+from neural._src.rounds import run_rounds
 from neural._src.run_data import RunData
 from neural._src.run_data import load_run_data
-from neural._src.rundir import PLOT_FILE
-from neural._src.rundir import Run
-from neural._src.rundir import open_run
 from neural._src.soft_targets import Teacher
 from neural._src.soft_targets import concrete
 from neural._src.training import TrainConfig
@@ -297,15 +297,12 @@ def train_and_evaluate(config: ExperimentConfig, workdir: str | os.PathLike, *,
   """
   if units not in UNITS:
     raise ValueError(f"units: expected one of {', '.join(UNITS)}, got {units!r}")
-  rounds = total_rounds(config)
-  with open_run(workdir, config, from_dict=ExperimentConfig.from_dict, rounds=rounds,
-                load_data=lambda: load_run_data(config),
-                expected=lambda data, done: expected_state(config, data, done)) as run:
-    if run.done < rounds:
-      _run_rounds(config, run, rounds, progress, max_rounds, on_round_end)
-    if run.done >= rounds:
-      _plot(run.workdir, config, run.rows, units)
-    return list(run.rows)
+  return run_rounds(config, workdir, from_dict=ExperimentConfig.from_dict,
+                    rounds=total_rounds(config), load_data=lambda: load_run_data(config),
+                    expected=lambda data, done: expected_state(config, data, done),
+                    begin=lambda data, checkpoint: _begin(config, data, checkpoint, progress),
+                    desc=f"{config.protocol} rounds", title=_title(config), units=units,
+                    progress=progress, max_rounds=max_rounds, on_round_end=on_round_end)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -368,9 +365,10 @@ def expected_state(config: ExperimentConfig, data: RunData, done: int) -> dict[s
   return {"state": state, "inits": inits, "running": running}
 
 
-def _run_rounds(config: ExperimentConfig, run: Run, rounds: int, progress: bool,
-                max_rounds: int | None, on_round_end: Callable[[int], None] | None) -> None:
-  data, checkpoint, done = run.data, run.checkpoint, run.done
+def _begin(config: ExperimentConfig, data: RunData, checkpoint: dict[str, Any] | None,
+           progress: bool) -> Step:
+  """The round step of a KD run: the learners, protocol and evaluator, resumed from
+  ``checkpoint``; ``step(t)`` fits round t under a bar over its fits."""
   learners = build_learners(config, data.xs[0].shape[1:], data.num_classes,
                             (data.x_test, data.y_test) if config.epoch_eval else None,
                             data.black)
@@ -380,36 +378,30 @@ def _run_rounds(config: ExperimentConfig, run: Run, rounds: int, progress: bool,
   inits = [None] * config.agents if checkpoint is None else list(checkpoint["inits"])
   evaluator = _Evaluator(config, data, None if checkpoint is None else checkpoint["running"])
   fits_per_round = 1 if config.protocol == "akd" else config.agents
-  round_bar = tqdm(total=rounds, initial=done, desc=f"{config.protocol} rounds", unit="round",
+
+  def step(t: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    nonlocal state
+    fit_bar = tqdm(total=fits_per_round, desc=f"round {t} fits", unit="fit", leave=False,
                    disable=not progress)
-  stop = rounds if max_rounds is None else min(rounds, done + max_rounds)
-  try:
-    for t in range(done, stop):
-      fit_bar = tqdm(total=fits_per_round, desc=f"round {t} fits", unit="fit", leave=False,
-                     disable=not progress)
-      round_learners = []
-      for a, learner in enumerate(learners):
-        learner = _with_key(learner, round_key(config.init_seed, t, a))
-        if config.warm_start and config.protocol != "fedavg" and inits[a] is not None:
-          learner = learner.with_init(inits[a])
-        round_learners.append(_Counted(learner, fit_bar, defer))
-      (state, out), = fedkrr.iterate(protocol, round_learners, data.xs, data.ys,
-                                     rounds=t + 1, state=state)
-      fit_bar.close()
-      for model, agent in zip(out.models, out.agents):
-        if hasattr(model, "variables"):
-          inits[agent] = cast(Any, model).variables
-      run.finish_round(t, evaluator.rows(t, state, out),
-                       {"state": state, "inits": inits, "running": evaluator.running,
-                        "config": config.to_dict()}, on_round_end)
-      round_bar.update(1)
-  finally:
-    round_bar.close()
+    round_learners = []
+    for a, learner in enumerate(learners):
+      learner = _with_key(learner, round_key(config.init_seed, t, a))
+      if config.warm_start and config.protocol != "fedavg" and inits[a] is not None:
+        learner = learner.with_init(inits[a])
+      round_learners.append(_Counted(learner, fit_bar, defer))
+    (state, out), = fedkrr.iterate(protocol, round_learners, cast(Any, data.xs),
+                                   cast(Any, data.ys), rounds=t + 1, state=state)
+    fit_bar.close()
+    for model, agent in zip(out.models, out.agents):
+      if hasattr(model, "variables"):
+        inits[agent] = cast(Any, model).variables
+    rows = evaluator.rows(t, state, out)
+    return rows, {"state": state, "inits": inits, "running": evaluator.running}
+
+  return step
 
 
-def _plot(workdir: Path, config: ExperimentConfig, rows: list[dict[str, Any]],
-          units: str) -> None:
-  plot_run(rows, workdir / PLOT_FILE,
-           title=f"{config.protocol} on {config.dataset} ({config.partition}"
-                 + (f", alpha={config.alpha:g}" if config.partition == "label-split" else "")
-                 + f"; {','.join(config.agent_models)})", units=units)
+def _title(config: ExperimentConfig) -> str:
+  return (f"{config.protocol} on {config.dataset} ({config.partition}"
+          + (f", alpha={config.alpha:g}" if config.partition == "label-split" else "")
+          + f"; {','.join(config.agent_models)})")

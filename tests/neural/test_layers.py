@@ -17,7 +17,7 @@ RANKS = {
     "optimizers": 3, "train_loop": 4, "augment": 4, "training": 5, "soft_targets": 5,
     "learners": 6, "forest": 6, "ntk": 6, "fedavg": 6, "linearized": 7,
     "paper_units": 7, "curves": 7, "rules": 7.2, "claims": 7.4, "authors": 7.6,
-    "config": 8, "checkpoint": 8, "plots": 8, "rundir": 9,
+    "config": 8, "checkpoint": 8, "plots": 8, "rundir": 9, "rounds": 9.5,
     "experiment": 10, "methods.registry": 10,
     "methods.ddistillation": 11, "methods.mhd": 11, "methods.representation_sharing": 11,
     "methods.feddkc": 11, "methods.repshare_models": 3, "methods": 12,

@@ -1,12 +1,13 @@
-"""The registry of the other papers' methods and their one resumable runner.
+"""The registry of the other papers' methods and ``run_method``, which runs them.
 
 The KD protocols of Afonin & Karimireddy only call ``fit``/``predict`` and run
 through ``fedkrr`` (``neural.train_and_evaluate``). The methods of the other
 papers exchange more (soft decisions on public data, features, auxiliary heads, a
 server model), so each is a :class:`Method`: a typed config (a subclass of
 :class:`MethodConfig`), ``init(config, data) -> state`` and ``step(config, data,
-state, t) -> (state, rows)`` for one round. :func:`run_method` gives every method
-the same run directory as the KD protocols::
+state, t) -> (state, rows)`` for one round. :func:`run_method` runs a method through
+the round loop of every run (``neural._src.rounds.run_rounds``, the KD protocols'
+too), so every method has the same run directory as the KD protocols::
 
   config.json      the method's config (with its "method" name)
   metrics.jsonl    one JSON object per (round, agent), flushed as it goes
@@ -34,14 +35,12 @@ from typing import NamedTuple
 
 import jax
 import numpy as np
-from tqdm.auto import tqdm
 
 from neural._src.config import ConfigError
 from neural._src.config import RunConfig
-from neural._src.plots import plot_run
+from neural._src.rounds import Step
+from neural._src.rounds import run_rounds
 from neural._src.run_data import load_run_data
-from neural._src.rundir import PLOT_FILE
-from neural._src.rundir import open_run
 from neural._src.training import scores
 
 _REGISTRY: dict[str, Method] = {}
@@ -180,26 +179,21 @@ def run_method(config: MethodConfig, workdir: str | os.PathLike, *, progress: bo
       bad settings.
   """
   method = get_method(config.method)
-  load = lambda: (method.load_data or load_method_data)(config)
-  with open_run(workdir, config, from_dict=method_config_from_dict, rounds=config.rounds,
-                load_data=load,
-                expected=lambda data, done: {"state": method.init(config, data)}) as run:
-    if run.done < config.rounds:
-      state = method.init(config, run.data) if run.checkpoint is None \
-          else run.checkpoint["state"]
-      stop = config.rounds if max_rounds is None else min(config.rounds, run.done + max_rounds)
-      bar = tqdm(total=config.rounds, initial=run.done, desc=f"{config.method} rounds",
-                 unit="round", disable=not progress)
-      try:
-        for t in range(run.done, stop):
-          state, rows = method.step(config, run.data, state, t)
-          rows = [{"round": t, "method": config.method, **row} for row in rows]
-          run.finish_round(t, rows, {"state": state, "config": config.to_dict()}, on_round_end)
-          bar.update(1)
-      finally:
-        bar.close()
-    if run.done >= config.rounds:
-      plot_run(run.rows, run.workdir / PLOT_FILE,
-               title=f"{config.method} on {config.dataset} ({config.partition}, "
-                     f"{config.agents} agents)")
-    return list(run.rows)
+
+  def begin(data: Any, checkpoint: dict[str, Any] | None) -> Step:
+    state = method.init(config, data) if checkpoint is None else checkpoint["state"]
+
+    def step(t: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+      nonlocal state
+      state, rows = method.step(config, data, state, t)
+      return [{"round": t, "method": config.method, **row} for row in rows], {"state": state}
+
+    return step
+
+  return run_rounds(config, workdir, from_dict=method_config_from_dict, rounds=config.rounds,
+                    load_data=lambda: (method.load_data or load_method_data)(config),
+                    expected=lambda data, done: {"state": method.init(config, data)},
+                    begin=begin, desc=f"{config.method} rounds",
+                    title=f"{config.method} on {config.dataset} ({config.partition}, "
+                          f"{config.agents} agents)",
+                    progress=progress, max_rounds=max_rounds, on_round_end=on_round_end)
