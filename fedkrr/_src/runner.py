@@ -42,6 +42,10 @@ class RunResult:
     spectral_radius: the recurrence's spectral radius (``limit=True``), else ``None``.
     notes: what a reader should know (no limit for a baseline, a protocol that does
       not converge).
+    fixed_point: the recurrence's fixed point (``limit=True``), whether or not the
+      rounds converge to it: ``limit`` where they do (spectral radius below one), a
+      point they do not reach where they do not (``neural.compare`` draws it either
+      way, beside the spectral radius); else ``None``.
   """
 
   predictions: np.ndarray
@@ -49,6 +53,7 @@ class RunResult:
   limit: np.ndarray | None = None
   spectral_radius: np.ndarray | None = None
   notes: tuple[str, ...] = ()
+  fixed_point: np.ndarray | None = None
 
 
 def method_bytes(problem: FederatedProblem, protocol: str, n_eval: int, kept: int,
@@ -217,7 +222,7 @@ def run(problem: FederatedProblem, protocol: str, rounds: int | None, x_eval: An
     method = choose_method(problem, protocol, rounds, int(np.shape(x_eval)[0]), every=every,
                            limit=limit)
   notes: list[str] = []
-  lim_preds = radius = None
+  lim_preds = radius = fixed_point = None
   if protocol in BASELINES:
     preds = _baseline(problem, protocol, x_eval, method, matfree_options)
     if limit:
@@ -235,9 +240,9 @@ def run(problem: FederatedProblem, protocol: str, rounds: int | None, x_eval: An
                                  rounds, x_eval, start=start, progress=progress, every=every)
     if limit:
       lim = closed_form.limit(problem, protocol, x_eval, start=start)
-      radius = np.asarray(lim.spectral_radius)
+      radius, fixed_point = np.asarray(lim.spectral_radius), np.asarray(lim.predictions)
       if lim.converges:
-        lim_preds = np.asarray(lim.predictions)
+        lim_preds = fixed_point
         check_finite(problem, lim_preds[None], "the limit's predictions")
       else:
         notes.append(f"{protocol} does not converge (spectral radius "
@@ -245,4 +250,4 @@ def run(problem: FederatedProblem, protocol: str, rounds: int | None, x_eval: An
   predictions = np.asarray(preds)
   check_finite(problem, predictions if protocol not in BASELINES
                else predictions[None], "the predictions")
-  return RunResult(predictions, method, lim_preds, radius, tuple(notes))
+  return RunResult(predictions, method, lim_preds, radius, tuple(notes), fixed_point)

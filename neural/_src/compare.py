@@ -86,6 +86,7 @@ from pathlib import Path
 import time
 from typing import Any
 from typing import NamedTuple
+from typing import cast
 
 import jax
 import jax.numpy as jnp
@@ -452,12 +453,12 @@ class TheoryCurves(NamedTuple):
 
 
 def theory_curves(theory: TheoryProblem, config: ExperimentConfig) -> TheoryCurves:
-  """Rounds 0..rounds-1 of ``config.protocol`` by :func:`fedkrr.trajectory`, and its limit."""
+  """Rounds 0..rounds-1 of ``config.protocol`` in closed form (:func:`fedkrr.run`), and its
+  fixed point (the limit where the rounds converge)."""
   protocol, rounds, start = config.protocol, config.rounds, config.start
-  preds = np.asarray(fedkrr.trajectory(theory.problem, protocol, rounds, theory.x_eval,
-                                       start=start))
-  lim = fedkrr.limit(theory.problem, protocol, theory.x_eval, start=start)
-  lim_preds = np.asarray(lim.predictions)
+  run = fedkrr.run(theory.problem, protocol, rounds, theory.x_eval, method="closed-form",
+                   start=start, limit=True)
+  preds, lim_preds = run.predictions, cast(np.ndarray, run.fixed_point)
   m = config.agents
   if protocol in ("avgkd", "pkd", "pkd-mean"):
     names = [f"agent {a}" for a in range(m)]
@@ -475,7 +476,8 @@ def theory_curves(theory: TheoryProblem, config: ExperimentConfig) -> TheoryCurv
   rate = None
   if protocol in ("akd", "ekd"):
     rate = float(fedkrr.degradation_rate(theory.problem, start))
-  return TheoryCurves(predictions, agents, limits, float(lim.spectral_radius), rate)
+  return TheoryCurves(predictions, agents, limits, float(cast(np.ndarray, run.spectral_radius)),
+                      rate)
 
 
 def _network_row(rows: Sequence[dict[str, Any]], t: int, agent: Any) -> dict[str, Any] | None:

@@ -154,7 +154,7 @@ class _Plan:
   has_aux: bool = False
   communicate: Callable[..., Any] | None = None
   stacked: bool = False
-  agents: str = "vmap"              # stacked only: "vmap" or "unrolled" (one program, no vmap)
+  agents: str = "vmap"              # stacked only: "vmap" or "sequential" (the agent_batching)
   num_agents: int = 1
   guard: bool = False               # some agent can meet a mini-batch of padding only
   groups: tuple[tuple[int, ...], ...] | None = None   # stacked only: agents by architecture
@@ -242,10 +242,10 @@ def _agents_step(plan: _Plan, tx, state, inputs: _Inputs, i):
   if plan.agents == "vmap":
     return jax.vmap(agent, in_axes=(0, 0, 0, 0, None, 0, 0, 0, None, None, None))(
         *per_agent, inputs.shared, *sampler, shared_key, step, i)
-  # one program, one agent after the other (no vmapped convolutions)
-  unrolled = cast(Callable[..., Any], agent)   # unpacks jax.tree.map results (of no known length)
-  outs = [unrolled(*jax.tree.map(lambda a, m=m: a[m], (*per_agent,)), inputs.shared,
-                   *jax.tree.map(lambda a, m=m: a[m], sampler), shared_key, step, i)
+  # "sequential": one program, one agent after the other (no vmapped convolutions)
+  one = cast(Callable[..., Any], agent)   # unpacks jax.tree.map results (of no known length)
+  outs = [one(*jax.tree.map(lambda a, m=m: a[m], (*per_agent,)), inputs.shared,
+              *jax.tree.map(lambda a, m=m: a[m], sampler), shared_key, step, i)
           for m in range(plan.num_agents)]
   return jax.tree.map(lambda *a: jnp.stack(a), *outs)
 
@@ -532,7 +532,7 @@ def train_loop(loss_fn: Callable[..., Any] | Sequence[Callable[..., Any]], param
                          dict(optimizer=optimizer, batch_size=batch_size, epochs=epochs,
                               steps=steps, has_aux=has_aux, first_step=first_step,
                               step_loop=step_loop, agent_batching="vmap"), on_epoch)
-    plan = dataclasses.replace(plan, agents="unrolled")
+    plan = dataclasses.replace(plan, agents="sequential")   # one program (they communicate)
   for e in rounds:
     inputs = first_inputs if e == 0 else inputs_of(e)
     if step_loop == "scan":

@@ -56,6 +56,17 @@ def test_the_limit_and_the_spectral_radius_with_it(problem, assert_close):
   assert lim.converges and result.notes == ()
   assert_close(result.limit, lim.predictions)
   np.testing.assert_allclose(result.predictions[-1], result.limit, atol=1e-6)   # round 200
+  np.testing.assert_array_equal(result.fixed_point, result.limit)
+
+
+def test_a_protocol_that_does_not_converge_keeps_its_fixed_point_but_no_limit(problem):
+  """Jacobi backfitting diverges here: no limit, a note, and the fixed point the rounds miss."""
+  result = fedkrr.run(problem, "backfit-jacobi", 6, X_EVAL, method="closed-form", limit=True)
+  lim = fedkrr.limit(problem, "backfit-jacobi", X_EVAL)
+  assert not lim.converges and float(result.spectral_radius) >= 1.0
+  assert result.limit is None and "does not converge" in result.notes[0]
+  np.testing.assert_array_equal(result.fixed_point, np.asarray(lim.predictions))
+  assert fedkrr.run(problem, "avgkd", 6, X_EVAL).fixed_point is None   # limit=False
 
 
 def test_baselines_are_each_agents_model_and_have_no_limit(problem, assert_close):

@@ -31,9 +31,9 @@ from fedkrr._src import protocols
 from fedkrr._src import rates
 from fedkrr._src import special_cases as sc
 from fedkrr._src.learner import krr_learners
+from fedkrr._src.metrics import relative_error
 from fedkrr._src.paper.search_space import Space
 from fedkrr._src.paper.verify import literal_rounds
-from fedkrr._src.paper.verify import relative_error
 from fedkrr._src.problem import FederatedProblem
 
 Array = jax.Array
@@ -76,10 +76,6 @@ class ClaimSearch:
   route: str
   command: str = ""
   valid: Callable[[FederatedProblem], Array] | None = None
-
-
-def _rel(a, b) -> Array:
-  return jnp.max(jnp.abs(a - b)) / jnp.maximum(jnp.max(jnp.abs(b)), 1e-300)
 
 
 def map_radius(protocol: str) -> Callable[[FederatedProblem, Array], Array]:
@@ -217,7 +213,7 @@ def _replay_trend_data(p, x):
 
 def _finite_sums(p, x):
   traj = closed_form.trajectory(p, "avgkd", 4, x)
-  return jnp.max(jnp.stack([_rel(sc.avgkd_partial_sums_as_printed(p, t, x), traj[t, 0])
+  return jnp.max(jnp.stack([relative_error(sc.avgkd_partial_sums_as_printed(p, t, x), traj[t, 0])
                             for t in (1, 2, 3)]))
 
 
@@ -232,8 +228,8 @@ def _np_gram(p, a, x1, x2) -> np.ndarray:
 
 
 def _system7(p, x):
-  return jnp.max(jnp.stack([_rel(sc.block_system_predictions(p, xa), closed_form.central(p, xa)[0])
-                            for xa in p.xs]))
+  return jnp.max(jnp.stack([relative_error(sc.block_system_predictions(p, xa),
+                                           closed_form.central(p, xa)[0]) for xa in p.xs]))
 
 
 def _replay_system7(p, x):
@@ -256,7 +252,8 @@ def _ekd_residual(target_fn):
     worst = radius = jnp.asarray(0.0, p.ridge.dtype)
     for xa, target in target_fn(p, x):
       lim = closed_form.limit(p, "ekd", xa)
-      worst, radius = jnp.maximum(worst, _rel(lim.predictions, target)), lim.spectral_radius
+      worst = jnp.maximum(worst, relative_error(lim.predictions, target))
+      radius = lim.spectral_radius
     return jnp.where(radius < 1.0, worst, jnp.maximum(worst, radius))
   return residual
 
@@ -299,7 +296,7 @@ def _central_literal(p, x):
 
 def _self_distillation(p, x):
   traj = closed_form.trajectory(p, "akd", 8, x)
-  return _rel(traj, jnp.broadcast_to(traj[0], traj.shape))
+  return relative_error(traj, jnp.broadcast_to(traj[0], traj.shape))
 
 
 def _replay_self_distillation(p, x):
@@ -335,7 +332,7 @@ def _fast_enough(p):
 
 
 def _pkd_closed_form(p, x):
-  return _rel(sc.pkd_by_projections(p, 6, x), closed_form.trajectory(p, "pkd", 6, x))
+  return relative_error(sc.pkd_by_projections(p, 6, x), closed_form.trajectory(p, "pkd", 6, x))
 
 
 def _replay_pkd_closed_form(p, x):
@@ -353,7 +350,7 @@ def _replay_cos2(p, x):
 
 
 def _avgkd_recurrence(p, x):
-  return _rel(sc.avgkd_by_projections(p, 6, x), closed_form.trajectory(p, "avgkd", 6, x))
+  return relative_error(sc.avgkd_by_projections(p, 6, x), closed_form.trajectory(p, "avgkd", 6, x))
 
 
 def _replay_avgkd_recurrence(p, x):

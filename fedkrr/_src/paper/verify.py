@@ -30,6 +30,7 @@ from fedkrr._src.kernels import RBF
 from fedkrr._src.kernels import Laplace
 from fedkrr._src.kernels import Linear
 from fedkrr._src.learner import krr_learners
+from fedkrr._src.metrics import relative_error
 from fedkrr._src.paper.shipped_findings import known_findings
 from fedkrr._src.paper.shipped_findings import search_note
 from fedkrr._src.problem import make_problem
@@ -81,12 +82,6 @@ class CheckRow:
   def as_dict(self) -> dict:
     """The row as a dict of its fields (the JSON object :func:`write_checks` writes)."""
     return dataclasses.asdict(self)
-
-
-def relative_error(a, b) -> float:
-  """``max |a - b| / max |b|`` in float64 (the residual of every exact comparison)."""
-  a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-  return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-300))
 
 
 def _data(seed: int, sizes, dim: int = 2, shift: float = 1.0):
