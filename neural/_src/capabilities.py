@@ -50,3 +50,32 @@ class ParameterLearner(Protocol):
   def with_init(self, variables: Any) -> Any:
     """The same learner starting its next fit from ``variables``."""
     ...
+
+
+@runtime_checkable
+class ParameterModel(Protocol):
+  """A fitted network: its variables (a next fit can start from them; FedAvg averages them).
+
+  The random forest's models have none.
+  """
+
+  variables: Any
+
+  def predict(self, x: Any) -> Any:
+    """Predictions (``fedkrr.Model``)."""
+    ...
+
+
+@runtime_checkable
+class EpochScoredModel(Protocol):
+  """A fitted network that scored the test set after each epoch (``epoch_eval``).
+
+  Attributes:
+    epoch_accuracy: the test accuracy after each epoch of its fit (empty if not scored).
+  """
+
+  epoch_accuracy: Any
+
+  def predict(self, x: Any) -> Any:
+    """Predictions (``fedkrr.Model``)."""
+    ...

@@ -54,6 +54,8 @@ from fedkrr import BatchLearner
 from fedkrr import Protocol
 from fedkrr import RoundOutput
 from neural._src.augment import Augment
+from neural._src.capabilities import EpochScoredModel
+from neural._src.capabilities import ParameterModel
 from neural._src.capabilities import ReseedableLearner
 from neural._src.checkpoint import ModelSlot
 from neural._src.config import FOREST
@@ -196,7 +198,7 @@ class _Evaluator:
   def _model_row(self, t, agent, model, probs, **extra):
     train = np.asarray(model.predict(self.data.xs[agent]))
     train_acc = float(np.mean(np.argmax(train, axis=1) == self.data.labels[agent]))
-    epochs = tuple(getattr(model, "epoch_accuracy", ()))
+    epochs = tuple(model.epoch_accuracy) if isinstance(model, EpochScoredModel) else ()
     if epochs:
       extra.update(best_epoch_test_accuracy=max(epochs), epoch_test_accuracy=list(epochs))
     return self._row(t, agent, probs, self.config.agent_models[agent],
@@ -358,8 +360,8 @@ def expected_state(config: ExperimentConfig, data: RunData, done: int) -> dict[s
     for state_t, out in replay:
       state = state_t
       for model, agent in zip(out.models, out.agents):
-        if hasattr(model, "variables"):
-          inits[agent] = cast(Any, model).variables
+        if isinstance(model, ParameterModel):
+          inits[agent] = model.variables
       if out.cumulative:
         running = np.zeros((len(data.y_test), data.num_classes), np.float32)
   return {"state": state, "inits": inits, "running": running}
@@ -393,8 +395,8 @@ def _begin(config: ExperimentConfig, data: RunData, checkpoint: dict[str, Any] |
                                    cast(Any, data.ys), rounds=t + 1, state=state)
     fit_bar.close()
     for model, agent in zip(out.models, out.agents):
-      if hasattr(model, "variables"):
-        inits[agent] = cast(Any, model).variables
+      if isinstance(model, ParameterModel):
+        inits[agent] = model.variables
     rows = evaluator.rows(t, state, out)
     return rows, {"state": state, "inits": inits, "running": evaluator.running}
 

@@ -24,6 +24,7 @@ import numpy as np
 from fedkrr import Protocol
 from fedkrr import RoundOutput
 from fedkrr import fit_all
+from neural._src.capabilities import EpochScoredModel
 from neural._src.capabilities import ParameterLearner
 from neural._src.choices import WEIGHTINGS
 from neural._src.training import init_variables
@@ -154,7 +155,7 @@ def fedavg(initial_variables: Any, weighting: str = "size") -> Protocol:
     sizes = [int(x.shape[0]) if weighting == "size" else 1 for x in xs]
     weights = [n / sum(sizes) for n in sizes]
     variables = average(stack([m.variables for m in models]), weights)
-    scored = {"epoch_accuracy": ()} if hasattr(models[0], "epoch_accuracy") else {}
+    scored = {"epoch_accuracy": ()} if isinstance(models[0], EpochScoredModel) else {}
     model = dataclasses.replace(models[0], variables=variables, **scored)   # not agent 0's scores
     return (FedAvgState(state.round + 1, variables, model),
             RoundOutput(models, tuple(range(len(xs))), None))

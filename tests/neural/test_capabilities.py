@@ -42,3 +42,18 @@ def test_fit_all_groups_only_batch_learners():
   x = jnp.ones((2, 1))
   models = fedkrr.fit_all([_KeyOnly(1.0), _KeyOnly(2.0)], [x, x], [jnp.zeros(2), jnp.zeros(2)])
   assert [float(m.alpha[0]) for m in models] == [1.0, 2.0]
+
+
+def test_each_fitted_model_declares_its_variables_and_epoch_scores():
+  from neural._src.capabilities import EpochScoredModel
+  from neural._src.capabilities import ParameterModel
+
+  rng = np.random.default_rng(0)
+  x = rng.random((16, 4, 4, 1), dtype=np.float32)
+  targets = np.eye(3, dtype=np.float32)[rng.integers(0, 3, 16)]
+  flax = neural.FlaxLearner(neural.get_model("mlp", 3, tiny=True), (4, 4, 1),
+                            neural.TrainConfig(epochs=1, batch_size=8), jax.random.PRNGKey(0))
+  network = flax.fit(x, targets)
+  tree = neural.ForestLearner(n_estimators=2).fit(x, targets)
+  assert isinstance(network, ParameterModel) and isinstance(network, EpochScoredModel)
+  assert not isinstance(tree, ParameterModel) and not isinstance(tree, EpochScoredModel)
