@@ -4,8 +4,8 @@
     python benchmarks/closed_form_accuracy.py --ridges 1e-6 --protocols avgkd
 
 Two agents (14 and 12 points in 2 dimensions, ``fedkrr.synthetic_regression``), each
-pair of kernels below, each ridge c: ``fedkrr.trajectory`` (10 rounds at 8 test
-points), ``fedkrr.simulate`` with kernel ridge learners (literal refits) and the
+pair of kernels below, each ridge c: ``fedkrr.run`` in closed form (10 rounds at 8 test
+points), ``fedkrr.run`` by literal refits of kernel ridge learners (``"simulate"``) and the
 NumPy reference of the tests (``tests/fedkrr/numpy_reference.py``, literal refits
 written from the conventions), each against the same rounds run in 50-digit mpmath
 (``tests/fedkrr/mp_reference.py``: the NumPy reference's loops with mpmath kernels and
@@ -70,16 +70,16 @@ def main() -> None:
       for a, x in enumerate(problem.xs):
         w = np.linalg.eigvalsh(ridge * np.eye(x.shape[0]) + np.asarray(problem.gram(a, x, x)))
         cond = max(cond, w[-1] / w[0])
-      learners = fedkrr.krr_learners(problem)
       for protocol in args.protocols.split(","):
         with mpmath.workdps(50):
           truth = mp_reference.to_float(
               numpy_reference.run(protocol, xs, ys, mp_kernels, ridge, args.rounds, x_eval))
         error = lambda got, truth=truth: float(  # noqa: E731
             np.max(np.abs(np.asarray(got) - truth)) / np.max(np.abs(truth)))
-        closed = error(fedkrr.trajectory(problem, protocol, args.rounds, x_eval))
-        literal = error(fedkrr.simulate(protocol, learners, problem.xs, problem.ys,
-                                        args.rounds, x_eval))
+        closed = error(fedkrr.run(problem, protocol, args.rounds, x_eval,
+                                  method="closed-form").predictions)
+        literal = error(fedkrr.run(problem, protocol, args.rounds, x_eval,
+                                   method="simulate").predictions)
         plain = error(numpy_reference.run(protocol, xs, ys, numpy_kernels, ridge, args.rounds,
                                           x_eval))
         ratio = closed / literal

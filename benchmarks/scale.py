@@ -199,7 +199,8 @@ def child(args) -> None:
   problem, x_eval, y_test = _problem(args)
   start = time.perf_counter()
   if args.path == "exact":
-    preds = fedkrr.trajectory(problem, args.protocol, args.rounds, x_eval)
+    preds = fedkrr.run(problem, args.protocol, args.rounds, x_eval,
+                       method="closed-form").predictions
   else:
     # fedkrr.matfree_trajectory's learners and rounds, each learner counting its entries.
     tile = args.tile_elements or (fedkrr.TILE_ELEMENTS if args.device == "cpu" else 1 << 24)
