@@ -155,8 +155,9 @@ def fedavg(initial_variables: Any, weighting: str = "size") -> Protocol:
     sizes = [int(x.shape[0]) if weighting == "size" else 1 for x in xs]
     weights = [n / sum(sizes) for n in sizes]
     variables = average(stack([m.variables for m in models]), weights)
-    scored = {"epoch_accuracy": ()} if isinstance(models[0], EpochScoredModel) else {}
-    model = dataclasses.replace(models[0], variables=variables, **scored)   # not agent 0's scores
+    first = models[0]   # the server's model: agent 0's module, not its variables or scores
+    scored = {"epoch_accuracy": ()} if isinstance(first, EpochScoredModel) else {}
+    model = dataclasses.replace(cast(Any, first), variables=variables, **scored)
     return (FedAvgState(state.round + 1, variables, model),
             RoundOutput(models, tuple(range(len(xs))), None))
 
