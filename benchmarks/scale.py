@@ -22,9 +22,12 @@ path, the error of the matrix-free predictions against the exact ones (max |diff
 max |exact|), the ratios matrix-free / exact, and which path ``fedkrr.choose_method``
 picks on this machine. For the matrix-free path it also prints how many kernel entries
 the run evaluated, as passes over one agent's ``N_a^2`` block (the fits' symmetric
-products evaluate about half of it per CG iteration, plus one product per warm start;
+products evaluate about half of it each, as counted by the fits' ``matvecs``: CG
+iterations, true residuals and any start that had to form its product;
 the predictions ``n_x N_a`` each; the preconditioners ``N_a m``), and the entries per
-second; ``--cold`` starts every CG from 0 (no warm starts) for comparison.
+second; ``--cold`` starts every CG from 0 (no warm starts) and ``--history 1`` from the last
+solution alone, for comparison. Each run's JSON line also lists every fit's products
+(``fit_products``).
 
 ``--throughput N_a`` times one pass over an agent's kernel (``N_a`` points, d = ``--dim``,
 RBF gamma 0.1, a vector) side by side, interleaved and repeated: the tiled product as it
@@ -149,6 +152,7 @@ class _Count:
   def __init__(self, tile_elements: int):
     self.tile = tile_elements
     self.entries = 0
+    self.fits: list[int] = []   # each fit's symmetric products
 
   def product(self, n1: int, n2: int) -> None:
     rows = max(1, min(n1, self.tile // max(n2, 1)))
@@ -178,10 +182,10 @@ class _CountedLearner:
   def fit(self, x, targets):
     model = self.learner.fit(x, targets)
     n = int(x.shape[0])
-    started = self.learner.initial is not None and self.learner.initial.shape == targets.shape
     if self.learner.preconditioner is None or self.learner.preconditioner.basis.shape[0] != n:
       self.count.product(n, min(self.learner.landmarks, n))
-    self.count.symmetric(n, int(model.iterations) + int(started))
+    self.count.symmetric(n, int(model.matvecs))
+    self.count.fits.append(int(model.matvecs))
     return _CountedModel(model, self.count)
 
   def warm_start_from(self, model):
@@ -205,7 +209,8 @@ def child(args) -> None:
     # fedkrr.matfree_trajectory's learners and rounds, each learner counting its entries.
     tile = args.tile_elements or (fedkrr.TILE_ELEMENTS if args.device == "cpu" else 1 << 24)
     count = _Count(tile)
-    learners = fedkrr.matfree_learners(problem, landmarks=args.landmarks, tile_elements=tile)
+    learners = fedkrr.matfree_learners(problem, landmarks=args.landmarks, tile_elements=tile,
+                                       history=args.history)
     for n_a in problem.sizes:
       count.product(n_a, min(args.landmarks, n_a))
     learners = [_CountedLearner(learner, count, not args.cold) for learner in learners]
@@ -220,6 +225,7 @@ def child(args) -> None:
     block = sum(n_a ** 2 for n_a in problem.sizes) / problem.num_agents
     row["entries"] = count.entries
     row["passes"] = count.entries / block
+    row["fit_products"] = count.fits
   if y_test is not None:
     last = preds[-1, 0] if args.protocol in ("avgkd", "pkd", "pkd-mean") else preds[-1]
     row["accuracy"] = float(np.mean(np.argmax(last, axis=-1) == y_test))
@@ -231,7 +237,7 @@ def _run_child(args, path: str, n: int, out: str) -> dict | None:
   cmd = [sys.executable, os.path.abspath(__file__), "--child", path, "--n", str(n),
          "--out", out]
   for flag in ("rounds", "protocol", "n_eval", "dim", "ridge", "landmarks", "dtype", "seed",
-               "device", "tile_elements"):
+               "device", "tile_elements", "history"):
     cmd += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
   if args.cold:
     cmd += ["--cold"]
@@ -281,6 +287,8 @@ def main() -> None:
   parser.add_argument("--timeout", type=float, default=1800, help="seconds per run")
   parser.add_argument("--cold", action="store_true",
                       help="matrix-free fits start CG from 0 (no warm starts)")
+  parser.add_argument("--history", type=int, default=8,
+                      help="latest solutions each warm start combines (1: the last, scaled)")
   parser.add_argument("--throughput", type=int, default=0, metavar="N_A",
                       help="only time one kernel pass over N_A points: before / now")
   parser.add_argument("--repeats", type=int, default=3, help="repeats of --throughput")
@@ -300,7 +308,9 @@ def main() -> None:
           else f"synthetic d = {args.dim}")
   print(f"{what}, two agents, {args.protocol}, {args.rounds} rounds, {args.n_eval} evaluation "
         f"points, {args.dtype}, {args.device}, {os.cpu_count()} cores, ridge {args.ridge}, "
-        f"{args.landmarks} landmarks{', cold CG starts' if args.cold else ''}; load average "
+        f"{args.landmarks} landmarks, "
+        f"{'cold CG starts' if args.cold else f'warm starts from {args.history} solutions'}; "
+        f"load average "
         f"{os.getloadavg()[0]:.1f}", flush=True)
   header = (f"{'N':>8} {'path':>8} {'time s':>9} {'passes':>7} {'G entries/s':>11} "
             f"{'peak GiB':>9} {'device GiB':>10} {'rel. error':>10} {'time ratio':>10} "
@@ -334,6 +344,9 @@ def main() -> None:
         print(f"{row['n']:>8} {path:>8} {row['seconds']:>9.1f} {passes:>7} {rate:>11} "
               f"{_gib(row['peak_rss']):>9} {_gib(row['peak_device']):>10} {err:>10} "
               f"{ratio_t:>10} {ratio_m:>9}  {row['rule']}{acc}", flush=True)
+      if "fit_products" in rows.get("matfree", {}):
+        print(f"{'':>8} kernel products of each fit, in order: "
+              f"{' '.join(map(str, rows['matfree']['fit_products']))}", flush=True)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ from fedkrr._src.problem import FederatedProblem
 from fedkrr._src.scale import matfree
 from fedkrr._src.scale import memory
 
-MATFREE_OPTIONS = ("landmarks", "tol", "maxiter", "key", "tile_elements")
+MATFREE_OPTIONS = ("landmarks", "tol", "maxiter", "key", "tile_elements", "history")
 """The matrix-free path's options that :func:`run` passes on."""
 
 
@@ -200,8 +200,8 @@ def run(problem: FederatedProblem, protocol: str, rounds: int | None, x_eval: An
     every: keep rounds 0, k, 2k, ... (AKD: a multiple of M).
     limit: also the t -> infinity limit and the spectral radius (closed form).
     progress: a progress bar over the rounds (simulation, matrix-free path).
-    **matfree_options: ``landmarks``, ``tol``, ``maxiter``, ``key``, ``tile_elements`` of
-      the matrix-free path (:func:`fedkrr.matfree_learners`), where it runs.
+    **matfree_options: ``landmarks``, ``tol``, ``maxiter``, ``key``, ``tile_elements``,
+      ``history`` of the matrix-free path (:func:`fedkrr.matfree_learners`), where it runs.
 
   Returns:
     A :class:`RunResult`.

@@ -111,6 +111,80 @@ def test_ridge_solve_starts_from_a_scaled_guess(x64, assert_close):
     fedkrr.ridge_solve(KERNEL, X40, T40, 1e-3, N_TOTAL, pre, initial=cold.alpha[:, 0])
 
 
+def _system():
+  return 1e-3 * np.eye(40) + np.asarray(KERNEL(jnp.asarray(X40), jnp.asarray(X40))) / N_TOTAL
+
+
+def test_a_start_from_several_guesses_is_their_best_combination_in_the_norm_of_a(x64,
+                                                                                  assert_close):
+  # The start minimises |x0 - x*|_A over the guesses' span, per column: NumPy's Galerkin
+  # projection G (G^T A G)^-1 G^T t. A zero guess and a repeated one add nothing.
+  a = _system()
+  g = RNG.normal(size=(3, 40, 2))
+  guesses = np.concatenate([g[:1], np.zeros((1, 40, 2)), g[1:], g[:1] * 2.0])
+  products = np.einsum("ij,hjc->hic", a, guesses)
+  x0, ax0, trusted = matfree._start(jnp.asarray(guesses), jnp.asarray(products),
+                                    jnp.asarray(T40), 1e-10)
+  for c in range(2):
+    basis = g[:, :, c].T
+    coef = np.linalg.solve(basis.T @ a @ basis, basis.T @ T40[:, c])
+    assert_close(x0[:, c], basis @ coef, rtol=1e-9)
+  assert_close(ax0, a @ np.asarray(x0), rtol=1e-9)
+  assert not bool(trusted)       # several guesses kept: the solve checks the true residual
+  one = matfree._start(jnp.asarray(g[:1]), jnp.asarray(products[:1]), jnp.asarray(T40), 1e-10)
+  assert bool(one[2])
+
+
+def test_ridge_solve_counts_its_products_and_starts_free_from_given_ones(x64, assert_close):
+  pre = fedkrr.nystrom_preconditioner(KERNEL, X40, 1e-3, N_TOTAL, landmarks=10)
+  cold = fedkrr.ridge_solve(KERNEL, X40, T40, 1e-3, N_TOTAL, pre, tol=1e-12)
+  # matvecs: the iterations and at least one true residual; product: (c I + K / N) alpha.
+  assert int(cold.matvecs) >= int(cold.iterations) + 1
+  assert_close(cold.product, _system() @ np.asarray(cold.alpha), rtol=1e-10)
+  # Started from the solution with its product: nothing to compute. Without the product:
+  # one product for the start. From the solution and another guess: one true residual.
+  free = fedkrr.ridge_solve(KERNEL, X40, T40, 1e-3, N_TOTAL, pre, tol=1e-12,
+                            initial=cold.alpha, initial_products=cold.product)
+  paid = fedkrr.ridge_solve(KERNEL, X40, T40, 1e-3, N_TOTAL, pre, tol=1e-12, initial=cold.alpha)
+  other = RNG.normal(size=T40.shape)
+  two = fedkrr.ridge_solve(KERNEL, X40, T40, 1e-3, N_TOTAL, pre, tol=1e-12,
+                           initial=np.stack([cold.alpha, other]),
+                           initial_products=np.stack([cold.product, _system() @ other]))
+  assert [int(s.matvecs) for s in (free, paid, two)] == [0, 1, 1]
+  for sol in (free, paid, two):
+    assert bool(sol.converged) and int(sol.iterations) == 0
+    assert_close(sol.alpha, cold.alpha, rtol=1e-8)
+  with pytest.raises(ValueError, match="initial_products"):
+    fedkrr.ridge_solve(KERNEL, X40, T40, 1e-3, N_TOTAL, pre, initial=cold.alpha,
+                       initial_products=cold.product[:, 0])
+  with pytest.raises(ValueError, match="initial_products"):
+    fedkrr.ridge_solve(KERNEL, X40, T40, 1e-3, N_TOTAL, pre, initial_products=cold.product)
+
+
+def test_warm_starts_keep_the_agents_latest_solutions_with_their_products(x64):
+  problem, _ = _problem(agents=2)
+  learner = fedkrr.matfree_learners(problem, landmarks=4, tile_elements=TILE, history=3)[0]
+  x, models = problem.xs[0], []
+  for k in range(4):
+    model = learner.fit(x, problem.ys[0] * (1.0 + 0.1 * k))
+    models.append(model)
+    learner = learner.warm_start_from(model)
+    kept = models[::-1][:3]
+    assert learner.initial.shape == (3,) + model.alpha.shape   # zero-padded to history
+    for got, want in zip(learner.initial, kept):
+      np.testing.assert_array_equal(got, want.alpha)
+    for got, want in zip(learner.initial_products, kept):
+      np.testing.assert_array_equal(got, want.product)
+    assert not np.any(learner.initial[len(kept):])
+  assert int(models[0].matvecs) > 0
+  # Other points of the same size: the newest guess alone, its product formed again
+  # (one more product than its iterations and true residuals).
+  moved = learner.fit(x * 1.5, problem.ys[0])
+  assert int(moved.matvecs) >= int(moved.iterations) + 2
+  with pytest.raises(ValueError, match="history"):
+    fedkrr.matfree_learners(problem, history=0)
+
+
 class _Cold:
   """A matrix-free learner without its warm start (fedkrr.iterate finds no warm_start_from)."""
 

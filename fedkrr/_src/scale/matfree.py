@@ -22,8 +22,9 @@ and time as N^3 (``docs/scale.md``). This module never stores a Gram block:
   :func:`fedkrr.simulate` (:func:`matfree_trajectory`); a round costs a few CG
   solves and the block matrix-vector products ``k_j(X_i, X_j) alpha_j / N`` of
   the agents' predictions on each other's inputs. Each fit after an agent's first
-  starts from that agent's previous solution (``warm_start_from``, called by
-  :func:`fedkrr.iterate`): as the rounds converge, fewer iterations reach the tolerance.
+  starts from the best combination of that agent's latest solutions (``warm_start_from``,
+  called by :func:`fedkrr.iterate`; their products come with them, so the start costs no
+  kernel product): as the rounds converge, fewer iterations reach the tolerance.
 
 Memory is O(N (m + d) + tile) instead of O(N^2); the preconditioner changes the
 number of iterations, never the solution. The matrix-free path needs ``c > 0``
@@ -89,7 +90,9 @@ def exp_nonpositive(x: Array) -> Array:
 
   ``2^k p(r)`` with ``k = round(x / ln 2)``, ``r = x - k ln 2`` (``|r| <= ln(2) / 2``;
   ``ln 2`` split in two so that ``k ln2_hi`` is exact) and ``p`` the Taylor polynomial of
-  degree 12 (float64) or 7 (float32), whose remainder is below the dtype's rounding;
+  degree 12 (float64) or 7 (float32), whose remainder is below the dtype's rounding,
+  evaluated as ``1 + (r + r^2 E(r))`` with ``E`` by Estrin's scheme (:func:`_estrin`: half
+  the dependent steps of Horner's rule, which bounded the tiles' throughput);
   ``2^k`` is built from its bits (adding ``k`` to ``1.5 * 2^52``, resp. ``2^23``, puts it
   in the low mantissa bits, which a shift moves into the exponent), with no
   float-to-integer conversion, which AVX2 lacks for 64 bits.
@@ -106,22 +109,51 @@ def exp_nonpositive(x: Array) -> Array:
   x = jnp.maximum(x, low)
   k = jnp.round(x * (1.0 / math.log(2.0)))
   r = (x - k * ln2_hi) - k * ln2_lo
-  p = jnp.full_like(r, 1.0 / math.factorial(degree))
-  for i in range(degree - 1, -1, -1):
-    p = p * r + 1.0 / math.factorial(i)
+  # 1 + (r + r^2 E(r)), E by Estrin's scheme: the two largest terms added last, so that
+  # their rounding (the result's) dominates, as in Horner's rule.
+  r2 = r * r
+  p = 1.0 + (r + r2 * _estrin(r, [1.0 / math.factorial(i) for i in range(2, degree + 1)]))
   # k + bias in the low mantissa bits of 1.5 * 2^bits + bias + k, shifted into the exponent.
   field = lax.bitcast_convert_type(k + (1.5 * 2.0 ** bits + bias), int_type)
   scale = lax.bitcast_convert_type(lax.shift_left(field, int_type(bits)), dtype)
   return jnp.where(under, jnp.zeros_like(p), p * scale)
 
 
+def _pairwise_sum(terms: list) -> Any:
+  """``terms[0] + terms[1] + ...`` added in pairs, then pairs of pairs: a chain of
+  ``ceil(log2(len(terms)))`` dependent additions instead of ``len(terms) - 1``."""
+  while len(terms) > 1:
+    terms = [terms[i] + terms[i + 1] if i + 1 < len(terms) else terms[i]
+             for i in range(0, len(terms), 2)]
+  return terms[0]
+
+
+def _estrin(r: Array, coefficients: list) -> Array:
+  """``sum_i coefficients[i] r^i`` by Estrin's scheme: pairs ``c_i + c_{i+1} r``, then pairs
+  of those with ``r^2``, ``r^4``, ...: about log2(degree) dependent multiply-adds where
+  Horner's rule chains ``degree`` of them. In a tile's fused loop the chain, not the
+  number of operations, bounds the CPU's throughput (the loop's iterations overlap only
+  as far as its reorder buffer reaches)."""
+  terms = [coefficients[i] + coefficients[i + 1] * r if i + 1 < len(coefficients)
+           else jnp.full_like(r, coefficients[i]) for i in range(0, len(coefficients), 2)]
+  power = r * r
+  while len(terms) > 1:
+    terms = [terms[i] + terms[i + 1] * power if i + 1 < len(terms) else terms[i]
+             for i in range(0, len(terms), 2)]
+    power = power * power
+  return terms[0]
+
+
 def _direct_sq_distances(x1: Array, x2_t: Array) -> Array:
-  """Squared distances (n1, n2) from direct differences; ``x2_t`` is (d, n2) (columns)."""
-  total = None
+  """Squared distances (n1, n2) from direct differences, summed over the d coordinates in
+  pairs (:func:`_pairwise_sum`); ``x2_t`` is (d, n2) (columns)."""
+  if not x1.shape[1]:
+    return jnp.zeros((x1.shape[0], x2_t.shape[1]), x1.dtype)
+  squares = []
   for k in range(x1.shape[1]):
     diff = x1[:, k:k + 1] - x2_t[k][None, :]
-    total = diff * diff if total is None else total + diff * diff
-  return jnp.zeros((x1.shape[0], x2_t.shape[1]), x1.dtype) if total is None else total
+    squares.append(diff * diff)
+  return _pairwise_sum(squares)
 
 
 class _Tiles(NamedTuple):
@@ -316,7 +348,9 @@ class NystromPreconditioner(NamedTuple):
     lam = self.eigenvalues
     scale = (lam[self.last] + self.ridge) / (lam + self.ridge) - 1.0
     scale = jnp.where(jnp.arange(lam.shape[0]) <= self.last, scale, 0.0)
-    coef = full_matmul(self.basis.T, r)
+    # (r^T U)^T, not U^T r: for U^T r, XLA:CPU copied the transpose of U (n x m) at every
+    # application, several times the cost of the two products at n = 50,000, m = 500.
+    coef = full_matmul(r.T, self.basis).T
     scale = scale.reshape(scale.shape + (1,) * (r.ndim - 1))
     return r + full_matmul(self.basis, scale * coef)
 
@@ -397,12 +431,19 @@ class RidgeSolution(NamedTuple):
       ``c I + K`` is ill-conditioned).
     converged: whether every column's true residual reached the tolerance within
       ``maxiter`` iterations.
+    product: ``(c I + K) alpha`` as formed for the residual (the start's, from the
+      guesses' products, when CG had nothing to do): with the solution, a free start for
+      the next solve on the same points (``initial_products``).
+    matvecs: the kernel products the solve made: the start's (one per guess whose
+      product was not given), one per iteration, one per true residual.
   """
 
   alpha: Array
   iterations: Array
   residual: Array
   converged: Array
+  product: Array
+  matvecs: Array
 
 
 PASSES = 8
@@ -411,7 +452,7 @@ from the current solution and its true residual (iterative refinement)."""
 
 
 def _cg(matvec, precondition, rhs: Array, tol, maxiter, start=None
-        ) -> tuple[Array, Array, Array, Array]:
+        ) -> tuple[Array, Array, Array, Array, Array, Array]:
   """Preconditioned conjugate gradients, column by column of a (n, C) right-hand side
   (each column its own step sizes), until every column's TRUE residual
   ``|rhs - A x|`` is below ``tol |rhs|``.
@@ -422,9 +463,11 @@ def _cg(matvec, precondition, rhs: Array, tol, maxiter, start=None
   product. Where it is still above the target, the next pass restarts CG from ``x``
   on it (iterative refinement), up to ``PASSES`` passes, while a pass still halves
   the true residual of some column that has not converged. Returns the solution with
-  the smallest true residual of each column, the iterations of all passes, the
-  largest relative true residual and whether every column reached the target. CG
-  starts from ``start = (x0, rhs - A x0)`` if given, else from 0.
+  the smallest true residual of each column, ``A x`` as formed for it, the iterations
+  of all passes, the passes, the largest relative true residual and whether every
+  column reached the target. CG starts from ``start = (x0, A x0, trusted)`` if given
+  (``A x0`` formed by the caller; when not ``trusted`` the first pass forms the true
+  residual whatever ``rhs - A x0`` reads), else from 0.
   """
   dot = lambda a, b: jnp.sum(a * b, axis=0)  # noqa: E731
   rhs_norm = jnp.sqrt(dot(rhs, rhs))
@@ -453,42 +496,93 @@ def _cg(matvec, precondition, rhs: Array, tol, maxiter, start=None
     return x, k
 
   def refining(state):
-    _, _, norm, k, passes, improved = state
+    _, _, _, norm, k, passes, improved = state
     return (k < maxiter) & (passes < PASSES) & improved & jnp.any(norm > target)
 
   def refine(state):
-    x, r, norm, k, passes, _ = state
+    x, ax, r, norm, k, passes, _ = state
     x_new, k = one_pass(x, r, k)
-    r_new = rhs - matvec(x_new)
+    ax_new = matvec(x_new)
+    r_new = rhs - ax_new
     norm_new = jnp.sqrt(dot(r_new, r_new))
     better = norm_new < norm
     improved = jnp.any((norm > target) & (norm_new < 0.5 * norm))
-    return (jnp.where(better[None, :], x_new, x), jnp.where(better[None, :], r_new, r),
-            jnp.where(better, norm_new, norm), k, passes + 1, improved)
+    keep = lambda new, old: jnp.where(better[None, :], new, old)  # noqa: E731
+    return (keep(x_new, x), keep(ax_new, ax), keep(r_new, r), jnp.where(better, norm_new, norm),
+            k, passes + 1, improved)
 
-  x, r = (jnp.zeros_like(rhs), rhs) if start is None else start   # r = rhs - A x
-  state = (x, r, jnp.sqrt(dot(r, r)), jnp.asarray(0, jnp.int32), jnp.asarray(0, jnp.int32),
+  if start is None:
+    x, ax, trusted = jnp.zeros_like(rhs), jnp.zeros_like(rhs), True
+  else:
+    x, ax, trusted = start
+  r = rhs - ax
+  norm = jnp.sqrt(dot(r, r))
+  # An untrusted start's residual is CG's to reduce, but not the one to stop on: the first
+  # pass always forms the true residual (an infinite norm makes it run and be kept).
+  norm_state = jnp.where(trusted, norm, jnp.inf)
+  state = (x, ax, r, norm_state, jnp.asarray(0, jnp.int32), jnp.asarray(0, jnp.int32),
            jnp.asarray(True))
-  x, _, norm, k, _, _ = lax.while_loop(refining, refine, state)
+  x, ax, _, norm, k, passes, _ = lax.while_loop(refining, refine, state)
   residual = jnp.max(norm / jnp.maximum(rhs_norm, jnp.finfo(rhs.dtype).tiny))
-  return x, k, residual, jnp.all(norm <= target)
+  return x, ax, k, passes, residual, jnp.all(norm <= target)
+
+
+def _start(guesses: Array, products: Array, rhs: Array, tol) -> tuple[Array, Array, Array]:
+  """The combination of the guesses closest to the solution of ``A x = rhs`` in A's norm.
+
+  ``guesses`` and ``products`` (their ``A g``) are (h, n, C), the most important first; each
+  column of ``rhs`` (n, C) gets its own combination. The guesses are made A-orthonormal in
+  their order by Gram-Schmidt (twice) on the pairs (g, A g), so no kernel product is
+  needed; a guess whose part outside the span of those before is below ``drop`` of its
+  A-norm adds nothing (zero guesses included). ``drop = min(1, 10 eps / tol)`` bounds the
+  growth of the coefficients by ``1 / drop``, so that the cancellation error of
+  ``A x0 = sum_j coef_j A g_j`` stays near ``tol / 10`` of ``|rhs|``. Returns ``x0``,
+  ``A x0`` and whether it may be trusted as a true residual: only where one guess
+  was kept in every column (a scaled guess, as exact as its product); otherwise the
+  solve forms the true residual before it stops.
+  """
+  dot = lambda a, b: jnp.sum(a * b, axis=0)  # noqa: E731
+  drop = jnp.minimum(1.0, 10.0 * jnp.finfo(rhs.dtype).eps / tol)
+  basis: list[tuple[Array, Array]] = []
+  kept = jnp.zeros(rhs.shape[1], jnp.int32)
+  for g, ag in zip(guesses, products):
+    norm0 = jnp.sqrt(jnp.maximum(dot(g, ag), 0.0))
+    for _ in range(2):
+      for q, aq in basis:
+        c = dot(g, aq)[None, :]
+        g, ag = g - c * q, ag - c * aq
+    norm = jnp.sqrt(jnp.maximum(dot(g, ag), 0.0))
+    keep = (norm0 > 0) & (norm > drop * norm0)
+    inverse = jnp.where(keep, 1.0 / jnp.where(keep, norm, 1.0), 0.0)[None, :]
+    basis.append((g * inverse, ag * inverse))
+    kept = kept + keep.astype(jnp.int32)
+  x0, ax0 = jnp.zeros_like(rhs), jnp.zeros_like(rhs)
+  for q, aq in basis:
+    c = dot(q, rhs)[None, :]
+    x0, ax0 = x0 + c * q, ax0 + c * aq
+  return x0, ax0, jnp.all(kept <= 1)
 
 
 def ridge_solve(kernel: Any, x: ArrayLike, rhs: ArrayLike, ridge: ArrayLike,
                 num_points: ArrayLike, preconditioner: NystromPreconditioner | None = None,
                 tol: float | None = None, maxiter: int = 1000,
-                tile_elements: int = TILE_ELEMENTS, initial: ArrayLike | None = None
-                ) -> RidgeSolution:
+                tile_elements: int = TILE_ELEMENTS, initial: ArrayLike | None = None,
+                initial_products: ArrayLike | None = None) -> RidgeSolution:
   """Solves ``(c I + k(X, X) / N) alpha = t`` by (preconditioned) conjugate gradients.
 
   Each iteration is one :func:`symmetric_matvec` (tiles, never the n x n block; about
   half the kernel's entries) and one application of the preconditioner. Columns of a
   matrix right-hand side are solved independently, each with its own step sizes.
 
-  With an ``initial`` guess a (e.g. the same agent's solution of the previous round),
-  CG starts from ``s a``, with s per column the scale that minimises the error in the
-  norm of ``A = c I + K``, ``s = <a, t> / <a, A a>`` (so never a worse start than 0 in
-  that norm; one more kernel product). The stopping rule is the same either way.
+  With ``initial`` guesses (e.g. the same agent's solutions of the previous rounds), CG
+  starts from their combination closest to the solution in the norm of
+  ``A = c I + K`` (each column its own; for one guess a, ``s a`` with
+  ``s = <a, t> / <a, A a>``), so never a worse start than 0 or than any one guess in
+  that norm. It needs ``A g`` for every guess g: given as ``initial_products`` (a
+  solution's :attr:`RidgeSolution.product`: no kernel product), else one product each.
+  A start from one guess is as exact as its product and may stop the solve at once;
+  from several, the solve forms the true residual before it stops. The stopping rule
+  is the same either way.
 
   Args:
     kernel: the kernel k.
@@ -504,10 +598,15 @@ def ridge_solve(kernel: Any, x: ArrayLike, rhs: ArrayLike, ridge: ArrayLike,
       number of 5e7): below that, ``converged`` is False.
     maxiter: the most iterations.
     tile_elements: kernel entries per tile.
-    initial: a guess of alpha (the shape of t) to start from; ``None``: start from 0.
+    initial: a guess of alpha (the shape of t), or h guesses stacked on a leading axis
+      ((h,) + t's shape; zero guesses are ignored); ``None``: start from 0.
+    initial_products: ``(c I + k(X, X) / N) g`` for each guess g, the shape of
+      ``initial``; ``None``: computed. They must be these products on these points:
+      a start trusted from them is not checked again.
 
   Returns:
-    A :class:`RidgeSolution` (``iterations`` does not count the start's product).
+    A :class:`RidgeSolution` (``iterations`` does not count the products of the start
+    and of the true residuals; ``matvecs`` does).
 
   Example:
     >>> x = jnp.linspace(-1.0, 1.0, 8)[:, None]
@@ -529,35 +628,52 @@ def ridge_solve(kernel: Any, x: ArrayLike, rhs: ArrayLike, ridge: ArrayLike,
   if preconditioner is not None and preconditioner.basis.shape[0] != x.shape[0]:
     raise ValueError(f"preconditioner: built for {preconditioner.basis.shape[0]} points, "
                      f"but x has {x.shape[0]}")
+  if initial is None and initial_products is not None:
+    raise ValueError("initial_products: given without initial")
   if initial is not None:
     initial = jnp.asarray(initial, rhs.dtype)
-    if initial.shape != rhs.shape:
-      raise ValueError(f"initial: expected the shape of rhs {rhs.shape}, got {initial.shape}")
+    if initial.shape == rhs.shape:
+      initial = initial[None]
+    if initial.ndim != rhs.ndim + 1 or initial.shape[1:] != rhs.shape:
+      raise ValueError(f"initial: expected the shape of rhs {rhs.shape}, or guesses stacked "
+                       f"(h,) + {rhs.shape}, got {initial.shape}")
+    if initial_products is not None:
+      initial_products = jnp.asarray(initial_products, rhs.dtype)
+      if initial_products.shape == rhs.shape:
+        initial_products = initial_products[None]
+      if initial_products.shape != initial.shape:
+        raise ValueError(f"initial_products: expected the shape of initial {initial.shape}, "
+                         f"got {initial_products.shape}")
   tol = default_tol(rhs.dtype) if tol is None else tol
   return _ridge_solve(kernel, x, rhs, jnp.asarray(ridge, rhs.dtype),
                       jnp.asarray(num_points, rhs.dtype), preconditioner,
-                      jnp.asarray(tol, rhs.dtype), maxiter, tile_elements, initial)
+                      jnp.asarray(tol, rhs.dtype), maxiter, tile_elements, initial,
+                      initial_products)
 
 
 def _ridge_solve_impl(kernel, x, rhs, ridge, num_points, preconditioner, tol, maxiter,
-                      tile_elements, initial=None) -> RidgeSolution:
+                      tile_elements, initial=None, initial_products=None) -> RidgeSolution:
   column = rhs.ndim == 1
   t = rhs[:, None] if column else rhs
 
   def matvec(v):
     return ridge * v + _symmetric_matvec_impl(kernel, x, v, tile_elements) / num_points
 
-  start = None
+  start, start_products = None, 0
   if initial is not None:
-    guess = initial[:, None] if column else initial
-    product = matvec(guess)
-    energy = jnp.sum(guess * product, axis=0)
-    scale = jnp.where(energy > 0, jnp.sum(guess * t, axis=0) / jnp.where(energy > 0, energy, 1.0),
-                      0.0)
-    start = (scale[None, :] * guess, t - scale[None, :] * product)
+    guesses = initial[..., None] if column else initial
+    if initial_products is None:
+      products = jnp.stack([matvec(g) for g in guesses])
+      start_products = guesses.shape[0]
+    else:
+      products = initial_products[..., None] if column else initial_products
+    start = _start(guesses, products, t, tol)
   precondition = (lambda r: r) if preconditioner is None else preconditioner.apply
-  alpha, iterations, residual, converged = _cg(matvec, precondition, t, tol, maxiter, start)
-  return RidgeSolution(alpha[:, 0] if column else alpha, iterations, residual, converged)
+  alpha, product, iterations, passes, residual, converged = _cg(
+      matvec, precondition, t, tol, maxiter, start)
+  shape = (lambda a: a[:, 0]) if column else (lambda a: a)  # noqa: E731
+  return RidgeSolution(shape(alpha), iterations, residual, converged, shape(product),
+                       iterations + passes + start_products)
 
 
 _ridge_solve = jax.jit(_ridge_solve_impl, static_argnames=("maxiter", "tile_elements"))
@@ -575,6 +691,9 @@ class MatfreeKRRModel:
     iterations: the conjugate-gradient iterations of the fit.
     residual: the fit's relative residual (:class:`RidgeSolution`).
     tile_elements: kernel entries per tile.
+    product: ``(c I + k(X, X) / N) alpha`` as the fit formed it (``None``: unknown), for
+      the next fit's start (:meth:`MatfreeKRRLearner.warm_start_from`).
+    matvecs: the kernel products of the fit (:class:`RidgeSolution`; ``None``: unknown).
   """
 
   kernel: Any
@@ -584,6 +703,8 @@ class MatfreeKRRModel:
   iterations: Array
   residual: Array
   tile_elements: int = dataclasses.field(default=TILE_ELEMENTS, metadata=dict(static=True))
+  product: Array | None = None
+  matvecs: Array | None = None
 
   def predict(self, x: ArrayLike) -> Array:
     """The fitted function at the points ``x``."""
@@ -621,8 +742,15 @@ class MatfreeKRRLearner:
       :class:`ConvergenceError`.
     landmarks: m, for preconditioners built by the fit (0: no preconditioner).
     tile_elements: kernel entries per tile.
-    initial: the coefficients a fit starts CG from (scaled, see :func:`ridge_solve`) when
-      its targets have their shape; ``None``: from 0. Set by :meth:`warm_start_from`.
+    initial: the coefficients a fit starts CG from (see :func:`ridge_solve`): one guess of
+      the targets' shape, or guesses stacked on a leading axis; ``None``: from 0. Set by
+      :meth:`warm_start_from`.
+    initial_products: ``(c I + k(X, X) / N)`` times each of ``initial`` on
+      ``initial_points`` (``None``: the fit computes them, one kernel product each).
+    initial_points: the points the products were formed on; a fit on other points
+      starts from the newest guess alone and computes its product.
+    history: how many of the agent's latest solutions :meth:`warm_start_from` keeps as
+      guesses (1: the last one, scaled).
   """
 
   kernel: Any
@@ -634,15 +762,38 @@ class MatfreeKRRLearner:
   landmarks: int = dataclasses.field(default=500, metadata=dict(static=True))
   tile_elements: int = dataclasses.field(default=TILE_ELEMENTS, metadata=dict(static=True))
   initial: Array | None = None
+  initial_products: Array | None = None
+  initial_points: Array | None = None
+  history: int = dataclasses.field(default=8, metadata=dict(static=True))
 
   def warm_start_from(self, model: Any) -> MatfreeKRRLearner:
-    """The same learner, its next fit started from ``model``'s coefficients (a model of
-    another kind: unchanged). :func:`fedkrr.iterate` calls it with each agent's latest
-    model, so that a protocol's rounds warm-start CG; the solution is the same up to the
-    tolerance, the number of iterations smaller as the targets converge."""
+    """The same learner, its next fit started from ``model``'s coefficients and the
+    ``history - 1`` solutions before them (a model of another kind: unchanged).
+
+    :func:`fedkrr.iterate` calls it with each agent's latest model, so that a protocol's
+    rounds warm-start CG from the best combination of the agent's latest solutions (as
+    the rounds converge geometrically, a few of them predict the next one well). The
+    solutions' products come with them (:attr:`MatfreeKRRModel.product`): the start
+    costs no kernel product. The solution is the same up to the tolerance, the number of
+    iterations smaller as the targets converge. The guesses are zero-padded to
+    ``history``, so that every warm fit runs one compiled solve.
+    """
     if not isinstance(model, MatfreeKRRModel):
       return self
-    return dataclasses.replace(self, initial=model.alpha)
+    if model.product is None:
+      return dataclasses.replace(self, initial=model.alpha, initial_products=None,
+                                 initial_points=None)
+    alphas, products = model.alpha[None], model.product[None]
+    if (self.initial_products is not None and self.initial_points is not None
+        and self.initial is not None and self.initial.shape[1:] == model.alpha.shape
+        and self.initial.ndim == model.alpha.ndim + 1
+        and _same_points(self.initial_points, model.x_train)):
+      alphas = jnp.concatenate([alphas, self.initial[:self.history - 1]])
+      products = jnp.concatenate([products, self.initial_products[:self.history - 1]])
+    pad = [(0, self.history - alphas.shape[0])] + [(0, 0)] * model.alpha.ndim
+    return dataclasses.replace(self, initial=jnp.pad(alphas, pad),
+                               initial_products=jnp.pad(products, pad),
+                               initial_points=model.x_train)
 
   def fit(self, x: ArrayLike, targets: ArrayLike) -> MatfreeKRRModel:
     """Kernel ridge regression of ``targets`` on ``x`` (cast to the ridge's dtype).
@@ -659,11 +810,16 @@ class MatfreeKRRLearner:
           self.kernel, x, self.ridge, self.num_points, self.landmarks,
           tile_elements=self.tile_elements)
     tol = default_tol(dtype) if self.tol is None else self.tol
-    initial = self.initial
-    if initial is not None and jnp.shape(initial) != targets.shape:
-      initial = None
+    initial, products = self.initial, self.initial_products
+    if initial is not None and jnp.shape(initial)[-targets.ndim:] != targets.shape:
+      initial = products = None
+    if initial is not None and products is not None and (
+        self.initial_points is None or not _same_points(self.initial_points, x)):
+      # Other points: the newest guess alone, its product formed again.
+      initial = initial[0] if jnp.ndim(initial) > targets.ndim else initial
+      products = None
     sol = ridge_solve(self.kernel, x, targets, self.ridge, self.num_points, pre, tol,
-                      self.maxiter, self.tile_elements, initial)
+                      self.maxiter, self.tile_elements, initial, products)
     if not bool(sol.converged):
       where = (f"after maxiter = {self.maxiter} iterations on {x.shape[0]} points; raise "
                f"maxiter or landmarks, or use a larger ridge")
@@ -675,7 +831,13 @@ class MatfreeKRRLearner:
       raise ConvergenceError(f"conjugate gradients reached true relative residual "
                              f"{float(sol.residual):.3g} > tol {tol:.3g} {where}")
     return MatfreeKRRModel(self.kernel, x, sol.alpha, jnp.asarray(self.num_points, dtype),
-                           sol.iterations, sol.residual, self.tile_elements)
+                           sol.iterations, sol.residual, self.tile_elements, sol.product,
+                           sol.matvecs)
+
+
+def _same_points(a: Array, b: Array) -> bool:
+  """Whether two point sets are the same (the same array, or equal values)."""
+  return a is b or (a.shape == b.shape and bool(jnp.array_equal(a, b)))
 
 
 def check_matfree_problem(problem: FederatedProblem) -> None:
@@ -688,7 +850,8 @@ def check_matfree_problem(problem: FederatedProblem) -> None:
 
 def matfree_learners(problem: FederatedProblem, landmarks: int = 500, tol: float | None = None,
                      maxiter: int = 1000, key: Array | None = None,
-                     tile_elements: int = TILE_ELEMENTS) -> tuple[MatfreeKRRLearner, ...]:
+                     tile_elements: int = TILE_ELEMENTS, history: int = 8
+                     ) -> tuple[MatfreeKRRLearner, ...]:
   """One :class:`MatfreeKRRLearner` per agent, its preconditioner built once on its points.
 
   Args:
@@ -698,15 +861,18 @@ def matfree_learners(problem: FederatedProblem, landmarks: int = 500, tol: float
     maxiter: the most CG iterations per fit.
     key: PRNG key for uniform landmarks (split per agent); ``None``: evenly spaced.
     tile_elements: kernel entries per tile.
+    history: the latest solutions a warm start combines (:class:`MatfreeKRRLearner`).
 
   Raises:
-    ProblemError: c = 0. ValueError: a bad ``landmarks`` or ``maxiter``.
+    ProblemError: c = 0. ValueError: a bad ``landmarks``, ``maxiter`` or ``history``.
   """
   check_matfree_problem(problem)
   if not isinstance(landmarks, int) or isinstance(landmarks, bool) or landmarks < 0:
     raise ValueError(f"landmarks: expected an integer >= 0, got {landmarks!r}")
   if not isinstance(maxiter, int) or isinstance(maxiter, bool) or maxiter < 1:
     raise ValueError(f"maxiter: expected an integer >= 1, got {maxiter!r}")
+  if not isinstance(history, int) or isinstance(history, bool) or history < 1:
+    raise ValueError(f"history: expected an integer >= 1, got {history!r}")
   n = jnp.asarray(problem.num_points, problem.ridge.dtype)
   keys = [None] * problem.num_agents if key is None else list(
       jax.random.split(key, problem.num_agents))
@@ -715,14 +881,15 @@ def matfree_learners(problem: FederatedProblem, landmarks: int = 500, tol: float
     pre = None if landmarks == 0 else nystrom_preconditioner(
         kernel, x, problem.ridge, n, landmarks, keys[a], tile_elements)
     learners.append(MatfreeKRRLearner(kernel, problem.ridge, n, pre, tol, maxiter, landmarks,
-                                      tile_elements))
+                                      tile_elements, history=history))
   return tuple(learners)
 
 
 def matfree_trajectory(problem: FederatedProblem, protocol: str, rounds: int, x_eval: ArrayLike,
                        start: int = 0, every: int = 1, landmarks: int = 500,
                        tol: float | None = None, maxiter: int = 1000, key: Array | None = None,
-                       tile_elements: int = TILE_ELEMENTS, progress: bool = False) -> Array:
+                       tile_elements: int = TILE_ELEMENTS, progress: bool = False,
+                       history: int = 8) -> Array:
   """:func:`fedkrr.trajectory` without N x N matrices: every round run literally.
 
   The protocol runs round by round through :func:`fedkrr.simulate` with
@@ -743,6 +910,7 @@ def matfree_trajectory(problem: FederatedProblem, protocol: str, rounds: int, x_
     key: PRNG key for the landmarks (see :func:`matfree_learners`).
     tile_elements: kernel entries per tile.
     progress: a progress bar over the rounds.
+    history: the latest solutions each warm start combines (see :func:`matfree_learners`).
 
   Returns:
     The predictions, in the problem's dtype.
@@ -764,6 +932,6 @@ def matfree_trajectory(problem: FederatedProblem, protocol: str, rounds: int, x_
   protocols.check_rounds(rounds)
   closed_form.check_every(every, protocol, problem.num_agents)
   x_eval = check_eval_points(problem, x_eval)
-  learners = matfree_learners(problem, landmarks, tol, maxiter, key, tile_elements)
+  learners = matfree_learners(problem, landmarks, tol, maxiter, key, tile_elements, history)
   return protocols.simulate(protocol, learners, problem.xs, problem.ys, rounds, x_eval,
                             start=start, progress=progress, every=every)
