@@ -92,7 +92,7 @@ def exp_nonpositive(x: Array) -> Array:
   ``ln 2`` split in two so that ``k ln2_hi`` is exact) and ``p`` the Taylor polynomial of
   degree 12 (float64) or 7 (float32), whose remainder is below the dtype's rounding,
   evaluated as ``1 + (r + r^2 E(r))`` with ``E`` by Estrin's scheme (:func:`_estrin`: half
-  the dependent steps of Horner's rule, which bounded the tiles' throughput);
+  the dependent steps of Horner's rule, which limited the tiles' throughput);
   ``2^k`` is built from its bits (adding ``k`` to ``1.5 * 2^52``, resp. ``2^23``, puts it
   in the low mantissa bits, which a shift moves into the exponent), with no
   float-to-integer conversion, which AVX2 lacks for 64 bits.
@@ -132,7 +132,7 @@ def _estrin(r: Array, coefficients: list) -> Array:
   """``sum_i coefficients[i] r^i`` by Estrin's scheme: pairs ``c_i + c_{i+1} r``, then pairs
   of those with ``r^2``, ``r^4``, ...: about log2(degree) dependent multiply-adds where
   Horner's rule chains ``degree`` of them. In a tile's fused loop the chain, not the
-  number of operations, bounds the CPU's throughput (the loop's iterations overlap only
+  number of operations, limits the CPU's throughput (the loop's iterations overlap only
   as far as its reorder buffer reaches)."""
   terms = [coefficients[i] + coefficients[i + 1] * r if i + 1 < len(coefficients)
            else jnp.full_like(r, coefficients[i]) for i in range(0, len(coefficients), 2)]
