@@ -71,8 +71,13 @@ X40, T40 = RNG.normal(size=(40, 1)), RNG.normal(size=(40, 2))
 KERNEL, N_TOTAL = fedkrr.RBF(0.3), 60.0
 
 
+def _system():
+  """c I + K / N for X40 and c = 1e-3, dense."""
+  return 1e-3 * np.eye(40) + np.asarray(KERNEL(jnp.asarray(X40), jnp.asarray(X40))) / N_TOTAL
+
+
 def test_ridge_solve_equals_dense_solve(x64, assert_close):
-  system = 1e-3 * np.eye(40) + np.asarray(KERNEL(jnp.asarray(X40), jnp.asarray(X40))) / N_TOTAL
+  system = _system()
   pre = fedkrr.nystrom_preconditioner(KERNEL, X40, 1e-3, N_TOTAL, landmarks=10)
   for rhs in (T40, T40[:, 0]):   # columns solved independently, and a single vector
     sol = fedkrr.ridge_solve(KERNEL, X40, rhs, 1e-3, N_TOTAL, pre, tol=1e-12)
@@ -109,10 +114,6 @@ def test_ridge_solve_starts_from_a_scaled_guess(x64, assert_close):
     assert_close(warm.alpha, cold.alpha, rtol=1e-8)
   with pytest.raises(ValueError, match="initial"):
     fedkrr.ridge_solve(KERNEL, X40, T40, 1e-3, N_TOTAL, pre, initial=cold.alpha[:, 0])
-
-
-def _system():
-  return 1e-3 * np.eye(40) + np.asarray(KERNEL(jnp.asarray(X40), jnp.asarray(X40))) / N_TOTAL
 
 
 def test_a_start_from_several_guesses_is_their_best_combination_in_the_norm_of_a(x64,

@@ -451,6 +451,11 @@ PASSES = 8
 from the current solution and its true residual (iterative refinement)."""
 
 
+def _column_dot(a: Array, b: Array) -> Array:
+  """The inner products of the columns of two (n, C) arrays: (C,)."""
+  return jnp.sum(a * b, axis=0)
+
+
 def _cg(matvec, precondition, rhs: Array, tol, maxiter, start=None
         ) -> tuple[Array, Array, Array, Array, Array, Array]:
   """Preconditioned conjugate gradients, column by column of a (n, C) right-hand side
@@ -469,7 +474,7 @@ def _cg(matvec, precondition, rhs: Array, tol, maxiter, start=None
   (``A x0`` formed by the caller; when not ``trusted`` the first pass forms the true
   residual whatever ``rhs - A x0`` reads), else from 0.
   """
-  dot = lambda a, b: jnp.sum(a * b, axis=0)  # noqa: E731
+  dot = _column_dot
   rhs_norm = jnp.sqrt(dot(rhs, rhs))
   target = tol * rhs_norm
 
@@ -541,7 +546,7 @@ def _start(guesses: Array, products: Array, rhs: Array, tol) -> tuple[Array, Arr
   was kept in every column (a scaled guess, as exact as its product); otherwise the
   solve forms the true residual before it stops.
   """
-  dot = lambda a, b: jnp.sum(a * b, axis=0)  # noqa: E731
+  dot = _column_dot
   drop = jnp.minimum(1.0, 10.0 * jnp.finfo(rhs.dtype).eps / tol)
   basis: list[tuple[Array, Array]] = []
   kept = jnp.zeros(rhs.shape[1], jnp.int32)
@@ -663,7 +668,7 @@ def _ridge_solve_impl(kernel, x, rhs, ridge, num_points, preconditioner, tol, ma
   if initial is not None:
     guesses = initial[..., None] if column else initial
     if initial_products is None:
-      products = jnp.stack([matvec(g) for g in guesses])
+      products = lax.map(matvec, guesses)
       start_products = guesses.shape[0]
     else:
       products = initial_products[..., None] if column else initial_products
@@ -786,7 +791,6 @@ class MatfreeKRRLearner:
     alphas, products = model.alpha[None], model.product[None]
     if (self.initial_products is not None and self.initial_points is not None
         and self.initial is not None and self.initial.shape[1:] == model.alpha.shape
-        and self.initial.ndim == model.alpha.ndim + 1
         and _same_points(self.initial_points, model.x_train)):
       alphas = jnp.concatenate([alphas, self.initial[:self.history - 1]])
       products = jnp.concatenate([products, self.initial_products[:self.history - 1]])
