@@ -8,6 +8,7 @@
     python benchmarks/scale.py --data P.npz                     # any problem file (fedkrr run's)
 
     python benchmarks/scale.py --throughput 20000               # one kernel pass: before / now
+    python benchmarks/scale.py --throughput 50000 --tiles 262144,1048576   # two tile sizes
 
 Each (path, N) runs in a child process of its own, so that the peak memory is that
 run's: the child's peak resident set (``ru_maxrss``, which includes JAX's runtime,
@@ -35,7 +36,9 @@ was before (``k(tile, X) @ v`` with XLA's exponential, kept in this script as
 ``before_matvec``), ``fedkrr.kernel_matvec`` now, and ``fedkrr.symmetric_matvec`` (the
 CG's product); it prints each one's best wall and process-CPU time, its entries per
 second (symmetric: the full ``N_a^2`` counted, as the product it replaces) and the
-ratios to before. Timings on a shared CPU are noisy: compare within one run.
+ratios to before. ``--tiles 262144,1048576`` times both products at each of these tile
+sizes, side by side in the same run. Timings on a shared CPU are noisy: compare within
+one run.
 """
 
 from __future__ import annotations
@@ -119,12 +122,18 @@ def throughput(args) -> None:
   x = jnp.asarray(rng.normal(size=(n, args.dim)), dtype)
   v = jnp.asarray(rng.normal(size=n), dtype)
   kernel = fedkrr.RBF(0.1)
-  tile = args.tile_elements or fedkrr.TILE_ELEMENTS
-  fns = {
-      "before": jax.jit(lambda x, v: before_matvec(kernel, x, x, v, tile)),
-      "kernel_matvec": jax.jit(lambda x, v: fedkrr.kernel_matvec(kernel, x, x, v, tile)),
-      "symmetric_matvec": jax.jit(lambda x, v: fedkrr.symmetric_matvec(kernel, x, v, tile)),
-  }
+  tiles = ([int(t) for t in args.tiles.split(",")] if args.tiles
+           else [args.tile_elements or fedkrr.TILE_ELEMENTS])
+  if any(t < 1 for t in tiles):
+    raise SystemExit(f"--tiles: expected positive entry counts, got {args.tiles!r}")
+  tile = tiles[0]
+  fns = {"before": jax.jit(lambda x, v: before_matvec(kernel, x, x, v, tile))}
+  for t in tiles:
+    label = "" if len(tiles) == 1 else f" {t}"
+    fns["kernel_matvec" + label] = jax.jit(
+        lambda x, v, t=t: fedkrr.kernel_matvec(kernel, x, x, v, t))
+    fns["symmetric_matvec" + label] = jax.jit(
+        lambda x, v, t=t: fedkrr.symmetric_matvec(kernel, x, v, t))
   outs = {name: np.asarray(jax.block_until_ready(fn(x, v))) for name, fn in fns.items()}
   best = {name: [float("inf"), float("inf")] for name in fns}
   for _ in range(args.repeats):
@@ -133,16 +142,18 @@ def throughput(args) -> None:
       jax.block_until_ready(fn(x, v))
       best[name][0] = min(best[name][0], time.perf_counter() - wall)
       best[name][1] = min(best[name][1], time.process_time() - cpu)
-  print(f"one pass over {n} x {n} RBF entries (d = {args.dim}, {args.dtype}, tiles of {tile} "
-        f"entries), best of {args.repeats}, load average {os.getloadavg()[0]:.1f} on "
-        f"{os.cpu_count()} cores", flush=True)
-  print(f"{'product':>17} {'wall s':>8} {'cpu s':>8} {'G entries/s':>11} {'per cpu-s':>9} "
+  print(f"one pass over {n} x {n} RBF entries (d = {args.dim}, {args.dtype}, tiles of "
+        f"{', '.join(map(str, tiles))} entries), best of {args.repeats}, load average "
+        f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
+  width = max(map(len, fns))
+  print(f"{'product':>{width}} {'wall s':>8} {'cpu s':>8} {'G entries/s':>11} {'per cpu-s':>9} "
         f"{'wall ratio':>10} {'cpu ratio':>9} {'rel. diff':>9}")
   ref = outs["before"]
   for name, (wall, cpu) in best.items():
     diff = np.max(np.abs(outs[name] - ref)) / np.max(np.abs(ref))
-    print(f"{name:>17} {wall:8.3f} {cpu:8.3f} {n * n / wall / 1e9:11.2f} {n * n / cpu / 1e9:9.2f} "
-          f"{best['before'][0] / wall:9.2f}x {best['before'][1] / cpu:8.2f}x {diff:9.1e}",
+    print(f"{name:>{width}} {wall:8.3f} {cpu:8.3f} {n * n / wall / 1e9:11.2f} "
+          f"{n * n / cpu / 1e9:9.2f} {best['before'][0] / wall:9.2f}x "
+          f"{best['before'][1] / cpu:8.2f}x {diff:9.1e}",
           flush=True)
 
 
@@ -159,7 +170,8 @@ class _Count:
     self.entries += -(-n1 // rows) * rows * n2
 
   def symmetric(self, n: int, times: int) -> None:
-    rows = max(1, min(n, (2 * self.tile) // max(n, 1)))
+    from fedkrr._src.scale.matfree import symmetric_rows
+    rows = symmetric_rows(n, self.tile)
     tiles = -(-n // rows)
     self.entries += times * tiles * rows * (tiles // 2 + 1) * rows
 
@@ -276,7 +288,7 @@ def main() -> None:
   parser.add_argument("--landmarks", type=int, default=500, help="Nystrom landmarks per agent")
   parser.add_argument("--tile-elements", type=int, default=0,
                       help="kernel entries per tile of the matrix-free path (default: "
-                           "fedkrr.TILE_ELEMENTS = 2^18 on a CPU, 2^24 on a GPU)")
+                           "fedkrr.TILE_ELEMENTS = 2^20 on a CPU, 2^24 on a GPU)")
   parser.add_argument("--dtype", choices=("float64", "float32"), default="float64")
   parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
   parser.add_argument("--mnist", metavar="PATH",
@@ -292,6 +304,9 @@ def main() -> None:
   parser.add_argument("--throughput", type=int, default=0, metavar="N_A",
                       help="only time one kernel pass over N_A points: before / now")
   parser.add_argument("--repeats", type=int, default=3, help="repeats of --throughput")
+  parser.add_argument("--tiles", default="", metavar="T1,T2,...",
+                      help="--throughput: time both products at each of these tile sizes "
+                           "(kernel entries; 'before' takes the first)")
   parser.add_argument("--child", choices=("exact", "matfree"), help=argparse.SUPPRESS)
   parser.add_argument("--n", type=int, default=0, help=argparse.SUPPRESS)
   parser.add_argument("--out", help=argparse.SUPPRESS)

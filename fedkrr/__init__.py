@@ -131,7 +131,6 @@ if TYPE_CHECKING:
   from fedkrr._src.scale.devices import agent_sharding
   from fedkrr._src.scale.devices import check_mesh
   from fedkrr._src.scale.devices import shard_agents
-  from fedkrr._src.scale.matfree import TILE_ELEMENTS
   from fedkrr._src.scale.matfree import ConvergenceError
   from fedkrr._src.scale.matfree import MatfreeKRRLearner
   from fedkrr._src.scale.matfree import MatfreeKRRModel
@@ -143,6 +142,7 @@ if TYPE_CHECKING:
   from fedkrr._src.scale.matfree import nystrom_preconditioner
   from fedkrr._src.scale.matfree import ridge_solve
   from fedkrr._src.scale.matfree import symmetric_matvec
+  from fedkrr._src.scale.memory import TILE_ELEMENTS
   from fedkrr._src.scale.memory import exact_bytes
   from fedkrr._src.scale.memory import matfree_bytes
   from fedkrr._src.scale.memory import memory_limit

@@ -47,13 +47,34 @@ def test_exp_nonpositive_matches_numpy_to_rounding(dtype, x64):
   assert np.max(np.abs(got[normal] - exact[normal]) / exact[normal]) <= 2 * np.finfo(dtype).eps
   assert np.all((got[~normal] >= 0) & (got[~normal] <= 1.01 * tiny))
   assert float(matfree.exp_nonpositive(jnp.asarray(0.0, dtype))) == 1.0
+  # The underflow range is zeroed by a select, not a clamp: -inf and the most negative
+  # numbers give 0, NaN stays NaN.
+  edge = jnp.asarray([-np.inf, np.finfo(dtype).min, np.nan], dtype)
+  got = np.asarray(matfree.exp_nonpositive(edge))
+  assert got[0] == 0.0 and got[1] == 0.0 and np.isnan(got[2])
 
 
 # RBF and Laplace with direct differences (d <= DIRECT_MAX_DIM) and with the matrix product
-# form (d = 20), a kernel of its own (Linear); n = 1, one tile, odd and even tile counts.
+# form (d = 20), a kernel of its own (Linear); n = 1 (one tile), odd and even tile counts,
+# rows capped at n / 32 (100 points: 3 rows, 34 tiles) or not (101 points: 2 rows, 51
+# tiles), the last tile padded in both.
 SYMMETRIC_CASES = [(fedkrr.RBF(0.4), 1, 3, 4), (fedkrr.RBF(0.4), 13, 4, 27),
                    (fedkrr.Laplace(0.9), 12, 3, 16), (fedkrr.RBF(0.05), 11, 20, 10),
-                   (fedkrr.Linear(), 9, 2, 1000), (fedkrr.Laplace(0.9), 2, 3, 1)]
+                   (fedkrr.Linear(), 9, 2, 1000), (fedkrr.Laplace(0.9), 2, 3, 1),
+                   (fedkrr.RBF(0.3), 100, 3, 10_000), (fedkrr.RBF(0.3), 101, 3, 101)]
+
+
+def test_symmetric_rows_keep_the_band_near_half_the_kernel():
+  # Tiles of about tile_elements entries, but at least 32 of them where there are as many
+  # points: the band's extra entries (about n r / 2) stay near a 32nd of half the kernel.
+  for n, tile in [(1, 4), (9, 1000), (100, 10_000), (101, 101), (5_000, 1 << 20),
+                  (50_000, 1 << 20), (50_000, 1 << 18)]:
+    rows = matfree.symmetric_rows(n, tile)
+    assert 1 <= rows <= max(1, 2 * tile // n)
+    assert -(-n // rows) >= min(n, matfree.SYMMETRIC_MIN_TILES)
+  assert matfree.symmetric_rows(100, 10_000) == 3      # capped: 100 // 32
+  assert matfree.symmetric_rows(5_000, 1 << 20) == 156
+  assert matfree.symmetric_rows(50_000, 1 << 20) == 41   # not capped: 2 * 2^20 // 50,000
 
 
 @pytest.mark.parametrize("kernel, n, dim, tile", SYMMETRIC_CASES)

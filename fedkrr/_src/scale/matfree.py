@@ -55,13 +55,11 @@ from fedkrr._src.problem import FederatedProblem
 from fedkrr._src.problem import ProblemError
 from fedkrr._src.problem import check_eval_points
 from fedkrr._src.pytree import pytree_dataclass
+from fedkrr._src.scale.memory import TILE_ELEMENTS
 
 Array = jax.Array
 ArrayLike = jax.typing.ArrayLike
 
-TILE_ELEMENTS = 1 << 18
-"""Default number of kernel entries in one tile (2 MiB in float64: a tile stays in cache,
-about three times faster on a CPU than tiles of 32 MiB)."""
 
 def default_tol(dtype) -> float:
   """The CG tolerance on the relative residual: 1e-10 in float64, 1e-5 in float32."""
@@ -98,15 +96,19 @@ def exp_nonpositive(x: Array) -> Array:
   float-to-integer conversion, which AVX2 lacks for 64 bits.
   The relative error is a few units in the last place (``tests/fedkrr/test_matfree.py``
   compares it with NumPy's). Below the smallest normal number's logarithm the result is 0
-  (the exact value is below 2.3e-308, resp. 1.2e-38); other dtypes use ``jnp.exp``.
+  (the exact value is below 2.3e-308, resp. 1.2e-38), at ``-inf`` too; NaN gives NaN;
+  other dtypes use ``jnp.exp``.
   Only for ``x <= 0``: positive arguments are not range-checked.
   """
   dtype = jnp.result_type(x)
   if dtype not in _EXP_CONSTANTS:
     return jnp.exp(x)
   degree, ln2_hi, ln2_lo, low, bits, bias, int_type = _EXP_CONSTANTS[dtype]
+  # No clamp: below ``low`` (-inf included) k, r and the scale's bits may be anything, even
+  # NaN, and the final select alone gives 0. A clamp cost a few percent of a tile's
+  # throughput (a NaN-propagating maximum is several instructions on the tile's critical
+  # path); NaN arguments still give NaN.
   under = x < low
-  x = jnp.maximum(x, low)
   k = jnp.round(x * (1.0 / math.log(2.0)))
   r = (x - k * ln2_hi) - k * ln2_lo
   # 1 + (r + r^2 E(r)), E by Estrin's scheme: the two largest terms added last, so that
@@ -240,17 +242,31 @@ def _kernel_matvec_impl(kernel, x1, x2, v, tile_elements):
 _kernel_matvec = jax.jit(_kernel_matvec_impl, static_argnames=("tile_elements",))
 
 
+SYMMETRIC_MIN_TILES = 32
+""":func:`symmetric_matvec` cuts the points into at least this many row tiles (where there
+are as many points): its band of ``(T / 2 + 1) r`` columns evaluates about ``n r / 2``
+entries more than half of the kernel, at most about a 32nd more with ``T >= 32``."""
+
+
+def symmetric_rows(n: int, tile_elements: int) -> int:
+  """The points per row tile of :func:`symmetric_matvec` over n points: ``2 tile_elements /
+  n`` (a tile of about ``tile_elements`` entries), at most ``floor(n /
+  SYMMETRIC_MIN_TILES)``, at least 1."""
+  return max(1, min((2 * tile_elements) // max(n, 1), n // SYMMETRIC_MIN_TILES))
+
+
 def symmetric_matvec(kernel: Any, x: ArrayLike, v: ArrayLike,
                      tile_elements: int = TILE_ELEMENTS) -> Array:
   """``k(x, x) @ v`` from about half of the kernel's entries (k is symmetric).
 
   The n points are cut into T row tiles of r points (``r = 2 tile_elements / n``, at
-  least 1; the last tile padded), and row tile i meets the column tiles ``i, i + 1, ...,
-  i + floor(T / 2)`` (mod T): a band of ``(floor(T / 2) + 1) r`` columns, so that every
-  unordered pair of tiles {i, j} is met once. Its tile ``K_ij`` gives both ``K_ij v_j``
-  and ``K_ji v_i = K_ij^T v_i``; the diagonal tile gives ``K_ii v_i`` only, and for even
-  T the pairs at offset T / 2, met from both ends, give only their first product. About
-  ``n (n + r) / 2`` kernel entries in all, against ``n^2`` for :func:`kernel_matvec`.
+  most ``n / 32``, at least 1: :func:`symmetric_rows`; the last tile padded), and row
+  tile i meets the column tiles ``i, i + 1, ..., i + floor(T / 2)`` (mod T): a band of
+  ``(floor(T / 2) + 1) r`` columns, so that every unordered pair of tiles {i, j} is met
+  once. Its tile ``K_ij`` gives both ``K_ij v_j`` and ``K_ji v_i = K_ij^T v_i``; the
+  diagonal tile gives ``K_ii v_i`` only, and for even T the pairs at offset T / 2, met
+  from both ends, give only their first product. About ``n (n + r) / 2`` kernel entries
+  in all, against ``n^2`` for :func:`kernel_matvec`.
 
   Args:
     kernel: a symmetric kernel ``k(x1, x2) -> (n1, n2)``.
@@ -281,7 +297,7 @@ def _symmetric_matvec_impl(kernel, x, v, tile_elements):
   n = x.shape[0]
   column = v.ndim == 1
   v = v[:, None] if column else v
-  rows = max(1, min(n, (2 * tile_elements) // max(n, 1)))
+  rows = symmetric_rows(n, tile_elements)
   tiles = -(-n // rows)
   half = tiles // 2 + 1
   width, n_pad = half * rows, tiles * rows

@@ -15,6 +15,13 @@ import jax
 from fedkrr._src.io.reading import available_memory
 from fedkrr._src.io.reading import format_size
 
+TILE_ELEMENTS = 1 << 20
+"""Default number of kernel entries in one tile of the matrix-free products (8 MiB in
+float64). Longer tiles mean fewer of them, and :func:`fedkrr.symmetric_matvec` copies its
+band of columns once per tile; tiles beyond the cache are slower again. On the 2-core CPU
+``python benchmarks/scale.py --throughput N_A --tiles 262144,1048576,4194304`` compares
+(docs/scale.md, "Longer tiles")."""
+
 
 class SizeError(ValueError):
   """A computation needs more memory than the machine has (the message says how much)."""
@@ -94,7 +101,7 @@ def exact_bytes(protocol: str, sizes: Sequence[int], outputs: int, n_eval: int,
 
 def matfree_bytes(protocol: str, sizes: Sequence[int], dim: int, outputs: int, n_eval: int,
                   rounds_kept: int, itemsize: int, landmarks: int = 500,
-                  tile_elements: int = 1 << 18) -> int:
+                  tile_elements: int = TILE_ELEMENTS) -> int:
   """About the peak memory of the matrix-free path (``fedkrr.matfree_trajectory``), in bytes.
 
   Counted in entries of ``itemsize`` bytes, with N_a the agents' sizes, N their
