@@ -170,8 +170,8 @@ class _Count:
     self.entries += -(-n1 // rows) * rows * n2
 
   def symmetric(self, n: int, times: int) -> None:
-    from fedkrr._src.scale.matfree import symmetric_rows
-    rows = symmetric_rows(n, self.tile)
+    # fedkrr.symmetric_matvec's row tiles: 2 tile / n points, at most n / 32, at least 1.
+    rows = max(1, min((2 * self.tile) // max(n, 1), n // 32))
     tiles = -(-n // rows)
     self.entries += times * tiles * rows * (tiles // 2 + 1) * rows
 
