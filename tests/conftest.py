@@ -48,6 +48,23 @@ jax.config.update("jax_numpy_rank_promotion", "raise")
 _TOLERANCES = {np.dtype(np.float64): 1e-9, np.dtype(np.float32): 1e-3}
 
 
+@pytest.fixture(autouse=True)
+def _keep_the_suites_precision():
+  """Restores the suite's float64 mode after each test.
+
+  The command lines' ``main`` set ``jax_enable_x64`` for the process, as an entry point
+  should (``fedkrr run`` to float64, ``--float32`` to float32). Called in-process by a
+  test, that setting outlived the test: in the float32 suite of CI
+  (``JAX_ENABLE_X64=0``) every later test of the same worker ran in float64, so how many
+  tests ran in float32 depended on the workers' schedule (328 passed and 350 skipped in
+  one run, 402 and 276 in the next, the same commit).
+  """
+  mode = jax.config.read("jax_enable_x64")
+  yield
+  if jax.config.read("jax_enable_x64") != mode:
+    jax.config.update("jax_enable_x64", mode)
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _release_compiled_code():
   """Drops JAX's compiled programs after each test file.
