@@ -122,10 +122,14 @@ def throughput(args) -> None:
   x = jnp.asarray(rng.normal(size=(n, args.dim)), dtype)
   v = jnp.asarray(rng.normal(size=n), dtype)
   kernel = fedkrr.RBF(0.1)
-  tiles = ([int(t) for t in args.tiles.split(",")] if args.tiles
-           else [args.tile_elements or fedkrr.TILE_ELEMENTS])
+  try:
+    tiles = ([int(t) for t in args.tiles.split(",")] if args.tiles
+             else [args.tile_elements or fedkrr.TILE_ELEMENTS])
+  except ValueError:
+    tiles = [0]
   if any(t < 1 for t in tiles):
-    raise SystemExit(f"--tiles: expected positive entry counts, got {args.tiles!r}")
+    raise SystemExit(f"--tiles: expected positive entry counts separated by commas, got "
+                     f"{args.tiles!r}")
   tile = tiles[0]
   fns = {"before": jax.jit(lambda x, v: before_matvec(kernel, x, x, v, tile))}
   for t in tiles:

@@ -50,14 +50,15 @@ _TOLERANCES = {np.dtype(np.float64): 1e-9, np.dtype(np.float32): 1e-3}
 
 @pytest.fixture(autouse=True)
 def _keep_the_suites_precision():
-  """Restores the suite's float64 mode after each test.
+  """Restores the suite's precision (``jax_enable_x64``, float64 unless JAX_ENABLE_X64=0)
+  after each test.
 
   The command lines' ``main`` set ``jax_enable_x64`` for the process, as an entry point
   should (``fedkrr run`` to float64, ``--float32`` to float32). Called in-process by a
   test, that setting outlived the test: in the float32 suite of CI
   (``JAX_ENABLE_X64=0``) every later test of the same worker ran in float64, so how many
   tests ran in float32 depended on the workers' schedule (328 passed and 350 skipped in
-  one run, 402 and 276 in the next, the same commit).
+  one run, 402 and 276 in the next, of code that differed only in a benchmark).
   """
   mode = jax.config.read("jax_enable_x64")
   yield
