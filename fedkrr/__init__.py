@@ -61,12 +61,14 @@ if TYPE_CHECKING:
   from fedkrr._src.kernels import kernel_from_json
   from fedkrr._src.lazy import lazy_exports
   from fedkrr._src.learner import BatchLearner
+  from fedkrr._src.learner import CapabilityError
   from fedkrr._src.learner import KRRLearner
   from fedkrr._src.learner import KRRModel
   from fedkrr._src.learner import Learner
   from fedkrr._src.learner import Model
   from fedkrr._src.learner import WarmStartLearner
   from fedkrr._src.learner import fit_all
+  from fedkrr._src.learner import has_capability
   from fedkrr._src.learner import krr_learners
   from fedkrr._src.linalg import RidgeFactor
   from fedkrr._src.linalg import RidgeRoot

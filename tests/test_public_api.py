@@ -9,7 +9,8 @@ import neural
 def test_fedkrr_public_names_import():
   names = [n for n in dir(fedkrr) if not n.startswith("_")]
   for name in ["make_problem", "FederatedProblem", "RBF", "Linear", "Polynomial", "Laplace",
-               "KRRLearner", "krr_learners", "BatchLearner", "WarmStartLearner",
+               "KRRLearner", "krr_learners", "BatchLearner", "WarmStartLearner", "has_capability",
+               "CapabilityError",
                "ridge_factor", "akd", "avgkd", "pkd", "pkd_mean",
                "ekd", "backfit", "simulate", "iterate", "trajectory", "limit", "central", "local",
                "central_models", "local_models", "PROTOCOLS", "ProblemError", "KernelError",

@@ -10,12 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 import dataclasses
+import inspect
 from typing import Any
 from typing import Protocol
+from typing import TypeVar
 from typing import runtime_checkable
 
 import jax
 import jax.numpy as jnp
+import typing_extensions
+from typing_extensions import TypeIs
 
 from fedkrr._src import linalg
 from fedkrr._src.problem import FederatedProblem
@@ -84,6 +88,49 @@ class WarmStartLearner(Protocol):
   def warm_start_from(self, model: Any) -> Learner:
     """The learner whose next fit starts from ``model``."""
     ...
+
+
+class CapabilityError(TypeError):
+  """An object reaches a capability's members only through ``__getattr__`` (see
+  :func:`has_capability`): declare them so that every Python sees the same capability."""
+
+
+_ABSENT = object()
+_T = TypeVar("_T")
+
+
+def has_capability(obj: Any, capability: type[_T], what: str = "learner") -> TypeIs[_T]:
+  """Whether ``obj`` offers ``capability``, a ``Protocol`` of optional members such as
+  :class:`BatchLearner` or :class:`WarmStartLearner`: the same answer on every Python.
+
+  ``isinstance`` against a runtime-checkable protocol finds the members with ``hasattr``
+  on Python 3.11 and with ``inspect.getattr_static`` from 3.12 on, so a wrapper that
+  forwards them through ``__getattr__`` has the capability on one Python and not on the
+  other: a warm start or a batched fit would be skipped without an error. Here each
+  member must be *declared* on the object or its class (an attribute, method or property,
+  found without running ``__getattr__``) and *readable* (a declared property that raises
+  ``AttributeError``, as a wrapper's forwarding property does when the object it wraps
+  lacks the member, means absent). The project's own checks all go through this function.
+
+  Args:
+    obj: a learner or model.
+    capability: the ``Protocol`` class whose members are asked for.
+    what: how error messages name ``obj`` (e.g. ``"learners[2]"``).
+
+  Raises:
+    CapabilityError: some member is reachable only through ``__getattr__``; declare it
+      (e.g. a property that forwards it) so that the capability is seen, not guessed.
+  """
+  members = sorted(typing_extensions.get_protocol_members(capability))
+  undeclared = [m for m in members if inspect.getattr_static(obj, m, _ABSENT) is _ABSENT]
+  hidden = [m for m in undeclared if hasattr(obj, m)]
+  if hidden:
+    raise CapabilityError(
+        f"{what}: {type(obj).__name__} reaches {', '.join(hidden)} of "
+        f"{capability.__name__} only through __getattr__, which Python 3.12 and later do not "
+        f"see in a capability check; declare {'it' if len(hidden) == 1 else 'them'} on the "
+        f"class (a method or a property that forwards {'it' if len(hidden) == 1 else 'them'})")
+  return not undeclared and all(hasattr(obj, m) for m in members)
 
 
 @pytree_dataclass
@@ -164,7 +211,7 @@ def fit_all(learners: Sequence[Learner], xs: Sequence[ArrayLike],
   groups: dict[Any, list[int]] = {}
   models: list[Any] = [None] * len(learners)
   for k, learner in enumerate(learners):
-    key = learner.batch_key if isinstance(learner, BatchLearner) else None
+    key = learner.batch_key if has_capability(learner, BatchLearner, f"learners[{k}]") else None
     if key is None:
       models[k] = learner.fit(xs[k], targets[k])
     else:

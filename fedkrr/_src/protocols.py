@@ -42,6 +42,7 @@ from fedkrr._src.learner import Model
 from fedkrr._src.learner import WarmStartLearner
 from fedkrr._src.learner import check_learners
 from fedkrr._src.learner import fit_all
+from fedkrr._src.learner import has_capability
 from fedkrr._src.names import PROTOCOLS
 
 Array = jax.Array
@@ -319,7 +320,7 @@ def iterate(protocol: Protocol, learners: Sequence[Learner], xs: Sequence[Array]
     state, output = protocol.step(state, learners, xs, ys)
     for agent, model in zip(output.agents, output.models):
       learner = learners[agent]
-      if isinstance(learner, WarmStartLearner):
+      if has_capability(learner, WarmStartLearner, f"learners[{agent}]"):
         learners[agent] = learner.warm_start_from(model)
     if bar is not None:
       bar.update(1)

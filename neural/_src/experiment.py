@@ -53,8 +53,10 @@ import fedkrr
 from fedkrr import BatchLearner
 from fedkrr import Protocol
 from fedkrr import RoundOutput
+from fedkrr import has_capability
 from neural._src.augment import Augment
 from neural._src.capabilities import EpochScoredModel
+from neural._src.capabilities import LearnerWrapper
 from neural._src.capabilities import ParameterModel
 from neural._src.capabilities import ReseedableLearner
 from neural._src.checkpoint import ModelSlot
@@ -134,7 +136,7 @@ def round_key(seed: int, t: int, a: int) -> jax.Array:
 
 
 def _with_key(learner: Any, key: jax.Array) -> Any:
-  if isinstance(learner, ReseedableLearner):
+  if has_capability(learner, ReseedableLearner):
     return learner.with_key(key)
   seed = int(jax.random.randint(key, (), 0, 2**31 - 1))   # learners seeded by an int
   return dataclasses.replace(learner, seed=seed)
@@ -198,7 +200,7 @@ class _Evaluator:
   def _model_row(self, t, agent, model, probs, **extra):
     train = np.asarray(model.predict(self.data.xs[agent]))
     train_acc = float(np.mean(np.argmax(train, axis=1) == self.data.labels[agent]))
-    epochs = tuple(model.epoch_accuracy) if isinstance(model, EpochScoredModel) else ()
+    epochs = tuple(model.epoch_accuracy) if has_capability(model, EpochScoredModel) else ()
     if epochs:
       extra.update(best_epoch_test_accuracy=max(epochs), epoch_test_accuracy=list(epochs))
     return self._row(t, agent, probs, self.config.agent_models[agent],
@@ -235,7 +237,7 @@ class _Evaluator:
 
 
 @dataclasses.dataclass(frozen=True)
-class _Counted:
+class _Counted(LearnerWrapper):
   learner: Any
   bar: Any
   defer: bool = False   # return Teachers: targets evaluated on each (augmented) batch
@@ -243,9 +245,12 @@ class _Counted:
   def _out(self, model):
     return Teacher(model) if self.defer else model
 
+  def fitted_model(self, model):
+    return concrete(model)
+
   @property
   def batch_key(self):
-    key = self.learner.batch_key if isinstance(self.learner, BatchLearner) else None
+    key = self.learner.batch_key if has_capability(self.learner, BatchLearner) else None
     return None if key is None else (type(self.learner), key)
 
   def fit(self, x, targets):
@@ -258,12 +263,6 @@ class _Counted:
     models = type(wrapped[0].learner).fit_batch([w.learner for w in wrapped], xs, targets)
     wrapped[0].bar.update(len(wrapped))
     return tuple(wrapped[0]._out(m) for m in models)
-
-  def with_init(self, init):
-    return _Counted(self.learner.with_init(init), self.bar, self.defer)
-
-  def __getattr__(self, name):   # model, input_shape, config (FedAvg's checks)
-    return getattr(self.learner, name)
 
 
 # ---------------------------------------------------------------------------
@@ -308,7 +307,7 @@ def train_and_evaluate(config: ExperimentConfig, workdir: str | os.PathLike, *,
 
 
 @dataclasses.dataclass(frozen=True)
-class _StandIn:
+class _StandIn(LearnerWrapper):
   """An agent's learner in a replay: a fit gives its :class:`ModelSlot` (no training)."""
 
   learner: Any
@@ -320,12 +319,9 @@ class _StandIn:
     del x, targets
     return Teacher(self.slot) if self.defer else self.slot
 
-  def with_init(self, init):
-    del init
+  def rewrapped(self, method, argument):
+    del method, argument   # the slot stands for every model the learner would fit
     return self
-
-  def __getattr__(self, name):   # model, input_shape, config (FedAvg's checks)
-    return getattr(self.learner, name)
 
 
 def _slot(learner: Any, num_classes: int) -> ModelSlot:
@@ -360,7 +356,7 @@ def expected_state(config: ExperimentConfig, data: RunData, done: int) -> dict[s
     for state_t, out in replay:
       state = state_t
       for model, agent in zip(out.models, out.agents):
-        if isinstance(model, ParameterModel):
+        if has_capability(model, ParameterModel):
           inits[agent] = model.variables
       if out.cumulative:
         running = np.zeros((len(data.y_test), data.num_classes), np.float32)
@@ -395,7 +391,7 @@ def _begin(config: ExperimentConfig, data: RunData, checkpoint: dict[str, Any] |
                                    cast(Any, data.ys), rounds=t + 1, state=state)
     fit_bar.close()
     for model, agent in zip(out.models, out.agents):
-      if isinstance(model, ParameterModel):
+      if has_capability(model, ParameterModel):
         inits[agent] = model.variables
     rows = evaluator.rows(t, state, out)
     return rows, {"state": state, "inits": inits, "running": evaluator.running}

@@ -24,6 +24,7 @@ import numpy as np
 from fedkrr import Protocol
 from fedkrr import RoundOutput
 from fedkrr import fit_all
+from fedkrr import has_capability
 from neural._src.capabilities import EpochScoredModel
 from neural._src.capabilities import ParameterLearner
 from neural._src.choices import WEIGHTINGS
@@ -51,7 +52,7 @@ class FedAvgState(NamedTuple):
 def check_same_architecture(learners: Sequence[Any]) -> None:
   """Raises :class:`FedAvgError` unless all learners are Flax learners of one architecture."""
   for a, learner in enumerate(learners):
-    if not isinstance(learner, ParameterLearner):
+    if not has_capability(learner, ParameterLearner, f"learners[{a}]"):
       raise FedAvgError(f"learners[{a}]: FedAvg needs Flax learners (parameters to average), "
                         f"got {type(learner).__name__}")
     if not learner.config.warm_start:
@@ -156,7 +157,7 @@ def fedavg(initial_variables: Any, weighting: str = "size") -> Protocol:
     weights = [n / sum(sizes) for n in sizes]
     variables = average(stack([m.variables for m in models]), weights)
     first = models[0]   # the server's model: agent 0's module, not its variables or scores
-    scored = {"epoch_accuracy": ()} if isinstance(first, EpochScoredModel) else {}
+    scored = {"epoch_accuracy": ()} if has_capability(first, EpochScoredModel) else {}
     model = dataclasses.replace(cast(Any, first), variables=variables, **scored)
     return (FedAvgState(state.round + 1, variables, model),
             RoundOutput(models, tuple(range(len(xs))), None))
