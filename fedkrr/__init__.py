@@ -154,6 +154,7 @@ if TYPE_CHECKING:
   from fedkrr._src.scale.sharded import sharded_trajectory
   from fedkrr._src.scale.xla_env import XLA_CPU_FLAGS
   from fedkrr._src.scale.xla_env import avoid_cpu_eigh_deadlock
+  from fedkrr._src.scale.xla_env import deterministic_ops
   from fedkrr._src.special_cases import avgkd_by_projections
   from fedkrr._src.special_cases import avgkd_limit_by_projections
   from fedkrr._src.special_cases import avgkd_limit_by_system

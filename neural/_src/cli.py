@@ -176,6 +176,10 @@ def _set_arg(parser: argparse.ArgumentParser) -> None:
 def _progress_arg(parser: argparse.ArgumentParser) -> None:
   parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
                       help="progress bars over rounds and agents (default on)")
+  parser.add_argument("--deterministic", action="store_true",
+                      help="XLA's deterministic GPU operations: the same command gives the "
+                           "same numbers run after run on a GPU too, at some cost in speed "
+                           "(docs/devices.md); a CPU is deterministic already")
 
 
 def _max_rounds_arg(parser: argparse.ArgumentParser) -> None:
@@ -313,9 +317,11 @@ def reproduce_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
   parser.add_argument("--with", dest="others", action="append", default=[], metavar="DIR",
                       help="another figure's reproduction (its workdir or reproduce.json) "
                            "for the statements that compare figures (Fig. 8 with Fig. 6)")
-  parser.add_argument("--jobs", type=_count(1), default=1, metavar="J",
+  parser.add_argument("--jobs", type=_jobs, default=1, metavar="J",
                       help="run J runs at a time in worker processes, with the same numbers "
-                           "(default 1; on a 2-core CPU 2 does 1.25-1.4x the runs per hour)")
+                           "(default 1; on a 2-core CPU 2 does 1.25-1.4x the runs per hour); "
+                           "'auto': 3 on a GPU, 2 on a CPU of 2 cores or more (the measured "
+                           "best), 1 otherwise")
   fields = add_field_flags(parser, [(ExperimentConfig, [])])
   _set_arg(parser)
   _max_rounds_arg(parser)
@@ -331,6 +337,10 @@ def _parts(text: str) -> tuple[str, ...]:
     raise argparse.ArgumentTypeError(f"expected names from {', '.join(MAIN_JOB_PARTS)}, got "
                                      f"{', '.join(unknown) or 'nothing'}")
   return parts
+
+
+def _jobs(text: str) -> int | str:
+  return "auto" if text == "auto" else _count(1)(text)
 
 
 def _count(least: int, most: int | None = None) -> Callable[[str], int]:
@@ -640,6 +650,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, extras = parser.parse_known_args(rest)
     if extras:
       raise ValueError(_not_accepted(command, extras))
+    if getattr(args, "deterministic", False):
+      from fedkrr import deterministic_ops  # deferred: only when asked (imports no JAX)
+      deterministic_ops()
     return _HANDLERS[command](args)
   except (ValueError, OSError) as e:   # ConfigError, DataError, ... are ValueErrors
     message = " ".join(str(e).split())

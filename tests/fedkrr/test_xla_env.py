@@ -69,3 +69,25 @@ def test_jitted_sweeps_finish_without_a_setup_call(attempt):
       print("finished")
       """, timeout=400)
   assert proc.returncode == 0 and "finished" in proc.stdout, proc.stderr
+
+
+def test_deterministic_ops_adds_its_flag_before_a_backend_starts_and_keeps_the_user_s():
+  code = """
+      import os, fedkrr
+      started = fedkrr.deterministic_ops()
+      import jax.numpy as jnp
+      print(started, float(jnp.ones(3).sum()), os.environ['XLA_FLAGS'])
+      """
+  proc = _python(code)
+  assert proc.returncode == 0, proc.stderr
+  started, total, *flags = proc.stdout.split()
+  assert started == "True" and total == "3.0"   # the CPU backend accepts the GPU flag
+  assert "--xla_gpu_deterministic_ops=true" in flags
+  proc = _python(code, flags="--xla_gpu_deterministic_ops=false")
+  assert proc.stdout.split()[2:] == ["--xla_gpu_deterministic_ops=false", SCHEDULER_FLAG]
+  late = _python("""
+      import jax.numpy as jnp, fedkrr
+      jnp.zeros(1).block_until_ready()
+      print(fedkrr.deterministic_ops())
+      """)
+  assert late.stdout.strip() == "False"   # the backend's flags were fixed before the call

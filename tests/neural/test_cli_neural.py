@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 import neural
 from neural._src.cli import compare_parser
@@ -227,3 +228,44 @@ def test_configs_fields_alone_names_the_methods(capsys):
   assert main(["configs", "--fields"]) == 0
   names = [line.split(":")[0] for line in capsys.readouterr().out.splitlines()]
   assert names == ["kd", *neural.methods.method_configs()]
+
+
+def test_jobs_auto_is_the_measured_best_for_the_backend_and_bad_counts_are_refused(capsys):
+  import jax
+
+  from neural._src.workers import AUTO_JOBS_CPU
+  from neural._src.workers import auto_jobs
+
+  assert reproduce_parser().parse_args(["--figure", "5", "--workdir", "w", "--jobs",
+                                        "auto"]).jobs == "auto"
+  assert reproduce_parser().parse_args(["--figure", "5", "--workdir", "w", "--jobs",
+                                        "3"]).jobs == 3
+  for bad in ("0", "many"):
+    with pytest.raises(SystemExit):
+      reproduce_parser().parse_args(["--figure", "5", "--workdir", "w", "--jobs", bad])
+    assert "--jobs" in capsys.readouterr().err
+  if jax.default_backend() == "cpu":
+    assert auto_jobs() == max(1, min(AUTO_JOBS_CPU, len(os.sched_getaffinity(0))))
+  with pytest.raises(neural.ConfigError, match="jobs: expected an integer >= 1 or 'auto'"):
+    neural.reproduce(5, "unused", jobs="many")
+
+
+def test_deterministic_flag_sets_xla_s_deterministic_ops_before_the_command_runs(monkeypatch):
+  import neural._src.cli as cli
+
+  monkeypatch.setenv("XLA_FLAGS", "")
+  seen = {}
+  monkeypatch.setitem(cli._HANDLERS, "configs", lambda args: seen.setdefault(
+      "flags", os.environ["XLA_FLAGS"]) and 0)
+  monkeypatch.setitem(cli._PARSERS, "configs", lambda rest: _with_deterministic())
+  assert cli.main(["configs", "--deterministic"]) == 0
+  assert seen["flags"] == "--xla_gpu_deterministic_ops=true"
+  assert "--deterministic" in run_parser().format_help()
+  assert "--deterministic" in reproduce_parser().format_help()
+
+
+def _with_deterministic():
+  import argparse
+  parser = argparse.ArgumentParser()
+  parser.add_argument("--deterministic", action="store_true")
+  return parser

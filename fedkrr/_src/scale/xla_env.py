@@ -92,3 +92,26 @@ def avoid_cpu_eigh_deadlock() -> None:
   environment variable changes; a backend already started keeps its flags.
   """
   _add_flags(XLA_CPU_FLAGS)
+
+
+# XLA's switch for run-to-run determinism on GPUs: deterministic algorithms for scatters,
+# reductions and convolutions (and no autotuning among non-deterministic ones). The CPU
+# backend is deterministic already; it accepts and ignores the flag.
+DETERMINISTIC_FLAG = "--xla_gpu_deterministic_ops=true"
+
+
+def deterministic_ops() -> bool:
+  """Adds :data:`DETERMINISTIC_FLAG` to ``XLA_FLAGS`` (unless the variable names it already).
+
+  Call it before the first JAX computation of the process (``neural run --deterministic``
+  and the other commands' flag do): the same program then gives the same bits from run to
+  run on a GPU, as it does on a CPU, at some cost in speed (docs/devices.md). Processes
+  started afterwards (``--jobs`` workers) inherit it. Programs that differ (other batch
+  groupings, another number of agents vmapped together) may still round differently.
+
+  Returns:
+    False when an XLA backend had already started in this process: its flags are fixed,
+    so the setting reaches only processes started from now on.
+  """
+  _add_flags((DETERMINISTIC_FLAG,))
+  return not _backend_started()
