@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 import dataclasses
 import functools
+import inspect
 import json
 import math
 import re
@@ -222,10 +223,11 @@ def field_help(cls: type) -> dict[str, str]:
   """
   out: dict[str, str] = {}
   for klass in reversed(cls.__mro__):
-    doc = klass.__dict__.get("__doc__") or ""
-    section = re.split(r"\n\s*Attributes[^\n]*:\n", doc, maxsplit=1)[1:] or [""]
-    section = section[0]
-    entries = re.split(r"\n    (?=[A-Za-z_][\w, ]*:)", "\n" + section.split("\n\n  ")[0])
+    # cleandoc: Python 3.13 strips the docstrings' common indentation itself, 3.11 does not.
+    doc = inspect.cleandoc(klass.__dict__.get("__doc__") or "")
+    section = re.split(r"\nAttributes[^\n]*:\n", doc, maxsplit=1)[1:] or [""]
+    section = re.split(r"\n\s*\n(?=\S)", section[0])[0]   # up to the next section
+    entries = re.split(r"\n  (?=[A-Za-z_][\w, ]*:)", "\n" + section)
     for entry in entries:
       head, colon, text = entry.partition(":")
       if not colon:
