@@ -42,6 +42,14 @@ import pytest  # noqa: E402
 if os.environ.get("JAX_ENABLE_X64", "1").lower() not in ("0", "false"):
   jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_numpy_rank_promotion", "raise")
+# On a GPU, JAX's default float32 matrix products and convolutions run in TF32 (about three
+# decimal digits; docs/devices.md), and fedkrr's documented float32 use there is full
+# precision. The suite's float32 tolerances are IEEE float32's, as on a CPU (where the
+# setting changes nothing), so on an accelerator it asks for full precision, in this
+# process and (through the environment) in the processes the tests start.
+if jax.default_backend() != "cpu":
+  jax.config.update("jax_default_matmul_precision", "highest")
+  os.environ.setdefault("JAX_DEFAULT_MATMUL_PRECISION", "highest")
 
 # Relative tolerances for comparisons of two exact computations (closed form vs
 # literal simulation, vs a NumPy reference) in each dtype.

@@ -88,7 +88,9 @@ def test_differs_from_pkd_with_a_ridge(x64):
   problem = fedkrr.make_problem(xs, ys, fedkrr.RBF(0.5), 0.05)
   mean = np.asarray(fedkrr.trajectory(problem, "pkd-mean", 6, x_eval))
   paper = np.asarray(fedkrr.trajectory(problem, "pkd", 6, x_eval))
-  np.testing.assert_array_equal(mean[0], paper[0])   # both fit the labels in round 0
+  # Both fit the labels in round 0, in two compiled programs: the same bits on a CPU, within
+  # rounding on a GPU (6e-16 relative on an H200).
+  np.testing.assert_allclose(mean[0], paper[0], rtol=1e-12, atol=1e-15)
   gaps = np.max(np.abs(mean[1:] - paper[1:]), axis=(1, 2)) / np.max(np.abs(paper[0]))
   assert np.all(gaps > 1e-3), gaps
 
