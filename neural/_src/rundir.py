@@ -432,8 +432,10 @@ def finished_rows(workdir: str | os.PathLike, config: Any, rounds: int
   Reads ``config.json``, the checkpoint's round and rows (not its models) and
   ``metrics.jsonl``, under the run's lock, and loads no data: the rerun of a finished
   run costs milliseconds. ``None`` (go through :func:`open_run`, which says what is
-  wrong or repairs it) unless the saved config is ``config``'s, the checkpoint has
-  all ``rounds`` and the metrics file holds exactly its rows.
+  wrong, as on a resume, or repairs it) unless the saved config is ``config``'s, the
+  checkpoint passes the resume's checks (its config is ``config``'s, its rows are those
+  of its rounds) with exactly ``rounds`` rounds, and the metrics file holds exactly its
+  rows.
   """
   from filelock import FileLock
   from filelock import Timeout
@@ -449,13 +451,14 @@ def finished_rows(workdir: str | os.PathLike, config: Any, rounds: int
   try:
     try:
       saved = json.loads((workdir / CONFIG_FILE).read_bytes().decode("utf-8"))
-      entries = load_checkpoint_entries(workdir / CHECKPOINT_FILE, ("round", "rows"))
+      entries = load_checkpoint_entries(workdir / CHECKPOINT_FILE,
+                                        ("round", "rows", "config"))
+      if saved != json.loads(config.to_json()):
+        return None
+      done, rows = _check_checkpoint({**entries, "state": None}, config, rounds)
     except (OSError, ValueError):   # CheckpointError, JSON and UTF-8 errors are ValueErrors
       return None
-    if saved != json.loads(config.to_json()):
-      return None
-    done, rows = entries["round"], entries["rows"]
-    if not (isinstance(done, int) and isinstance(rows, list) and done >= rounds):
+    if done != rounds:
       return None
     found, dropped = _metric_rows(workdir / METRICS_FILE)
     return rows if found == rows and not dropped else None

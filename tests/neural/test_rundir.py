@@ -464,3 +464,29 @@ def test_two_runs_started_together_on_a_new_workdir(tmp_path):
     if code == 2:
       assert "in use by another run" in err
   assert max(r["round"] for r in read_metrics(workdir)) == 3
+
+
+@pytest.mark.parametrize("edit", ["config", "round"])
+def test_a_finished_run_is_read_back_only_if_it_is_the_run_asked_for(tmp_path, capsys, edit):
+  """The fast path for a finished run checks what a resume checks: the checkpoint's config
+  (not only config.json's) and a round count of exactly the config's."""
+  workdir = tmp_path / "run"
+  flags = [*FLAGS, "--workdir", str(workdir)]
+  assert main(["run", *flags]) == 0
+  if edit == "config":   # config.json edited to another learning rate, asked for with --lr
+    saved = json.loads((workdir / "config.json").read_text())
+    saved["learning_rate"] = 0.01
+    (workdir / "config.json").write_text(json.dumps(saved))
+    flags += ["--lr", "0.01"]
+    message = "it holds the state of another config"
+  else:                  # the checkpoint claims more rounds than the config has
+    _edit_checkpoint(workdir / CHECKPOINT_FILE, lambda top: top.update(round=99))
+    message = "round 99 is not a round count in 0..2"
+  before = {p.name: p.read_bytes() for p in workdir.iterdir() if p.name != LOCK_FILE}
+  capsys.readouterr()
+  assert main(["run", *flags]) == 2
+  out = capsys.readouterr()
+  err = out.err.strip().splitlines()
+  assert len(err) == 1 and message in err[0], err
+  assert "test accuracy" not in out.out   # no numbers of the other run
+  assert {p.name: p.read_bytes() for p in workdir.iterdir() if p.name != LOCK_FILE} == before
