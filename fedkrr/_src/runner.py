@@ -119,6 +119,26 @@ def choose_method(problem: FederatedProblem, protocol: str, rounds: int | None, 
   return auto_method(need, memory.memory_limit() if available is None else int(available))
 
 
+def _check_fits(problem: FederatedProblem, protocol: str, rounds: int | None, n_eval: int,
+                method: str, every: int, limit: bool) -> None:
+  """Raises ``SizeError`` before any work if ``method``'s estimated peak memory
+  (:func:`method_bytes`; the literal rounds: the closed form's kept predictions and
+  coefficients) exceeds :func:`fedkrr.memory_limit`, as ``fedkrr run`` refuses it: sizes
+  past what the machine holds would otherwise abort the process inside XLA."""
+  kept = kept_rounds(protocol, rounds, every)
+  itemsize = jnp.dtype(problem.ridge.dtype).itemsize
+  need = method_bytes(problem, protocol, n_eval, kept, itemsize, limit)
+  if method == "simulate":
+    outputs = int(np.prod(problem.ys[0].shape[1:], dtype=np.int64))
+    size = 0 if protocol in BASELINES else memory.trajectory_bytes(
+        protocol, problem.num_points, problem.num_agents, outputs, n_eval, kept, itemsize)
+  else:
+    size = need.get(method) or 0
+  memory.check_memory(size, f"{protocol} by {method} on {problem.num_points} points with "
+                      f"{kept} rounds kept and {n_eval} evaluation points",
+                      "keep fewer rounds (every=k), or fewer rounds or evaluation points")
+
+
 def kept_rounds(protocol: str, rounds: int | None, every: int) -> int:
   """How many rounds a run keeps (1 for a baseline)."""
   return 1 if protocol in BASELINES else -(-int(rounds or 0) // every)
@@ -221,6 +241,7 @@ def run(problem: FederatedProblem, protocol: str, rounds: int | None, x_eval: An
   if method == "auto":
     method = choose_method(problem, protocol, rounds, int(np.shape(x_eval)[0]), every=every,
                            limit=limit)
+  _check_fits(problem, protocol, rounds, int(np.shape(x_eval)[0]), method, every, limit)
   notes: list[str] = []
   lim_preds = radius = fixed_point = None
   if protocol in BASELINES:

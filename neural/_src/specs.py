@@ -93,6 +93,9 @@ class ConfigSpec:
     runs = [(name, config_from_dict(values)) for name, values in self.run_values(overrides)]
     seen = set()
     for name, _ in runs:
+      if len(name.encode("utf-8", "surrogatepass")) > 255:
+        raise ConfigError(f"grid: the run name {shown(name[:60] + '...')} is longer than a "
+                          f"folder name may be (255 bytes); name the grid's entries")
       if name in seen:
         raise ConfigError(f"grid: two runs are both named {name!r}")
       seen.add(name)
@@ -130,16 +133,31 @@ def _axis_entries(axis: Any, where: str) -> list[tuple[str, dict[str, Any]]]:
     return [(f"{field}={_fmt(v)}", {field: v}) for v in values]
   entries = []
   for name, changes in axis.items():
+    _check_run_name(name, where)
     if not isinstance(changes, dict):
       raise ConfigError(f"{where}.{name}: expected an object of config fields")
     entries.append((name, changes))
   return entries
 
 
+def _check_run_name(name: str, where: str) -> None:
+  """A grid entry's name becomes a folder under the workdir: a plain folder name only."""
+  if (not name or name in (".", "..") or any(c in name for c in "/\\\0")
+      or os.path.isabs(name) or len(name.encode("utf-8", "surrogatepass")) > 200):
+    raise ConfigError(f"{where}: the run name {shown(name)} is not a plain folder name "
+                      f"(expected 1-200 bytes, no / or \\, not . or ..); it names the run's "
+                      f"folder under the workdir")
+
+
 def _fmt(value: Any) -> str:
+  """A grid value in its run's name: separators and % percent-encoded, so that the name
+  stays one folder under the workdir (``data_dir=a%2Fb`` for "a/b")."""
   if isinstance(value, (list, tuple)):
     return ",".join(_fmt(v) for v in value)
-  return str(value)
+  text = str(value)
+  for char, code in (("%", "%25"), ("/", "%2F"), ("\\", "%5C"), ("\0", "%00")):
+    text = text.replace(char, code)
+  return text
 
 
 def shipped_configs() -> dict[str, Path]:

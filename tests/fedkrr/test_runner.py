@@ -103,3 +103,12 @@ def test_predictions_that_are_not_finite_name_the_round_and_the_cause(x64):
   problem = fedkrr.make_problem([XS[0] * 1e200, XS[1]], YS[:2], KERNELS[:2], 0.05)
   with pytest.raises(ValueError, match="not finite .* from round 0 on: kernel_0 \\(rbf\\)"):
     fedkrr.run(problem, "pkd", 2, X_EVAL[:, :2], method="closed-form")
+
+
+@pytest.mark.parametrize("method", ["closed-form", "simulate", "auto"])
+def test_sizes_past_the_machine_s_memory_raise_before_any_work(problem, method):
+  """A billion rounds kept: a SizeError in Python, as `fedkrr run` refuses it, not an abort
+  of the interpreter inside XLA (the closed form's scan over 10^9 rounds)."""
+  x_eval = np.zeros((50, 2))   # 10^9 rounds of predictions: terabytes on any machine
+  with pytest.raises(ValueError, match=r"^avgkd by \S+ on 22 points .* needs about .*every=k"):
+    fedkrr.run(problem, "avgkd", 10**9, x_eval, method=method)

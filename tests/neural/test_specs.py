@@ -54,6 +54,33 @@ def test_grid_errors(tmp_path):
     load_spec(tmp_path / "missing.json")
 
 
+@pytest.mark.parametrize("name", ["../x", "/tmp/x", "a/b", "a\\b", "..", ".", "", "x" * 201])
+def test_a_grid_entry_s_name_is_a_plain_folder_name(tmp_path, capsys, name):
+  """The name becomes the run's folder under the workdir: nothing may land outside it."""
+  from neural._src.cli import main
+
+  path = tmp_path / "c.json"
+  path.write_text(json.dumps({"base": {"dataset": "digits"},
+                              "grid": [{name: {"protocol": "avgkd"}}]}))
+  with pytest.raises(ConfigError, match=r"grid\[0\]: the run name .* is not a plain folder"):
+    load_spec(path)
+  before = sorted(p.name for p in tmp_path.parent.iterdir())
+  assert main(["run", "--config", str(path), "--workdir", str(tmp_path / "w")]) == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and "not a plain folder name" in err[0]
+  assert sorted(p.name for p in tmp_path.parent.iterdir()) == before
+  assert not (tmp_path / "w").exists()
+
+
+def test_grid_values_with_separators_name_one_folder_under_the_workdir():
+  spec = ConfigSpec(base={}, grid=({"data_dir": ["x/../../../y", "a\\b", "50%"]},))
+  assert [name for name, _ in spec.expand()] == [
+      "data_dir=x%2F..%2F..%2F..%2Fy", "data_dir=a%5Cb", "data_dir=50%25"]
+  many = ConfigSpec(base={}, grid=({"data_dir": ["d" * 300]},))
+  with pytest.raises(ConfigError, match="longer than a folder name may be"):
+    many.expand()
+
+
 @pytest.mark.parametrize("content, message", [
     ({"base": 5}, "base: expected an object of config fields"),
     ({"base": {}, "grid": [{"alpha": []}]}, r"grid\[0\]: 'alpha' has no values"),
