@@ -180,6 +180,11 @@ def as_kernel(kernel: Any, where: str = "kernel") -> Kernel:
   return CustomKernel(kernel)
 
 
+# The deepest ReLU NNGP / NTK kernel: the recursion is unrolled layer by layer in the
+# compiled program, so a depth of 10^9 would build (and hang on) a program of 10^9 steps.
+MAX_RELU_DEPTH = 1000
+
+
 def validate_kernel(kernel: Any, where: str = "kernel") -> None:
   """Checks a built-in kernel's hyper-parameters; callables are checked on data.
 
@@ -199,8 +204,10 @@ def validate_kernel(kernel: Any, where: str = "kernel") -> None:
             f"{where}: coef0 must be a finite number >= 0 (a negative offset does not "
             f"give a positive semi-definite kernel), got {kernel.coef0!r}")
   elif isinstance(kernel, (ReluNNGP, ReluNTK)):
-    if not isinstance(kernel.depth, int) or isinstance(kernel.depth, bool) or kernel.depth < 0:
-      raise KernelError(f"{where}: depth must be an integer >= 0, got {kernel.depth!r}")
+    if (not isinstance(kernel.depth, int) or isinstance(kernel.depth, bool)
+        or not 0 <= kernel.depth <= MAX_RELU_DEPTH):
+      raise KernelError(f"{where}: depth must be an integer in 0..{MAX_RELU_DEPTH} (each "
+                        f"layer is one step of the compiled recursion), got {kernel.depth!r}")
     _check_positive(where, "weight_var", kernel.weight_var)
     if kernel.parametrization not in PARAMETRIZATIONS:
       raise KernelError(f"{where}: parametrization must be one of {PARAMETRIZATIONS}, "

@@ -58,6 +58,13 @@ DEVICE_CHOICES = ("one", "all")
 FOREST = "forest"
 SEED_LIMIT = 2**32   # seeds reach NumPy, JAX and scikit-learn, which takes 32-bit seeds
 SEED_FIELDS = ("data_seed", "init_seed")
+# Every other integer of a config sizes work that XLA indexes with 32-bit integers: larger
+# values abort the process inside XLA, so each is refused first, naming its field.
+INT_LIMIT = 2**31 - 1
+# Rounds and local epochs: far past any run of the papers (20 rounds of 20 epochs), short
+# of runs that would never end.
+MAX_ROUNDS = 100_000
+MAX_EPOCHS = 100_000
 
 
 class ConfigError(ValueError):
@@ -111,7 +118,16 @@ class Config:
       raise ConfigError(f"{name}: expected {expected}, got {shown(getattr(self, name))}")
 
   def validate(self) -> None:
-    """Checks the ranges of the fields (subclasses extend it, calling ``super()``)."""
+    """Checks the ranges of the fields (subclasses extend it, calling ``super()``): here,
+    that every integer but the seeds is at most :data:`INT_LIMIT`."""
+    for f in dataclasses.fields(self):
+      if f.name in ("seed",) + SEED_FIELDS:
+        continue
+      value = getattr(self, f.name)
+      values = value if isinstance(value, tuple) else (value,)
+      if any(isinstance(v, int) and not isinstance(v, bool) and abs(v) > INT_LIMIT
+             for v in values):
+        self.need(False, f.name, f"integers of at most 2^31 - 1 ({INT_LIMIT})")
 
   def to_dict(self) -> dict[str, Any]:
     """The config as a JSON-ready dict (tuples as lists)."""
@@ -315,7 +331,7 @@ class RunConfig(Config):
     need(self.dataset in DATASETS, "dataset", f"one of {', '.join(DATASETS)}")
     need(self.partition in PARTITIONS, "partition", f"one of {', '.join(PARTITIONS)}")
     need(self.agents >= self.min_agents, "agents", f"an integer >= {self.min_agents}")
-    need(self.rounds >= 1, "rounds", "an integer >= 1")
+    need(1 <= self.rounds <= MAX_ROUNDS, "rounds", f"an integer in 1..{MAX_ROUNDS}")
     for name in ("seed",) + SEED_FIELDS:
       value = getattr(self, name)
       need(value is None or 0 <= value < SEED_LIMIT, name, "an integer in 0..2^32 - 1")
@@ -447,7 +463,7 @@ class ExperimentConfig(RunConfig):
     super().validate()
     need = self.need
     need(self.protocol in RUN_PROTOCOLS, "protocol", f"one of {', '.join(RUN_PROTOCOLS)}")
-    need(self.epochs >= 1, "epochs", "an integer >= 1")
+    need(1 <= self.epochs <= MAX_EPOCHS, "epochs", f"an integer in 1..{MAX_EPOCHS}")
     need(self.batch_size >= 1, "batch_size", "an integer >= 1")
     need(self.learning_rate > 0, "learning_rate", "a number > 0")
     need(self.weight_decay >= 0, "weight_decay", "a number >= 0")

@@ -41,6 +41,7 @@ import numpy as np
 
 from fedkrr.io import atomic_savefig
 from fedkrr.io import atomic_write
+from fedkrr.io import read_json
 from neural._src.authors import control_checks
 from neural._src.claims import Check
 from neural._src.claims import evaluate
@@ -424,13 +425,14 @@ def _read_other(path: str | os.PathLike) -> tuple[str, dict[str, Curve]]:
   file = Path(path)
   file = file / REPORT_JSON if file.is_dir() else file
   try:
-    data = json.loads(file.read_text())
+    data = read_json(file, "reproduce.json")   # a regular file, bounded in size and depth
     label = figure_label(data["figure"])
     curves: dict[str, Curve] = {}
     for config in data["configs"]:
       curves.update(curves_from_mapping(config["curves"], prefix=f"{label}/"))
   except (OSError, ValueError, KeyError, TypeError) as e:
-    raise ConfigError(f"with: {file} is not a readable reproduce.json ({e})") from None
+    raise ConfigError(f"with: {file} is not a readable reproduce.json "
+                      f"({' '.join(str(e).split())[:200]})") from None
   return label, curves
 
 

@@ -450,7 +450,7 @@ def finished_rows(workdir: str | os.PathLike, config: Any, rounds: int
     return None
   try:
     try:
-      saved = json.loads((workdir / CONFIG_FILE).read_bytes().decode("utf-8"))
+      saved = read_json(workdir / CONFIG_FILE, "config")
       entries = load_checkpoint_entries(workdir / CHECKPOINT_FILE,
                                         ("round", "rows", "config"))
       if saved != json.loads(config.to_json()):

@@ -117,8 +117,8 @@ def test_kernel_from_dict_round_trip(spec):
 
 
 @pytest.mark.parametrize("spec, match", [
-    ({"name": "relu_ntk", "depth": -1}, "depth must be an integer >= 0"),
-    ({"name": "relu_ntk", "depth": 1.5}, "depth must be an integer >= 0"),
+    ({"name": "relu_ntk", "depth": -1}, "depth must be an integer"),
+    ({"name": "relu_ntk", "depth": 1.5}, "depth must be an integer"),
     ({"name": "relu_nngp", "weight_var": 0.0}, "weight_var must be a finite number > 0"),
     ({"name": "relu_nngp", "bias_var": -1.0}, "bias_var must be a finite number >= 0"),
 ])
@@ -239,3 +239,14 @@ def test_large_grams_keep_the_digits_near_coincident_pairs(cone):
     assert max_scaled_error(gram, ref[:, :, depth]) <= tol
     sq = np.sum(points[pick] ** 2, -1)
     np.testing.assert_allclose(np.diag(gram), (depth + 1) * 2 * sq / 10, rtol=tol)
+
+
+@pytest.mark.parametrize("depth", [10**9, 1001, -1])
+def test_a_depth_past_the_bound_is_one_error_before_any_program_is_built(depth):
+  """A problem file's {"name": "relu_ntk", "depth": 10^9} hung while memory grew (the
+  recursion is unrolled in the compiled program); now the kernel is refused as read."""
+  for name in ("relu_ntk", "relu_nngp"):
+    with pytest.raises(fedkrr.KernelError, match=r"kernel_0: depth must be an integer in "
+                       r"0\.\.1000"):
+      fedkrr.kernel_from_dict({"name": name, "depth": depth}, "kernel_0")
+  assert fedkrr.kernel_from_dict({"name": "relu_ntk", "depth": 1000}).depth == 1000

@@ -269,3 +269,24 @@ def _with_deterministic():
   parser = argparse.ArgumentParser()
   parser.add_argument("--deterministic", action="store_true")
   return parser
+
+
+@pytest.mark.parametrize("kind", ["/dev/zero", "fifo", "deep", "huge", "missing"])
+def test_reproduce_with_reads_only_bounded_regular_files(tmp_path, capsys, kind):
+  """--with FILE goes through the bounded reader: one line, exit 2, before any run."""
+  path = tmp_path / "other.json"
+  if kind == "/dev/zero":
+    path = "/dev/zero"
+  elif kind == "fifo":
+    os.mkfifo(path)   # nobody writes to it: a plain open would wait for ever
+  elif kind == "deep":
+    path.write_text("[" * 100_000 + "]" * 100_000)
+  elif kind == "huge":
+    with open(path, "wb") as f:
+      f.truncate(65 * 2**20)   # sparse: larger than a reproduce.json may be
+  workdir = tmp_path / "w"
+  assert main(["reproduce", "--figure", "8", "--workdir", str(workdir), "--with",
+               str(path), "--no-progress"]) == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and err[0].startswith("neural: error: with: "), err
+  assert not workdir.exists()

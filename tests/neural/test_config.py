@@ -193,3 +193,28 @@ def test_method_configs_share_the_run_fields_and_the_seeds():
   c = mhd.MHDConfig(method="mhd", labels_per_client=3, seed=2, init_seed=5)
   assert (c.data_seed, c.init_seed) == (2, 5)
   assert set(neural.RunConfig.field_names()) <= set(c.field_names())
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("epochs", 10**18, r"epochs: expected integers of at most 2\^31 - 1"),
+    ("epochs", 100_001, r"epochs: expected an integer in 1\.\.100000"),
+    ("rounds", 10**9, r"rounds: expected an integer in 1\.\.100000"),
+    ("batch_size", 10**18, r"batch_size: expected integers of at most 2\^31 - 1"),
+    ("train_subset", 2**31, r"train_subset: expected integers of at most 2\^31 - 1"),
+    ("forest_trees", 10**18, r"forest_trees: expected integers of at most 2\^31 - 1"),
+])
+def test_integers_that_size_work_are_bounded_naming_the_field(field, value, message):
+  """Sizes past XLA's 32-bit indexes aborted the process inside XLA; now a ConfigError."""
+  with pytest.raises(ConfigError, match=message):
+    ExperimentConfig(**{field: value})
+
+
+def test_the_methods_configs_bound_their_integers_too():
+  from neural._src.methods.registry import method_configs
+
+  for name, cls in method_configs().items():
+    with pytest.raises(ConfigError, match="batch_size: expected integers of at most"):
+      cls(method=name, batch_size=10**18)
+    if "epochs" in cls.field_names():
+      with pytest.raises(ConfigError, match=r"epochs: expected an integer in 1\.\.100000"):
+        cls(method=name, epochs=10**6)

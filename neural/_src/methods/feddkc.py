@@ -41,6 +41,7 @@ import jax.core
 import jax.numpy as jnp
 import numpy as np
 
+from neural._src.config import MAX_EPOCHS
 from neural._src.methods.registry import Method
 from neural._src.methods.registry import MethodConfig
 from neural._src.methods.registry import register_method
@@ -457,8 +458,10 @@ class FedDKCConfig(MethodConfig):
     self.need(self.server_model in names, "server_model", f"one of {names}")
     self.need(self.width is None or self.width >= 1, "width", "None or an integer >= 1")
     self.need(self.norm in NORMS, "norm", f"one of {NORMS}")
-    self.need(self.client_epochs >= 1, "client_epochs", "an integer >= 1")
-    self.need(self.server_epochs >= 1, "server_epochs", "an integer >= 1")
+    self.need(1 <= self.client_epochs <= MAX_EPOCHS, "client_epochs",
+              f"an integer in 1..{MAX_EPOCHS}")
+    self.need(1 <= self.server_epochs <= MAX_EPOCHS, "server_epochs",
+              f"an integer in 1..{MAX_EPOCHS}")
     self.need(self.batch_size >= 1, "batch_size", "an integer >= 1")
     self.need(self.optimizer in OPTIMIZERS, "optimizer", f"one of {OPTIMIZERS}")
     self.need(self.learning_rate > 0, "learning_rate", "a number > 0")

@@ -61,6 +61,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from neural._src.config import MAX_EPOCHS
 from neural._src.fedavg import average
 from neural._src.methods.registry import Method
 from neural._src.methods.registry import MethodConfig
@@ -486,7 +487,7 @@ class RepShareConfig(MethodConfig):
     self.need(self.backbone in BACKBONES, "backbone", f"one of {', '.join(BACKBONES)}")
     self.need(self.width is None or self.width >= 1, "width", "None or an integer >= 1")
     self.need(self.feature_dim >= 1, "feature_dim", "an integer >= 1")
-    self.need(self.epochs >= 1, "epochs", "an integer >= 1")
+    self.need(1 <= self.epochs <= MAX_EPOCHS, "epochs", f"an integer in 1..{MAX_EPOCHS}")
     self.need(self.batch_size >= 1, "batch_size", "an integer >= 1")
     self.need(self.learning_rate > 0, "learning_rate", "a number > 0")
     self.need(self.weight_decay >= 0, "weight_decay", "a number >= 0")
