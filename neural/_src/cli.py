@@ -658,6 +658,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     message = " ".join(str(e).split())
     print(f"neural: error: {message}", file=sys.stderr)
     return 2
+  except Exception as e:   # out of memory, on the host or in XLA: one line, not a traceback
+    if not _out_of_memory(e):
+      raise
+    message = " ".join(str(e).split())[:300]
+    print(f"neural: error: out of memory ({type(e).__name__}: {message or 'no details'}); "
+          f"use a smaller --width, --batch-size or data subset, or a machine with more "
+          f"memory", file=sys.stderr)
+    return 2
+
+
+def _out_of_memory(e: BaseException) -> bool:
+  """A host ``MemoryError``, or XLA's RESOURCE_EXHAUSTED (``XlaRuntimeError`` or
+  ``JaxRuntimeError``, by version) from an allocation the sizes asked for."""
+  return isinstance(e, MemoryError) or (
+      type(e).__name__ in ("XlaRuntimeError", "JaxRuntimeError")
+      and "RESOURCE_EXHAUSTED" in str(e))
 
 
 if __name__ == "__main__":

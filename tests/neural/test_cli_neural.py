@@ -290,3 +290,20 @@ def test_reproduce_with_reads_only_bounded_regular_files(tmp_path, capsys, kind)
   err = capsys.readouterr().err.strip().splitlines()
   assert len(err) == 1 and err[0].startswith("neural: error: with: "), err
   assert not workdir.exists()
+
+
+@pytest.mark.parametrize("error", [MemoryError(), type("XlaRuntimeError", (RuntimeError,), {})(
+    "RESOURCE_EXHAUSTED: Out of memory while trying to allocate 8.0TiB.")])
+def test_running_out_of_memory_is_one_line_exit_2(monkeypatch, capsys, error):
+  """A --width of 10^6 asked for terabytes of parameters: one line, not a traceback."""
+  import neural._src.cli as cli
+
+  def fail(args):
+    raise error
+  monkeypatch.setitem(cli._HANDLERS, "run", fail)
+  assert cli.main(["run", "--dataset", "digits", "--workdir", "unused"]) == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and err[0].startswith("neural: error: out of memory"), err
+  monkeypatch.setitem(cli._HANDLERS, "run", lambda args: 1 / 0)
+  with pytest.raises(ZeroDivisionError):   # other errors are not hidden
+    cli.main(["run", "--dataset", "digits", "--workdir", "unused"])
