@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 import dataclasses
 import hashlib
+import http.client
 import os
 from pathlib import Path
 import shutil
@@ -28,6 +29,7 @@ import tarfile
 import tempfile
 from typing import NamedTuple
 import urllib.error
+import urllib.parse
 import urllib.request
 
 from neural._src.data import CIFAR10_DIR
@@ -113,6 +115,10 @@ def _digest(path: Path, algorithm: str) -> str:
   return h.hexdigest()
 
 
+def _size(path: Path) -> int:
+  return path.stat().st_size if path.is_file() else 0
+
+
 def _check(path: Path, remote: Remote) -> str | None:
   """What is wrong with ``path`` as ``remote`` (size, then checksum), or ``None``."""
   size = path.stat().st_size
@@ -137,28 +143,42 @@ def fetch_file(url: str, remote: Remote, target: str | os.PathLike,
     ``target``.
 
   Raises:
-    DataError: the server fails, or the file's size or checksum is not the published
-      one (the partial file is deleted: the next try starts afresh).
+    DataError: the server fails or stops early (the partial file is kept: the next try
+      resumes), a malformed URL, a ``.part`` that is a link or not a file, or a whole
+      file whose checksum is not the published one (deleted: the next try starts
+      afresh). No more than the published size is ever written.
   """
   from tqdm.auto import tqdm
 
   target = Path(target)
   part = target.with_name(target.name + ".part")
+  if os.path.lexists(part) and (part.is_symlink() or not part.is_file()):
+    raise DataError(f"{part}: expected a partial download (a regular file) or nothing, found "
+                    f"{'a link' if part.is_symlink() else 'something else'}; remove it and "
+                    f"run the command again")
   have = part.stat().st_size if part.exists() else 0
   if have > remote.size:
     part.unlink()
     have = 0
+  if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
+    raise DataError(f"{url!r}: not a URL this command can fetch (expected http:// or "
+                    f"https://); check --base-url")
   if have < remote.size:
-    request = urllib.request.Request(url, headers={"Range": f"bytes={have}-"} if have else {})
     try:
+      request = urllib.request.Request(url, headers={"Range": f"bytes={have}-"} if have else {})
       with urllib.request.urlopen(request, timeout=timeout) as response:
         if have and response.status != 206:   # the Range was ignored: the whole file again
           have = 0
         with open(part, "ab" if have else "wb") as out, tqdm(
             total=remote.size, initial=have, unit="B", unit_scale=True, unit_divisor=1024,
             desc=remote.name, disable=not progress) as bar:
-          for block in iter(lambda: response.read(CHUNK), b""):
+          written = have
+          while written < remote.size:   # never past the published size
+            block = response.read(min(CHUNK, remote.size - written))
+            if not block:
+              break
             out.write(block)
+            written += len(block)
             bar.update(len(block))
           out.flush()
           os.fsync(out.fileno())
@@ -168,11 +188,19 @@ def fetch_file(url: str, remote: Remote, target: str | os.PathLike,
       else:
         raise DataError(f"{url}: the server answered {e.code} {e.reason}; try again later, "
                         f"or --base-url with a mirror") from None
-    except (urllib.error.URLError, OSError) as e:
-      reason = getattr(e, "reason", e)
-      raise DataError(f"{url}: download failed ({reason}); run the command again to resume "
-                      f"({part.stat().st_size if part.exists() else 0} of {remote.size} "
-                      f"bytes are in {part})") from None
+    except (ValueError, http.client.InvalidURL) as e:   # a malformed URL, an unknown scheme
+      reason = " ".join(str(e).split())[:160]
+      raise DataError(f"{url!r}: not a URL this command can fetch ({reason}); check "
+                      f"--base-url") from None
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
+      # HTTPException: a cut chunked body, a bad status line, overlong or too many headers.
+      reason = getattr(e, "reason", None) or f"{type(e).__name__}: {e}"
+      raise DataError(f"{url}: download failed ({' '.join(str(reason).split())[:200]}); run "
+                      f"the command again to resume ({_size(part)} of {remote.size} bytes "
+                      f"are in {part})") from None
+  if _size(part) < remote.size:
+    raise DataError(f"{url}: the server stopped sending at {_size(part)} of {remote.size} "
+                    f"bytes; run the command again to resume (they are kept in {part})")
   wrong = _check(part, remote)
   if wrong:
     part.unlink()

@@ -213,3 +213,127 @@ def test_the_published_table_and_the_missing_data_error_name_the_command(tmp_pat
   for name in ("mnist", "cifar10", "cinic10"):
     with pytest.raises(neural.DataError, match=f"neural data fetch {name} --dir {tmp_path}"):
       neural.load_dataset(name, tmp_path)
+
+
+class _Misbehaving:
+  """A raw TCP server on 127.0.0.1 that answers every request with ``reply(range)``: bytes
+  as they come, then it closes the connection (cut bodies, bad status lines, ...)."""
+
+  def __init__(self, reply):
+    import socket
+    self.requests = []
+    self.sock = socket.socket()
+    self.sock.bind(("127.0.0.1", 0))
+    self.sock.listen(8)
+    self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/data"
+    self.reply = reply
+    threading.Thread(target=self._serve, daemon=True).start()
+
+  def _serve(self):
+    while True:
+      try:
+        conn, _ = self.sock.accept()
+      except OSError:
+        return
+      with conn:
+        head = b""
+        while b"\r\n\r\n" not in head:
+          chunk = conn.recv(4096)
+          if not chunk:
+            break
+          head += chunk
+        wanted = [line.split(b":", 1)[1].strip().decode() for line in head.split(b"\r\n")
+                  if line.lower().startswith(b"range:")]
+        self.requests.append(wanted[0] if wanted else None)
+        try:
+          conn.sendall(self.reply(wanted[0] if wanted else None))
+        except OSError:
+          pass
+
+  def close(self):
+    self.sock.close()
+
+
+@pytest.fixture
+def misbehave():
+  servers = []
+
+  def start(reply):
+    servers.append(_Misbehaving(reply))
+    return servers[-1]
+
+  yield start
+  for s in servers:
+    s.close()
+
+
+def _response(status, body, total=None, extra=b""):
+  length = len(body) if total is None else total
+  return (f"HTTP/1.1 {status}\r\nContent-Length: {length}\r\n".encode() + extra + b"\r\n"
+          + body)
+
+
+def test_a_dropped_connection_keeps_the_partial_file_and_the_next_try_resumes(misbehave,
+                                                                             tmp_path):
+  blob = bytes(range(256)) * 40
+  remote = _remote("f.bin", blob)
+
+  def reply(wanted):
+    if wanted is None:   # half the file, then the connection drops
+      return _response("200 OK", blob[:4000], total=len(blob))
+    start = int(wanted.removeprefix("bytes=").split("-")[0])
+    return _response("206 Partial Content", blob[start:])
+  server = misbehave(reply)
+  part = tmp_path / "f.bin.part"
+  with pytest.raises(neural.DataError, match="run the command again to resume"):
+    download.fetch_file(f"{server.url}/f.bin", remote, tmp_path / "f.bin")
+  assert part.read_bytes() == blob[:4000]   # kept, not deleted
+  path = download.fetch_file(f"{server.url}/f.bin", remote, tmp_path / "f.bin")
+  assert path.read_bytes() == blob and server.requests == [None, "bytes=4000-"]
+  assert not part.exists()
+
+
+def test_a_server_sending_more_than_the_published_size_is_cut_there(misbehave, tmp_path):
+  blob = b"the published file" * 100
+  server = misbehave(lambda wanted: _response("200 OK", blob + b"\0" * 300_000))
+  path = download.fetch_file(f"{server.url}/f.bin", _remote("f.bin", blob), tmp_path / "f.bin")
+  assert path.read_bytes() == blob   # what follows the published size is never written
+
+
+@pytest.mark.parametrize("reply, message", [
+    (lambda wanted: b"garbage\r\n\r\n", "download failed"),                      # status line
+    (lambda wanted: b"HTTP/1.1 200 OK\r\nX: " + b"a" * 70_000 + b"\r\n\r\n", "download failed"),
+    (lambda wanted: b"HTTP/1.1 200 OK\r\n" + b"X: y\r\n" * 200 + b"\r\n", "download failed"),
+    (lambda wanted: b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n10\r\nabc",
+     "download failed"),                                                       # cut chunked
+])
+def test_a_misbehaving_server_is_one_line_through_the_command(misbehave, tmp_path, capsys,
+                                                             monkeypatch, reply, message):
+  server = misbehave(reply)
+  blob = b"x" * 1000
+  monkeypatch.setitem(download.DOWNLOADS, "mnist",
+                      Download(server.url, (_remote("f.bin", blob),)))
+  assert main(["data", "fetch", "mnist", "--dir", str(tmp_path / "d"), "--no-progress"]) == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and message in err[0], err
+  assert not (tmp_path / "d" / "f.bin").exists()
+
+
+@pytest.mark.parametrize("base_url", ["http://127.0.0.1:abc/x", "http://127.0.0.1:1/a b",
+                                      "gopher://127.0.0.1/x"])
+def test_a_malformed_url_is_one_line(tmp_path, capsys, base_url):
+  assert main(["data", "fetch", "mnist", "--dir", str(tmp_path / "d"), "--base-url",
+               base_url]) == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and "not a URL this command can fetch" in err[0], err
+
+
+def test_a_part_file_that_is_a_link_is_refused_and_its_target_untouched(serve, tmp_path):
+  blob = b"data" * 100
+  server = serve({"f.bin": blob})
+  elsewhere = tmp_path / "elsewhere"
+  elsewhere.write_bytes(b"keep me")
+  (tmp_path / "f.bin.part").symlink_to(elsewhere)
+  with pytest.raises(neural.DataError, match="f.bin.part: expected a partial download"):
+    download.fetch_file(f"{server.url}/f.bin", _remote("f.bin", blob), tmp_path / "f.bin")
+  assert elsewhere.read_bytes() == b"keep me" and not (tmp_path / "f.bin").exists()
