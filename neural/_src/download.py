@@ -152,17 +152,17 @@ def fetch_file(url: str, remote: Remote, target: str | os.PathLike,
 
   target = Path(target)
   part = target.with_name(target.name + ".part")
+  if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
+    raise DataError(f"{url!r}: not a URL this command can fetch (expected http:// or "
+                    f"https://); check --base-url")
   if os.path.lexists(part) and (part.is_symlink() or not part.is_file()):
     raise DataError(f"{part}: expected a partial download (a regular file) or nothing, found "
                     f"{'a link' if part.is_symlink() else 'something else'}; remove it and "
                     f"run the command again")
-  have = part.stat().st_size if part.exists() else 0
+  have = _size(part)
   if have > remote.size:
     part.unlink()
     have = 0
-  if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
-    raise DataError(f"{url!r}: not a URL this command can fetch (expected http:// or "
-                    f"https://); check --base-url")
   if have < remote.size:
     try:
       request = urllib.request.Request(url, headers={"Range": f"bytes={have}-"} if have else {})
