@@ -162,6 +162,7 @@ if TYPE_CHECKING:
   from neural._src.specs import shipped_configs
   from neural._src.train_loop import Batch
   from neural._src.train_loop import Exchange
+  from neural._src.train_loop import LargeBatchWarning
   from neural._src.train_loop import TrainError
   from neural._src.train_loop import TrainResult
   from neural._src.train_loop import resolve_loop

@@ -27,6 +27,7 @@ import textwrap
 import typing
 from typing import Any
 from typing import cast
+import warnings
 
 from fedkrr import __version__
 from fedkrr.io import ReadError
@@ -45,6 +46,7 @@ from neural._src.paper_units import UNITS
 from neural._src.paper_units import default_accuracy
 from neural._src.paper_units import paper_rounds
 from neural._src.paper_units import unfinished_steps
+from neural._src.rundir import show_warning
 from neural._src.specs import ConfigSpec
 from neural._src.specs import describe
 from neural._src.specs import load_spec
@@ -653,7 +655,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "deterministic", False):
       from fedkrr import deterministic_ops  # deferred: only when asked (imports no JAX)
       deterministic_ops()
-    return _HANDLERS[command](args)
+    with warnings.catch_warnings():
+      warnings.showwarning = show_warning
+      return _HANDLERS[command](args)
   except (ValueError, OSError) as e:   # ConfigError, DataError, ... are ValueErrors
     message = " ".join(str(e).split())
     print(f"neural: error: {message}", file=sys.stderr)

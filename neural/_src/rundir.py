@@ -47,6 +47,7 @@ import os
 from pathlib import Path
 import sys
 from typing import Any
+import warnings
 
 import numpy as np
 
@@ -84,6 +85,15 @@ class DivergenceError(ExperimentError):
 def note(message: str) -> None:
   """A one-line note on stderr (what a run repaired or replaced)."""
   print(f"neural: note: {message}", file=sys.stderr, flush=True)
+
+
+def show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+  """A ``warnings.showwarning`` for the commands: neural's own warnings as one-line
+  notes, any other as Python shows it."""
+  if category.__module__.startswith("neural."):
+    note(" ".join(str(message).split()))
+  else:
+    sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
 
 
 def _metric_rows(path: Path) -> tuple[list[dict[str, Any]], list[str]]:

@@ -10,8 +10,11 @@ per epoch, :func:`shuffle`) and cut into ``ceil(n_valid / B)`` mini-batches, the
 last one partial (its padding has weight 0, so a loss that averages with
 :func:`weighted_mean` averages over its own points, like a PyTorch
 ``DataLoader``). Masked-out points are never used: a padded agent follows the
-schedule of its unpadded run with the same key. ``steps=S``: S mini-batches of B
-points drawn uniformly with replacement from the masked-in points.
+schedule of its unpadded run with the same key. A batch larger than the data is
+the whole data: one step per epoch, on a batch cut to the data's size
+(:func:`epoch_batch_size`; a :class:`LargeBatchWarning` says so once).
+``steps=S``: S mini-batches of B points drawn uniformly with replacement from the
+masked-in points (B may exceed them: a sample size, not a pass).
 
 **Keys.** ``key`` is split into one key per epoch, each into a shuffle key and a
 step key; step b of the epoch gets ``fold_in(step_key, b)`` as ``batch.key``
@@ -51,6 +54,7 @@ import functools
 from typing import Any
 from typing import NamedTuple
 from typing import cast
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -124,6 +128,24 @@ class TrainResult(NamedTuple):
 def weighted_mean(losses: Array, weights: Array) -> Array:
   """``sum_i w_i l_i / max(sum_i w_i, 1)``: a mini-batch mean over its own (unpadded) points."""
   return jnp.sum(weights * losses) / jnp.maximum(jnp.sum(weights), 1.0)
+
+
+class LargeBatchWarning(UserWarning):
+  """``batch_size`` exceeds the data: each epoch is one step on the whole data."""
+
+
+def epoch_batch_size(batch_size: int, points: int) -> int:
+  """The mini-batch size of an epoch over at most ``points`` points.
+
+  ``batch_size`` when it does not exceed the data; otherwise one step takes all
+  the data, in a batch of the smallest power of 2 >= ``points`` (so padding stays
+  under 2x and nearby sizes share one compiled program). The schedule is the same
+  as with ``batch_size`` (one step per epoch, every point once, the same order),
+  without computing a loss on up to ``batch_size`` padding slots.
+  """
+  if points < 1 or batch_size <= points:
+    return batch_size
+  return min(batch_size, 1 << (points - 1).bit_length())
 
 
 def shuffle(key: Array, mask: Array) -> Array:
@@ -499,6 +521,12 @@ def train_loop(loss_fn: Callable[..., Any] | Sequence[Callable[..., Any]], param
     shared_key = cast(jax.Array, _shared_key(key, stacked=stacked))   # jit's result: untyped
 
   if steps is None:   # epochs is given (checked above)
+    requested, largest = batch_size, int(n_valid.max(initial=0))
+    if batch_size > largest > 0:   # warned from here: the registry says it once per size
+      warnings.warn(f"batch_size {batch_size} is larger than the data: each epoch is one "
+                    f"step on the whole data (the batch is cut to the data's size)",
+                    LargeBatchWarning, stacklevel=1)
+    batch_size = epoch_batch_size(int(batch_size), largest)
     steps_per_epoch = int(-(-int(n_valid.max()) // batch_size))
     sizes = set(-(-np.atleast_1d(n_valid) // batch_size))
   else:
@@ -529,7 +557,7 @@ def train_loop(loss_fn: Callable[..., Any] | Sequence[Callable[..., Any]], param
   if stacked and agent_batching == "sequential":
     if communicate is None and groups is None:   # independent agents: each trains alone
       return _one_by_one(loss_fn, state, data, mask, key, shared_key, shared,
-                         dict(optimizer=optimizer, batch_size=batch_size, epochs=epochs,
+                         dict(optimizer=optimizer, batch_size=requested, epochs=epochs,
                               steps=steps, has_aux=has_aux, first_step=first_step,
                               step_loop=step_loop, agent_batching="vmap"), on_epoch)
     plan = dataclasses.replace(plan, agents="sequential")   # one program (they communicate)

@@ -42,6 +42,7 @@ from neural._src.train_loop import AGENT_BATCHING
 from neural._src.train_loop import STEP_LOOPS
 from neural._src.train_loop import Batch
 from neural._src.train_loop import TrainError
+from neural._src.train_loop import epoch_batch_size
 from neural._src.train_loop import train_loop
 from neural._src.train_loop import weighted_mean
 
@@ -261,6 +262,7 @@ def _pad_to_batches(x, targets, mask, batch_size: int, axis: int):
   """Pads the points axis to a multiple of ``batch_size`` (masked out): the same schedule,
   and one compiled program for every n with the same number of mini-batches."""
   n = x.shape[axis]
+  batch_size = epoch_batch_size(batch_size, n)   # a batch beyond the data is the data
   pad = -(-n // batch_size) * batch_size - n
   if pad == 0:
     return x, targets, mask

@@ -35,6 +35,7 @@ import time
 from typing import IO
 from typing import Any
 from typing import cast
+import warnings
 
 from fedkrr.io import before_exit
 from fedkrr.io import end_process
@@ -44,6 +45,7 @@ from neural._src.config import RunConfig
 from neural._src.data import DataError
 from neural._src.rundir import DivergenceError
 from neural._src.rundir import ExperimentError
+from neural._src.rundir import show_warning
 from neural._src.specs import config_from_dict
 from neural._src.specs import run_one
 
@@ -95,7 +97,9 @@ def main() -> int:
   with signals_exit("neural", quiet=True):
     threading.Thread(target=_watch_parent, args=(int(sys.argv[1]),), name="watch-parent",
                      daemon=True).start()
-    _serve(sys.stdin, replies)
+    with warnings.catch_warnings():
+      warnings.showwarning = show_warning
+      _serve(sys.stdin, replies)
   return 0
 
 

@@ -42,6 +42,15 @@ def test_run_then_resume_then_other_config_is_an_error(tmp_path, capsys):
   assert len(err) == 1 and err[0].startswith("neural: error: workdir:") and "seed" in err[0]
 
 
+def test_a_batch_larger_than_the_data_is_said_once(tmp_path, capsys):
+  flags = [f for f in FLAGS if f != "32"]
+  flags.insert(flags.index("--batch-size") + 1, "1000000")
+  assert main(["run", *flags, "--workdir", str(tmp_path)]) == 0
+  notes = [line for line in capsys.readouterr().err.splitlines() if "batch_size" in line]
+  assert notes == ["neural: note: batch_size 1000000 is larger than the data: each epoch is "
+                   "one step on the whole data (the batch is cut to the data's size)"]
+
+
 def test_bad_value_is_one_line_and_exit_2(tmp_path, capsys):
   assert main(["run", *FLAGS, "--loss", "hinge", "--workdir", str(tmp_path)]) == 2
   err = capsys.readouterr().err.strip().splitlines()

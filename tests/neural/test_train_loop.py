@@ -4,6 +4,7 @@ from collections.abc import Callable
 import dataclasses
 from typing import Any
 from typing import cast
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -33,6 +34,33 @@ def test_an_epoch_uses_every_unmasked_point_once_and_masked_points_never(step_lo
                           key=jax.random.PRNGKey(0), batch_size=5, epochs=3, mask=mask,
                           step_loop=step_loop)
   np.testing.assert_array_equal(np.asarray(out.params), 3.0 * mask)
+
+
+def test_a_batch_larger_than_the_data_is_the_whole_data_cut_to_its_size_said_once():
+  n, mask = 23, np.arange(23) % 4 != 1                 # 17 points in
+  shapes = []
+  def uses_and_shapes(params, batch):
+    shapes.append(batch.weights.shape[0])               # at trace time: the batch's slots
+    return count_uses(params, batch)
+  with warnings.catch_warnings(record=True) as said:
+    warnings.simplefilter("default")
+    for batching in ("vmap", "sequential"):              # sequential: each agent alone
+      out = neural.train_loop(uses_and_shapes, jnp.zeros((2, n)), {"id": jnp.stack(
+          [jnp.arange(n)] * 2)}, optimizer=SGD1, key=jnp.stack([jax.random.PRNGKey(0)] * 2),
+          batch_size=10**6, epochs=3, mask=np.stack([mask, mask]), stacked=True,
+          agent_batching=batching, step_loop="python")
+      np.testing.assert_array_equal(np.asarray(out.params), 3.0 * np.stack([mask, mask]))
+  assert set(shapes) == {32}                            # the data's 17 points, in 32 slots
+  assert [str(w.message) for w in said if w.category is neural.LargeBatchWarning] == [
+      "batch_size 1000000 is larger than the data: each epoch is one step on the whole "
+      "data (the batch is cut to the data's size)"]
+
+
+@pytest.mark.parametrize("batch_size, points, expected", [
+    (64, 100, 64), (100, 100, 100), (110, 100, 110), (10**6, 100, 128), (10**6, 1, 1),
+    (10**6, 129, 256), (5, 0, 5)])
+def test_epoch_batch_size_is_the_batch_or_the_whole_data(batch_size, points, expected):
+  assert tl.epoch_batch_size(batch_size, points) == expected
 
 
 def test_steps_draw_with_replacement_from_unmasked_points_only():

@@ -97,6 +97,17 @@ def test_padding_with_a_mask_equals_the_unpadded_run(problem):
     np.testing.assert_allclose(u, v, rtol=1e-5, atol=1e-6)
 
 
+def test_a_batch_larger_than_the_data_trains_as_the_whole_data(problem):
+  model, variables, x, t = problem
+  key = jax.random.PRNGKey(5)
+  whole = neural.train(model, variables, x, t, key, neural.TrainConfig(epochs=2, batch_size=23))
+  with pytest.warns(neural.LargeBatchWarning, match="batch_size 1000000 is larger"):
+    large = neural.train(model, variables, x, t, key,
+                         neural.TrainConfig(epochs=2, batch_size=10**6))
+  for u, v in zip(leaves(whole), leaves(large)):
+    np.testing.assert_allclose(u, v, rtol=1e-5, atol=1e-6)
+
+
 def test_zero_epochs_returns_the_start(problem):
   model, variables, x, t = problem
   out = neural.train(model, variables, x, t, jax.random.PRNGKey(0),
