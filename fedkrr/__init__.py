@@ -21,7 +21,7 @@ are the imports listed below.
 
 from typing import TYPE_CHECKING
 
-from fedkrr._src.scale.xla_env import apply_import_defaults as _apply_import_defaults
+from fedkrr._src.platform.xla_env import apply_import_defaults as _apply_import_defaults
 from fedkrr._src.version import installed_version as _installed_version
 
 _apply_import_defaults()
@@ -48,8 +48,6 @@ if TYPE_CHECKING:
   from fedkrr._src.geometry import geometry
   from fedkrr._src.geometry import principal_cosines
   from fedkrr._src.geometry import stacked_gram
-  from fedkrr._src.io.problem_io import load_problem
-  from fedkrr._src.io.problem_io import save_problem
   from fedkrr._src.io.synthetic import synthetic_regression
   from fedkrr._src.kernels import RBF
   from fedkrr._src.kernels import CustomKernel
@@ -79,9 +77,25 @@ if TYPE_CHECKING:
   from fedkrr._src.names import RUN_METHODS
   from fedkrr._src.nn_kernels import ReluNNGP
   from fedkrr._src.nn_kernels import ReluNTK
+  from fedkrr._src.platform.devices import AGENT_AXIS
+  from fedkrr._src.platform.devices import DeviceError
+  from fedkrr._src.platform.devices import agent_devices
+  from fedkrr._src.platform.devices import agent_mesh
+  from fedkrr._src.platform.devices import agent_sharding
+  from fedkrr._src.platform.devices import check_mesh
+  from fedkrr._src.platform.devices import shard_agents
+  from fedkrr._src.platform.memory import TILE_ELEMENTS
+  from fedkrr._src.platform.memory import exact_bytes
+  from fedkrr._src.platform.memory import matfree_bytes
+  from fedkrr._src.platform.memory import memory_limit
+  from fedkrr._src.platform.xla_env import XLA_CPU_FLAGS
+  from fedkrr._src.platform.xla_env import avoid_cpu_eigh_deadlock
+  from fedkrr._src.platform.xla_env import deterministic_ops
   from fedkrr._src.problem import FederatedProblem
   from fedkrr._src.problem import ProblemError
   from fedkrr._src.problem import make_problem
+  from fedkrr._src.problem_io import load_problem
+  from fedkrr._src.problem_io import save_problem
   from fedkrr._src.protocols import Protocol
   from fedkrr._src.protocols import RoundOutput
   from fedkrr._src.protocols import akd
@@ -126,13 +140,6 @@ if TYPE_CHECKING:
   from fedkrr._src.runner import RunResult
   from fedkrr._src.runner import choose_method
   from fedkrr._src.runner import run
-  from fedkrr._src.scale.devices import AGENT_AXIS
-  from fedkrr._src.scale.devices import DeviceError
-  from fedkrr._src.scale.devices import agent_devices
-  from fedkrr._src.scale.devices import agent_mesh
-  from fedkrr._src.scale.devices import agent_sharding
-  from fedkrr._src.scale.devices import check_mesh
-  from fedkrr._src.scale.devices import shard_agents
   from fedkrr._src.scale.matfree import ConvergenceError
   from fedkrr._src.scale.matfree import MatfreeKRRLearner
   from fedkrr._src.scale.matfree import MatfreeKRRModel
@@ -144,17 +151,10 @@ if TYPE_CHECKING:
   from fedkrr._src.scale.matfree import nystrom_preconditioner
   from fedkrr._src.scale.matfree import ridge_solve
   from fedkrr._src.scale.matfree import symmetric_matvec
-  from fedkrr._src.scale.memory import TILE_ELEMENTS
-  from fedkrr._src.scale.memory import exact_bytes
-  from fedkrr._src.scale.memory import matfree_bytes
-  from fedkrr._src.scale.memory import memory_limit
   from fedkrr._src.scale.sharded import SHARDED_PROTOCOLS
   from fedkrr._src.scale.sharded import AgentBlocks
   from fedkrr._src.scale.sharded import shard_blocks
   from fedkrr._src.scale.sharded import sharded_trajectory
-  from fedkrr._src.scale.xla_env import XLA_CPU_FLAGS
-  from fedkrr._src.scale.xla_env import avoid_cpu_eigh_deadlock
-  from fedkrr._src.scale.xla_env import deterministic_ops
   from fedkrr._src.special_cases import avgkd_by_projections
   from fedkrr._src.special_cases import avgkd_limit_by_projections
   from fedkrr._src.special_cases import avgkd_limit_by_system

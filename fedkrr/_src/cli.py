@@ -16,7 +16,7 @@ import textwrap
 
 from fedkrr._src import names
 from fedkrr._src.io.interrupts import exits_on_signals
-from fedkrr._src.scale.xla_env import avoid_cpu_eigh_deadlock
+from fedkrr._src.platform.xla_env import avoid_cpu_eigh_deadlock
 from fedkrr._src.version import installed_version
 
 

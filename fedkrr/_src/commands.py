@@ -19,20 +19,20 @@ import numpy as np
 from fedkrr._src import runner
 from fedkrr._src.io.files import atomic_savez
 from fedkrr._src.io.files import check_output
-from fedkrr._src.io.problem_io import load_problem
 from fedkrr._src.kernels import KernelError
 from fedkrr._src.names import BASELINES
 from fedkrr._src.paper import search
 from fedkrr._src.paper import toy
 from fedkrr._src.paper import verify
+from fedkrr._src.platform.memory import SizeError
+from fedkrr._src.platform.memory import check_memory
+from fedkrr._src.platform.memory import format_bytes
+from fedkrr._src.platform.memory import memory_limit
 from fedkrr._src.problem import FederatedProblem
 from fedkrr._src.problem import ProblemError
+from fedkrr._src.problem_io import load_problem
 from fedkrr._src.scale.matfree import ConvergenceError
 from fedkrr._src.scale.matfree import check_matfree_problem
-from fedkrr._src.scale.memory import SizeError
-from fedkrr._src.scale.memory import check_memory
-from fedkrr._src.scale.memory import format_bytes
-from fedkrr._src.scale.memory import memory_limit
 
 # The errors a command reports as one line (exit status 2).
 ERRORS = (ProblemError, KernelError, ValueError, OSError, ConvergenceError)

@@ -42,8 +42,8 @@ from fedkrr._src import linalg
 from fedkrr._src import protocols
 from fedkrr._src.geometry import principal_cosines
 from fedkrr._src.kernels import RBF
+from fedkrr._src.platform import xla_env
 from fedkrr._src.problem import FederatedProblem
-from fedkrr._src.scale import xla_env
 
 Array = jax.Array
 ArrayLike = jax.typing.ArrayLike

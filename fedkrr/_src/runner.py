@@ -21,9 +21,9 @@ from fedkrr._src.learner import krr_learners
 from fedkrr._src.names import BASELINES
 from fedkrr._src.names import PROTOCOLS
 from fedkrr._src.names import RUN_METHODS
+from fedkrr._src.platform import memory
 from fedkrr._src.problem import FederatedProblem
 from fedkrr._src.scale import matfree
-from fedkrr._src.scale import memory
 
 MATFREE_OPTIONS = ("landmarks", "tol", "maxiter", "key", "tile_elements", "history")
 """The matrix-free path's options that :func:`run` passes on."""

@@ -9,8 +9,8 @@ import pytest
 
 import fedkrr
 from fedkrr._src.cli import main
-from fedkrr._src.io.problem_io import load_problem
-from fedkrr._src.io.problem_io import save_problem
+from fedkrr._src.problem_io import load_problem
+from fedkrr._src.problem_io import save_problem
 
 RNG = np.random.default_rng(5)
 XS = [RNG.normal(size=(8, 2)), RNG.normal(size=(6, 2)) + 1.0]

@@ -90,23 +90,41 @@ def test_the_command_line_defers_at_most_five_imports():
 
 
 # fedkrr's layers, lowest first (docs/architecture.md, "fedkrr"): a module imports only
-# modules of lower rank. The folders show them: io/ and the plumbing at the bottom, the
-# mathematics flat in fedkrr/_src/, scale/ above the closed forms, paper/ above all of
-# the library, the command line on top.
+# modules of lower rank. The folders show them (FOLDERS): io/ and platform/ under the
+# mathematics, which is flat in fedkrr/_src/ with the plumbing below it; scale/ above the
+# closed forms, paper/ above all of the library, the command line on top.
 RANKS = {
-    "names": 0, "metrics": 0, "lazy": 0, "version": 0, "pytree": 0, "io.reading": 0,
-    "io.interrupts": 0, "io.synthetic": 0, "scale.devices": 0, "scale.xla_env": 0,
-    "io.files": 1, "linalg": 1, "krylov": 1, "scale.memory": 1,
-    "nn_kernels": 2, "kernels": 3, "problem": 4,
-    "learner": 5, "geometry": 5, "special_cases": 6, "io.problem_io": 5,
-    "protocols": 6, "closed_form": 7,
-    "rates": 8, "public_distillation": 8, "scale.matfree": 8, "scale.sharded": 8,
-    "runner": 9,
-    "paper.shipped_findings": 10, "paper.search_space": 10, "paper.toy": 10,
-    "paper.rate_plots": 10, "paper.demo": 10, "paper.verify": 11, "paper.search_claims": 12,
-    "paper.search": 13,
-    "commands": 14, "cli": 15,
+    "names": 0, "metrics": 0, "lazy": 0, "version": 0, "pytree": 0,
+    "io.reading": 1, "io.interrupts": 1, "io.synthetic": 1, "io.files": 2,
+    "platform.devices": 3, "platform.xla_env": 3, "platform.memory": 4,
+    "linalg": 5, "krylov": 5, "nn_kernels": 6, "kernels": 7, "problem": 8,
+    "learner": 9, "geometry": 9, "problem_io": 9, "special_cases": 10, "protocols": 10,
+    "closed_form": 11, "rates": 12, "public_distillation": 12,
+    "scale.matfree": 13, "scale.sharded": 13,
+    "runner": 14,
+    "paper.shipped_findings": 15, "paper.search_space": 15, "paper.toy": 15,
+    "paper.rate_plots": 15, "paper.demo": 15, "paper.verify": 16, "paper.search_claims": 17,
+    "paper.search": 18,
+    "commands": 19, "cli": 20,
 }
+
+# The folders' layers, lowest first: every module of a folder sits in its folder's layer;
+# the flat modules of fedkrr/_src/ sit in the layer FLAT names. No import goes from a
+# lower layer to a higher one, and the ranks above agree with the layers.
+FOLDERS = {"io": 0, "platform": 1, "scale": 3, "paper": 5}
+FLAT = {
+    "names": 0, "metrics": 0, "lazy": 0, "version": 0, "pytree": 0,   # plumbing
+    "linalg": 2, "krylov": 2, "nn_kernels": 2, "kernels": 2, "problem": 2,   # mathematics
+    "problem_io": 2, "learner": 2, "geometry": 2, "special_cases": 2, "protocols": 2,
+    "closed_form": 2, "rates": 2, "public_distillation": 2,
+    "runner": 4,                                                        # front door
+    "commands": 6, "cli": 6,                                            # command line
+}
+
+
+def _layer(name: str) -> int:
+  folder, _, _ = name.rpartition(".")
+  return FOLDERS[folder] if folder else FLAT[name]
 
 
 def test_every_fedkrr_module_has_a_layer():
@@ -119,4 +137,27 @@ def test_fedkrr_imports_go_down_the_layers():
   wrong = [f"{name} (rank {RANKS[name]}) imports {target} (rank {RANKS[target]})"
            for name, targets in _graph().items() for target in targets
            if RANKS[target] >= RANKS[name]]
+  assert not wrong, wrong
+
+
+def test_every_folder_and_flat_module_has_a_layer():
+  folders = {name.rpartition(".")[0] for name in _modules()} - {""}
+  assert folders == set(FOLDERS), f"give each folder of fedkrr/_src a layer in FOLDERS: {folders}"
+  flat = {name for name in _modules() if "." not in name}
+  assert flat == set(FLAT), f"give each flat module a layer in FLAT: {flat ^ set(FLAT)}"
+
+
+def test_no_import_goes_from_a_lower_folder_to_a_higher_one():
+  wrong = [f"{name} (layer {_layer(name)}) imports {target} (layer {_layer(target)})"
+           for name, targets in _graph().items() for target in targets
+           if _layer(target) > _layer(name)]
+  assert not wrong, wrong
+
+
+def test_the_ranks_agree_with_the_folders():
+  """A module of a higher layer ranks above every module of a lower one."""
+  wrong = [f"{low} (layer {_layer(low)}, rank {RANKS[low]}) >= "
+           f"{high} (layer {_layer(high)}, rank {RANKS[high]})"
+           for low in RANKS for high in RANKS
+           if _layer(low) < _layer(high) and RANKS[low] >= RANKS[high]]
   assert not wrong, wrong

@@ -9,11 +9,11 @@ import pytest
 
 import fedkrr
 from fedkrr._src.cli import main
-from fedkrr._src.io.problem_io import load_problem
 from fedkrr._src.paper import search
 from fedkrr._src.paper import search_space as space_lib
 from fedkrr._src.paper.search_claims import BY_ID
 from fedkrr._src.paper.verify import CHECKS
+from fedkrr._src.problem_io import load_problem
 
 
 def test_every_claim_of_verify_has_a_search_with_its_id():

@@ -9,9 +9,9 @@ import pytest
 
 import fedkrr
 from fedkrr._src.cli import main
-from fedkrr._src.io.problem_io import load_problem
 from fedkrr._src.paper import search
 from fedkrr._src.paper.search_claims import BY_ID
+from fedkrr._src.problem_io import load_problem
 
 
 def _fedkrr_run(tmp_path, problem, *args):

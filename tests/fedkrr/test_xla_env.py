@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from fedkrr._src.scale.xla_env import SCHEDULER_FLAG
+from fedkrr._src.platform.xla_env import SCHEDULER_FLAG
 
 
 def _python(code, flags=None, timeout=120):

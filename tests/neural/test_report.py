@@ -7,7 +7,7 @@ import pytest
 
 import fedkrr
 from fedkrr._src.cli import main as fedkrr_main
-from fedkrr._src.io.problem_io import load_problem
+from fedkrr._src.problem_io import load_problem
 from neural._src.cli import main
 from neural._src.report import MainJobSettings
 from neural._src.report import run_main_job

@@ -1,1 +1,1 @@
-"""Files in and out: atomic writes, bounded readers, problem files, synthetic data, signals."""
+"""Files in and out: atomic writes, bounded readers, synthetic data, signals."""

@@ -14,12 +14,12 @@ from fedkrr._src import protocols
 from fedkrr._src.io.files import atomic_savefig
 from fedkrr._src.io.files import atomic_savez
 from fedkrr._src.io.files import atomic_write
-from fedkrr._src.io.problem_io import save_problem
 from fedkrr._src.io.synthetic import synthetic_regression
 from fedkrr._src.learner import krr_learners
 from fedkrr._src.metrics import mean_squared_error as _mse
 from fedkrr._src.names import PROTOCOLS
 from fedkrr._src.problem import make_problem
+from fedkrr._src.problem_io import save_problem
 
 
 def closed_form_demo(out_dir: str, rounds: int = 40, seed: int = 0) -> int:

@@ -34,8 +34,6 @@ import numpy as np
 from fedkrr._src.io.files import atomic_write
 from fedkrr._src.io.files import savez_bytes
 from fedkrr._src.io.files import write_files
-from fedkrr._src.io.problem_io import load_problem
-from fedkrr._src.io.problem_io import problem_arrays
 from fedkrr._src.paper import search_space as space_lib
 from fedkrr._src.paper.search_claims import BY_ID
 from fedkrr._src.paper.search_claims import SEARCHES
@@ -47,6 +45,8 @@ from fedkrr._src.paper.shipped_findings import findings_table  # noqa: F401 (re-
 from fedkrr._src.paper.shipped_findings import known_findings  # noqa: F401 (re-exported)
 from fedkrr._src.paper.shipped_findings import search_note  # noqa: F401 (re-exported)
 from fedkrr._src.paper.verify import CHECKS
+from fedkrr._src.problem_io import load_problem
+from fedkrr._src.problem_io import problem_arrays
 
 BATCH = 32               # instances per vmapped call
 BATCHES_PER_FAMILY = 4   # calls per compiled family before the gradient ascent

@@ -1,1 +1,1 @@
-"""Scale: the matrix-free path, agents across devices, memory planning and XLA flags."""
+"""Scale: the matrix-free path and agents across devices."""

@@ -51,11 +51,11 @@ from fedkrr._src.kernels import RBF
 from fedkrr._src.kernels import Laplace
 from fedkrr._src.kernels import _sq_distances
 from fedkrr._src.linalg import full_matmul
+from fedkrr._src.platform.memory import TILE_ELEMENTS
 from fedkrr._src.problem import FederatedProblem
 from fedkrr._src.problem import ProblemError
 from fedkrr._src.problem import check_eval_points
 from fedkrr._src.pytree import pytree_dataclass
-from fedkrr._src.scale.memory import TILE_ELEMENTS
 
 Array = jax.Array
 ArrayLike = jax.typing.ArrayLike

@@ -46,14 +46,14 @@ import numpy as np
 
 from fedkrr._src import linalg
 from fedkrr._src import protocols
+from fedkrr._src.platform.devices import AGENT_AXIS
+from fedkrr._src.platform.devices import DeviceError
+from fedkrr._src.platform.devices import agent_mesh
+from fedkrr._src.platform.devices import check_mesh
+from fedkrr._src.platform.devices import shard_agents
 from fedkrr._src.problem import FederatedProblem
 from fedkrr._src.problem import check_eval_points
 from fedkrr._src.pytree import pytree_dataclass
-from fedkrr._src.scale.devices import AGENT_AXIS
-from fedkrr._src.scale.devices import DeviceError
-from fedkrr._src.scale.devices import agent_mesh
-from fedkrr._src.scale.devices import check_mesh
-from fedkrr._src.scale.devices import shard_agents
 
 Array = jax.Array
 ArrayLike = jax.typing.ArrayLike

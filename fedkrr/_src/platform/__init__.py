@@ -1,0 +1,1 @@
+"""The platform under the mathematics: memory planning, device meshes, XLA flags."""
