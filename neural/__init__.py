@@ -140,25 +140,25 @@ if TYPE_CHECKING:
   from neural._src.plots import plot_sweep
   from neural._src.report import MainJobSettings
   from neural._src.report import run_main_job
-  from neural._src.reproduce import ConfigReproduction
-  from neural._src.reproduce import Reproduction
-  from neural._src.reproduce import check_claims
-  from neural._src.reproduce import check_statements
   from neural._src.reproduce import figure_configs
-  from neural._src.reproduce import paper_curves
   from neural._src.reproduce import reproduce
+  from neural._src.reproduce_curves import check_claims
+  from neural._src.reproduce_curves import check_statements
+  from neural._src.reproduce_curves import paper_curves
+  from neural._src.reproduce_report import ConfigReproduction
+  from neural._src.reproduce_report import Reproduction
   from neural._src.run_data import RunData
   from neural._src.run_data import load_run_data
   from neural._src.run_data import load_train_test
   from neural._src.run_data import split_agents
   from neural._src.rundir import ExperimentError
   from neural._src.rundir import read_metrics
+  from neural._src.runs import load_run_checkpoint
+  from neural._src.runs import run_configs
   from neural._src.soft_targets import SoftTargets
   from neural._src.soft_targets import Teacher
   from neural._src.specs import ConfigSpec
-  from neural._src.specs import load_run_checkpoint
   from neural._src.specs import load_spec
-  from neural._src.specs import run_configs
   from neural._src.specs import shipped_configs
   from neural._src.train_loop import Batch
   from neural._src.train_loop import Exchange

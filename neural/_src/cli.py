@@ -47,10 +47,10 @@ from neural._src.paper_units import default_accuracy
 from neural._src.paper_units import paper_rounds
 from neural._src.paper_units import unfinished_steps
 from neural._src.rundir import show_warning
+from neural._src.runs import run_configs
 from neural._src.specs import ConfigSpec
 from neural._src.specs import describe
 from neural._src.specs import load_spec
-from neural._src.specs import run_configs
 
 DESCRIPTION = ("Model-agnostic federated learning by knowledge distillation with neural "
                "networks and random forests (Afonin & Karimireddy, Sec. 6, App. H), and the "

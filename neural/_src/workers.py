@@ -5,7 +5,7 @@ One process keeps about 1.5 of 2 CPU cores busy when it trains the small configs
 by side do more runs per hour. Each worker (``python -m neural._src.workers``) lives
 for the whole call and runs one run after another (the runs of a figure share their
 shapes, so a worker compiles its programs once). A run in a worker is the same call as
-in the command's own process (:func:`neural._src.specs.run_one`, the same config, the
+in the command's own process (:func:`neural._src.runs.run_one`, the same config, the
 same directory, the same float64 setting of JAX), so its numbers are the same.
 
 The command and its workers speak JSON lines: a task (the run's config, its directory,
@@ -46,8 +46,8 @@ from neural._src.data import DataError
 from neural._src.rundir import DivergenceError
 from neural._src.rundir import ExperimentError
 from neural._src.rundir import show_warning
+from neural._src.runs import run_one
 from neural._src.specs import config_from_dict
-from neural._src.specs import run_one
 
 # --jobs auto: worker processes per GPU (3 on one H200 ran Fig. 6's 72 small runs in 1.6
 # minutes, each worker's small kernels leaving the GPU idle most of the time) and on a CPU

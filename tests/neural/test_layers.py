@@ -21,7 +21,9 @@ RANKS = {
     "experiment": 10, "methods.registry": 10,
     "methods.ddistillation": 11, "methods.mhd": 11, "methods.representation_sharing": 11,
     "methods.feddkc": 11, "methods.repshare_models": 3, "methods": 12,
-    "compare": 12, "specs": 13, "workers": 13.5, "report": 14, "reproduce": 14, "cli": 15,
+    "compare": 12, "specs": 13, "runs": 13, "workers": 13.5,
+    "reproduce_curves": 13.6, "reproduce_plot": 13.6, "reproduce_report": 13.7,
+    "report": 14, "reproduce": 14, "cli": 15,
 }
 
 

@@ -16,10 +16,10 @@ from neural._src.claims import evaluate
 from neural._src.cli import main
 from neural._src.curves import Curve
 from neural._src.curves import Group
-from neural._src.reproduce import against_control
-from neural._src.reproduce import figure_label
-from neural._src.reproduce import markdown
 from neural._src.reproduce import shipped_figures
+from neural._src.reproduce_curves import figure_label
+from neural._src.reproduce_report import against_control
+from neural._src.reproduce_report import markdown
 from neural._src.rules import INCONCLUSIVE
 from neural._src.rules import NOT_REPRODUCED
 from neural._src.rules import NOT_TESTABLE
@@ -37,8 +37,8 @@ from neural._src.rules import Steady
 from neural._src.rules import Trend
 from neural._src.rules import binomial_se
 from neural._src.rules import decide
+from neural._src.runs import run_one
 from neural._src.specs import load_spec
-from neural._src.specs import run_one
 
 FIGURES = ("Fig. 4", "Fig. 5", "Fig. 6", "Fig. 8", "Fig. 9", "Fig. 10", "Fig. 11", "Fig. 12",
            "Fig. 13", "Fig. 14", "Fig. 15")

@@ -7,9 +7,9 @@ import pytest
 
 from neural._src.config import ConfigError
 from neural._src.config import ExperimentConfig
+from neural._src.runs import run_configs
 from neural._src.specs import ConfigSpec
 from neural._src.specs import load_spec
-from neural._src.specs import run_configs
 from neural._src.specs import shipped_configs
 
 FIGURES = ("Fig. 4", "Fig. 5", "Fig. 6", "Fig. 8", "Fig. 9", "Fig. 10", "Fig. 11", "Fig. 12",
