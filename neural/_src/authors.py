@@ -6,10 +6,18 @@ Karimireddy logged for their Figs. 6, 8, 9 and 10 (MNIST and CIFAR-10, Alpha in
 ``scripts/authors_curves.py``, which says which log feeds which curve). The same
 rules that judge a reproduction judge these curves: a statement the authors' own
 runs do not support is a statement about the paper, not about a reproduction.
+
+Beside a reproduction the control is matched to its runs: each curve is cut to the
+paper rounds of the run it stands beside (the whole 20 where the run has 20), a
+statistic of the authors' one seed takes the seeds' spread of the same statement in
+the runs as its training-randomness floor, and a method the authors never ran has no
+control: the paper's PKD (``pkd``; their code ran ``pkd-mean``, which the figures draw
+as PKD) is "no control", not ``pkd-mean``'s verdict.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from collections.abc import Sequence
 import functools
 import json
@@ -22,10 +30,12 @@ from neural._src.claims import evaluate
 from neural._src.claims import figure_claims
 from neural._src.curves import Curve
 from neural._src.curves import curves_from_mapping
+from neural._src.rules import NOT_TESTABLE
 from neural._src.rules import REPRODUCED
 from neural._src.rules import VERDICTS
 
 DATA = Path(__file__).resolve().parent / "data" / "authors_curves.json"
+NOT_RUN = ("pkd",)   # methods the authors' code never ran (its PKD is pkd-mean)
 
 
 @functools.lru_cache(maxsize=1)
@@ -40,10 +50,14 @@ def authors_figures() -> tuple[str, ...]:
   return tuple(authors_table()["figures"])
 
 
-def _figure_curves(figure: str, prefix: str = "") -> dict[str, Curve]:
+def _figure_curves(figure: str, prefix: str = "",
+                   horizons: Mapping[str, int] | None = None) -> dict[str, Curve]:
   entry = authors_table()["figures"][figure]
-  return curves_from_mapping(entry["curves"], test_points=int(entry["test_points"]),
-                             dataset=str(entry["dataset"]), accuracy="best", prefix=prefix)
+  curves = curves_from_mapping(entry["curves"], test_points=int(entry["test_points"]),
+                               dataset=str(entry["dataset"]), accuracy="best", prefix=prefix)
+  horizons = horizons or {}
+  return {name: c.cut(horizons[name]) if name in horizons else c
+          for name, c in curves.items() if c.variant not in NOT_RUN}
 
 
 def referenced_figures(claims: Sequence[Claim]) -> list[str]:
@@ -56,22 +70,44 @@ def referenced_figures(claims: Sequence[Claim]) -> list[str]:
   return out
 
 
-def authors_curves(figure: str) -> dict[str, Curve]:
+def authors_curves(figure: str, horizons: Mapping[str, int] | None = None) -> dict[str, Curve]:
   """The authors' curves of ``figure`` ("Fig. N"), with those of the figures its statements
-  compare with (named ``"Fig. M/<run>"``); ``{}`` for a figure their logs do not cover."""
+  compare with (named ``"Fig. M/<run>"``); ``{}`` for a figure their logs do not cover.
+  Methods they never ran (:data:`NOT_RUN`) are left out; ``horizons`` cuts the curve of
+  each run named there to that many paper rounds."""
   if figure not in authors_table()["figures"]:
     return {}
-  curves = _figure_curves(figure)
+  curves = _figure_curves(figure, horizons=horizons)
   for other in referenced_figures(figure_claims(figure)):
     if other in authors_table()["figures"]:
-      curves.update(_figure_curves(other, prefix=f"{other}/"))
+      curves.update(_figure_curves(other, prefix=f"{other}/", horizons=horizons))
   return curves
 
 
-def control_checks(figure: str) -> list[Check]:
-  """Every statement about ``figure`` checked on the authors' curves (``[]``: no logs)."""
-  curves = authors_curves(figure)
-  return evaluate(figure_claims(figure), curves) if curves else []
+def control_checks(figure: str, horizons: Mapping[str, int] | None = None,
+                   floors: Mapping[tuple[str, str], float] | None = None) -> list[Check]:
+  """Every statement about ``figure`` checked on the authors' curves (``[]``: no logs).
+
+  Args:
+    figure: "Fig. N".
+    horizons: run name -> the paper rounds of the run the control stands beside
+      (each authors' curve of that name is cut to them; unnamed: all 20).
+    floors: (statement, setting) -> the runs' seed spread of that check
+      (:attr:`Check.spread`), the training-randomness floor of the authors' one seed.
+  """
+  curves = authors_curves(figure, horizons)
+  return evaluate(figure_claims(figure), curves, floors) if curves else []
+
+
+def matched_control(figure: str, checks: Sequence[Check],
+                    curves: Mapping[str, Curve]) -> dict[tuple[str, str], Check]:
+  """The control of a reproduction's ``checks`` on its ``curves``: the authors' curves cut
+  to the runs' rounds, the runs' spreads as floors, by (statement, setting); a check the
+  authors' runs cannot decide (a method they never ran) has no entry: "no control"."""
+  horizons = {name: c.done for name, c in curves.items()}
+  floors = {(c.statement, c.setting): c.spread for c in checks}
+  return {(c.statement, c.setting): c for c in control_checks(figure, horizons, floors)
+          if c.verdict != NOT_TESTABLE}
 
 
 def control_table() -> str:
@@ -82,8 +118,8 @@ def control_table() -> str:
     checks = control_checks(figure)
     held = sum(c.verdict == REPRODUCED for c in checks)
     lines += [f"#### {figure}: {held} of {len(checks)} checks hold on the authors' curves", "",
-              "| statement | holds | does not hold | inconclusive | not testable |",
-              "| --- | --- | --- | --- | --- |"]
+              "| statement | holds | does not hold | no difference | inconclusive | not "
+              "testable |", "| --- | --- | --- | --- | --- | --- |"]
     statements: dict[str, dict[str, list[str]]] = {}
     for c in checks:
       cells = statements.setdefault(c.statement, {v: [] for v in VERDICTS})

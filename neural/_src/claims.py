@@ -43,6 +43,8 @@ from neural._src.rules import Outperforms
 from neural._src.rules import Rule
 from neural._src.rules import Steady
 from neural._src.rules import Trend
+from neural._src.rules import noise_floor
+from neural._src.rules import seed_spreads
 
 ALL = ("*",)   # a claim's settings: every setting the runs have
 
@@ -86,9 +88,13 @@ class Check(NamedTuple):
     setting: the setting ``{p}`` stood for ("" for a claim naming its runs).
     runs: the runs compared (the patterns where none matched).
     rule: the rule in words.
-    verdict: "reproduced", "not reproduced", "inconclusive" or "not testable here".
+    verdict: "reproduced", "not reproduced", "no difference", "inconclusive" or "not
+      testable here".
     numbers: the numbers the rule used.
     seeds: the seeds the verdict rests on (the fewest of the runs compared).
+    spread: the largest seed-to-seed standard deviation (accuracy units) of the
+      statistics the rule decided on (0 for one seed): the training randomness the
+      control of the same statement takes as its floor.
   """
 
   figure: str
@@ -100,6 +106,7 @@ class Check(NamedTuple):
   verdict: str
   numbers: str
   seeds: int = 0
+  spread: float = 0.0
 
 
 _ALPHAS = ("alpha=0.0", "alpha=0.01", "alpha=0.1", "alpha=1.0")   # most heterogeneous first
@@ -189,6 +196,19 @@ def _model_heterogeneity(f: str, same: str, where: str) -> tuple[Claim, ...]:
   )
 
 
+def _fedavg_both_ways(claims: tuple[Claim, ...]) -> tuple[Claim, ...]:
+  """Each claim comparing with FedAvg (scored, as in the paper, by its clients after local
+  training), then the same claim against FedAvg's averaged model (``<run>:server``)."""
+  out: list[Claim] = []
+  for claim in claims:
+    out.append(claim)
+    if any(r.endswith("__fedavg") for r in claim.runs):
+      runs = tuple(r + ":server" if r.endswith("__fedavg") else r for r in claim.runs)
+      out.append(dataclasses.replace(claim, runs=runs, statement=(
+          f"{claim.statement} (FedAvg's averaged model; the paper scored its clients)")))
+  return tuple(out)
+
+
 def _authors_pkd(claims: tuple[Claim, ...]) -> tuple[Claim, ...]:
   """Each claim about PKD, then the same claim about ``pkd-mean``, the PKD of the authors'
   code (which drew the figures; ``pkd`` follows the paper's equations)."""
@@ -202,7 +222,7 @@ def _authors_pkd(claims: tuple[Claim, ...]) -> tuple[Claim, ...]:
   return tuple(out)
 
 
-CLAIMS: tuple[Claim, ...] = _authors_pkd((
+CLAIMS: tuple[Claim, ...] = _fedavg_both_ways(_authors_pkd((
     *_akd_figure("Fig. 4", "Fig. 4 caption; Sec. 6.2"),
     *_avgkd_figure("Fig. 5", "Fig. 5 caption; Sec. 6.2", "Sec. 6.2"),
     Claim("Fig. 6", "Fig. 6 caption", "at small Alpha both agents benefit from AvgKD",
@@ -292,7 +312,7 @@ CLAIMS: tuple[Claim, ...] = _authors_pkd((
           ("{p}",), Trend("degrades"), _HIGH),
     Claim("Fig. 15", "Sec. 6.3; App. H.5", "AvgKD with M agents does not degrade", ("{p}",),
           Trend("no-degradation"), ALL),
-))
+)))
 """The paper's statements about its neural figures, one :class:`Claim` each."""
 
 
@@ -312,12 +332,15 @@ def _settings_of(names: Sequence[str]) -> list[str]:
   return out
 
 
-def evaluate(claims: Sequence[Claim], curves: Mapping[str, Curve]) -> list[Check]:
+def evaluate(claims: Sequence[Claim], curves: Mapping[str, Curve],
+             floors: Mapping[tuple[str, str], float] | None = None) -> list[Check]:
   """Checks every claim against the curves (by run name), one check per setting.
 
   A pattern that matches no curve, a matched run that is unfinished, or runs on
   data the statement is not about make the check "not testable here"; otherwise
-  the claim's rule decides.
+  the claim's rule decides. ``floors``: by (statement, setting), the seeds' spread
+  a statistic of one seed is given (:func:`neural._src.rules.noise_floor`; the
+  control takes the runs' :attr:`Check.spread`).
   """
   checks = []
   settings = _settings_of(list(curves))
@@ -331,6 +354,7 @@ def evaluate(claims: Sequence[Claim], curves: Mapping[str, Curve]) -> list[Check
       unfinished = [c for g in groups for c in g.curves if not c.finished]
       data = sorted({c.dataset for g in groups for c in g.curves if c.dataset})
       seeds = min((c.seeds for g in groups for c in g.curves), default=0)
+      spread = 0.0
       if missing:
         verdict, numbers = NOT_TESTABLE, "no run " + ", ".join(missing) + " here"
         names = patterns
@@ -342,9 +366,12 @@ def evaluate(claims: Sequence[Claim], curves: Mapping[str, Curve]) -> list[Check
             f"a statement about {', '.join(claim.datasets)}; these runs are on "
             f"{', '.join(data)}")
       else:
-        verdict, numbers = claim.rule(groups)
+        floor = (floors or {}).get((claim.statement, setting), 0.0)
+        with seed_spreads() as spreads, noise_floor(floor):
+          verdict, numbers = claim.rule(groups)
+        spread = max(spreads, default=0.0)
       checks.append(Check(claim.figure, claim.source, claim.statement, setting, names,
-                          claim.rule.text, verdict, numbers, seeds))
+                          claim.rule.text, verdict, numbers, seeds, spread))
   return checks
 
 

@@ -65,8 +65,9 @@ COMMANDS = {
 }
 # What `neural reproduce` costs (measured with `time neural reproduce --figure 4` on a 2-core
 # machine): printed in its --help.
-REPRODUCE_TIME = ("Time: at --scale small each figure runs 3 seeds, and --jobs 2 runs two runs at "
-                  "a time (1.25-1.4x the runs per hour on 2 cores); docs/reproduce.md lists what "
+REPRODUCE_TIME = ("Time: at --scale small each figure runs 3 seeds (5 with --jobs auto on a GPU, "
+                  "minutes per figure there), and --jobs 2 runs two runs at a time (1.25-1.4x "
+                  "the runs per hour on 2 cores); docs/reproduce.md lists what "
                   "each figure took on a 2-core machine. --scale paper takes hours and wants a "
                   "GPU; --seeds 1 --rounds 2 --epochs 1 gives a quick look.")
 
@@ -315,7 +316,7 @@ def reproduce_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
   parser.add_argument("--workdir", required=True, metavar="DIR", help="the run directory")
   parser.add_argument("--seeds", type=int, metavar="K",
                       help="run every run with K seeds: seed, seed + 1, ... (default: 3 at "
-                           "small scale, 1 at paper scale)")
+                           "small scale, 5 there with --jobs auto on a GPU, 1 at paper scale)")
   parser.add_argument("--with", dest="others", action="append", default=[], metavar="DIR",
                       help="another figure's reproduction (its workdir or reproduce.json) "
                            "for the statements that compare figures (Fig. 8 with Fig. 6)")
@@ -591,8 +592,8 @@ def _reproduce(args: argparse.Namespace) -> int:
   print(f"{result.paths['md']}: {result.figure} at {result.scale} scale, "
         f"{len(result.seeds)} seed(s), {result.seconds / 60:.1f} min: {len(result.checks)} "
         f"checks: {counts['reproduced']} reproduced, {counts['not reproduced']} not "
-        f"reproduced, {counts['inconclusive']} inconclusive, {counts['not testable here']} "
-        f"not testable here")
+        f"reproduced, {counts['no difference']} no difference, {counts['inconclusive']} "
+        f"inconclusive, {counts['not testable here']} not testable here")
   for check in result.checks:
     where = f" [{check.setting}]" if check.setting else ""
     print(f"  {check.verdict:17s} {check.statement}{where}: {check.numbers}")

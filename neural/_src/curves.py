@@ -72,6 +72,13 @@ class Curve(NamedTuple):
     """The rest of the name (e.g. ``avgkd``, ``from-agent1``); "" for a one-axis sweep."""
     return self.name.rpartition("/")[2].partition("__")[2]
 
+  def cut(self, rounds: int) -> Curve:
+    """The curve over its first ``rounds`` paper rounds (a run of that horizon)."""
+    return self._replace(
+        values=tuple(v[:rounds] for v in self.values),
+        agents=tuple(tuple(a[:rounds] for a in seed) for seed in self.agents),
+        rounds=min(self.rounds or self.done, rounds))
+
   def array(self) -> np.ndarray:
     """``values`` as a (seeds, rounds) array over the rounds every seed has."""
     return np.array([v[:self.done] for v in self.values], dtype=float).reshape(

@@ -41,7 +41,7 @@ from typing import Any
 
 from fedkrr.io import atomic_write
 from fedkrr.io import read_json
-from neural._src.authors import control_checks
+from neural._src.authors import matched_control
 from neural._src.claims import evaluate
 from neural._src.claims import figure_claims
 from neural._src.config import ConfigError
@@ -60,6 +60,7 @@ from neural._src.runs import write_sweep
 from neural._src.specs import load_spec
 from neural._src.specs import shipped_configs
 from neural._src.workers import auto_jobs
+from neural._src.workers import on_gpu
 from neural._src.workers import run_in_workers
 
 SCALES = ("small", "paper")
@@ -70,6 +71,7 @@ FIGURE_PNG = "reproduce.png"
 # one curve per protocol (the agents' mean).
 PER_AGENT = frozenset({"Fig. 5", "Fig. 12", "Fig. 13", "Fig. 14", "Fig. 15"})
 SEEDS = {"small": 3, "paper": 1}   # seeds per run by default, by scale
+GPU_SEEDS = 5   # small scale with --jobs auto on a GPU: a figure takes minutes there
 
 
 # ---------------------------------------------------------------------------
@@ -132,6 +134,14 @@ def _read_other(path: str | os.PathLike) -> tuple[str, dict[str, Curve]]:
   return label, curves
 
 
+def default_seeds(scale: str, auto_jobs: bool) -> int:
+  """Seeds per run when none are asked for: 1 at paper scale; at small scale 3, or
+  :data:`GPU_SEEDS` with ``--jobs auto`` on a GPU (where a figure takes minutes)."""
+  if scale == "small" and auto_jobs and on_gpu():
+    return GPU_SEEDS
+  return SEEDS[scale]
+
+
 def reproduce(figure: int | str, workdir: str | os.PathLike, scale: str = "small",
               overrides: Mapping[str, Any] | None = None, *, seeds: int | None = None,
               others: Sequence[str | os.PathLike] = (), progress: bool = False,
@@ -148,8 +158,8 @@ def reproduce(figure: int | str, workdir: str | os.PathLike, scale: str = "small
       full-size config(s): MNIST / CIFAR-10 files in ``data_dir``, a GPU).
     overrides: config fields set in every run (e.g. ``{"data_dir": "~/data"}``,
       or ``{"rounds": 2, "epochs": 1}`` for a quick look).
-    seeds: how many seeds (``None``: 3 at small scale, 1 at paper scale); seed k
-      sets ``seed`` to the config's seed + k.
+    seeds: how many seeds (``None``: 3 at small scale, 5 there with ``jobs="auto"``
+      on a GPU, 1 at paper scale); seed k sets ``seed`` to the config's seed + k.
     others: other reproductions (their directories or ``reproduce.json``) whose
       curves the statements comparing figures use (Fig. 8 with Fig. 6's).
     progress: progress bars and the name of each run.
@@ -176,11 +186,12 @@ def reproduce(figure: int | str, workdir: str | os.PathLike, scale: str = "small
   overrides = dict(overrides or {})
   if max_rounds is not None and max_rounds < 1:
     raise ConfigError(f"max_rounds: expected an integer >= 1, got {max_rounds}")
-  if jobs == "auto":
+  auto = jobs == "auto"
+  if auto:
     jobs = auto_jobs()
   if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
     raise ConfigError(f"jobs: expected an integer >= 1 or 'auto', got {jobs!r}")
-  count = SEEDS[scale] if seeds is None else seeds
+  count = default_seeds(scale, auto) if seeds is None else seeds
   if isinstance(count, bool) or not isinstance(count, int) or count < 1:
     raise ConfigError(f"seeds: expected an integer >= 1, got {seeds!r}")
   other_curves: dict[str, Curve] = {}
@@ -192,7 +203,6 @@ def reproduce(figure: int | str, workdir: str | os.PathLike, scale: str = "small
   planned = [(name, spec, [spec.expand({**overrides, "seed": base + k}) for k in range(count)])
              for name, spec in specs]   # validates every run before any starts
   seed_values = tuple(base + k for k in range(count))
-  control = {(c.statement, c.setting): c for c in control_checks(label)}
 
   def seed_dir(name: str, k: int) -> Path:
     return workdir / f"seed={k}" / ("" if len(planned) == 1 else name)
@@ -214,6 +224,7 @@ def reproduce(figure: int | str, workdir: str | os.PathLike, scale: str = "small
       seed_curves.append(paper_curves(rows, dict(runs)))
     curves = merge_seeds(seed_curves)
     checks = tuple(evaluate(figure_claims(label), {**curves, **other_curves}))
+    control = matched_control(label, checks, {**curves, **other_curves})
     where.mkdir(parents=True, exist_ok=True)
     png = where / FIGURE_PNG
     plot_reproduction(label, curves, png, title=f"{label}: {name} ({count} seed"

@@ -71,6 +71,19 @@ def _curve(name: str, rows: Sequence[Mapping[str, Any]], accuracy: str,
                accuracy, tuple(models[a] for a in sorted(models)), points, dataset)
 
 
+def _server_curve(name: str, rows: Sequence[Mapping[str, Any]], steps: int | None,
+                  points: int, dataset: str) -> list[Curve]:
+  """FedAvg's averaged model after each round (its ``server`` rows), as ``<name>:server``:
+  the paper scored FedAvg by its clients after local training (the run's own curve)."""
+  server = sorted((r for r in rows if r["agent"] == "server"), key=lambda r: r["round"])
+  if not server:
+    return []
+  return [Curve(f"{name}:server", "fedavg", (tuple(float(r["test_accuracy"]) for r in server),),
+                rounds=len(server) if steps is None else steps, accuracy="last",
+                models=(str(server[0].get("model", "?")),), test_points=points,
+                dataset=dataset)]
+
+
 def _run_curves(name: str, rows: Sequence[Mapping[str, Any]],
                 config: RunConfig | None) -> list[Curve]:
   steps = total_rounds(config) if isinstance(config, ExperimentConfig) else None
@@ -82,6 +95,9 @@ def _run_curves(name: str, rows: Sequence[Mapping[str, Any]],
     return [Curve(name, protocol, ((),), rounds=paper_round_count(protocol, steps or 1, agents),
                   test_points=points, dataset=dataset)]
   accuracy = default_accuracy(rows)
+  if rows[0].get("protocol") == "fedavg":
+    return [_curve(name, rows, accuracy, steps, points, dataset),
+            *_server_curve(name, rows, steps, points, dataset)]
   if rows[0].get("protocol") != "ekd":
     return [_curve(name, rows, accuracy, steps, points, dataset)]
   key = BEST if accuracy == "best" else "test_accuracy"
@@ -114,7 +130,9 @@ def paper_curves(results: Mapping[str, Sequence[Mapping[str, Any]]],
     A :class:`neural.Curve` per run with one seed: the agents' mean per paper round
     (EKD: its even partial sums) and each agent's values, from the best local epoch
     where the run logs it, else the end of local training. An EKD run adds the AKD
-    run from each agent that it holds (``<name>:akd-from-agent<s>``).
+    run from each agent that it holds (``<name>:akd-from-agent<s>``), a FedAvg run its
+    averaged model after each round (``<name>:server``; its own curve is the clients
+    after local training, as the paper scored FedAvg).
   """
   curves: dict[str, Curve] = {}
   for name, rows in results.items():

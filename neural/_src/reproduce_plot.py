@@ -56,6 +56,8 @@ def _agent_labels(curve: Curve) -> list[str]:
 def _line(curve: Curve) -> tuple[str, str, str, str]:
   """(label, colour, line style, marker) of a run's mean curve."""
   inner = curve.variant.partition(":")[2]
+  if inner == "server":   # FedAvg's averaged model (its own curve: the clients)
+    return "FedAvg (averaged model)", "tab:purple", "--", "x"
   if inner:   # an AKD run inside an EKD run
     color, style, marker = _STYLES.get(inner, ("tab:red", ":", "v"))
     return f"AKD from agent {inner[-1]} (in EKD)", color, style, marker

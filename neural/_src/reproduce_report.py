@@ -17,7 +17,10 @@ import numpy as np
 from neural._src.claims import Check
 from neural._src.curves import Curve
 from neural._src.reproduce_curves import curves_to_mapping
+from neural._src.rules import CONFIDENCE
 from neural._src.rules import INCONCLUSIVE
+from neural._src.rules import MIN_EFFECT
+from neural._src.rules import NO_DIFFERENCE
 from neural._src.rules import NOT_REPRODUCED
 from neural._src.rules import NOT_TESTABLE
 from neural._src.rules import REPRODUCED
@@ -40,8 +43,10 @@ class ConfigReproduction:
     workdir: where its runs are (``workdir/seed=k/...`` per seed).
     curves: the runs' curves in the paper's units, by run name, one row per seed.
     checks: the paper's statements, checked.
-    control: the same statements checked on the authors' curves, by (statement,
-      setting); empty where their logs do not cover the figure.
+    control: the same statements checked on the authors' curves matched to these runs
+      (cut to their rounds, their seeds' spread as the floor: ``authors.matched_control``),
+      by (statement, setting); a check without an entry has no control (a method the
+      authors never ran); empty where their logs do not cover the figure.
     figure: the path of the drawn figure (PNG).
   """
 
@@ -186,30 +191,35 @@ def markdown(result: Reproduction, workdir: str | os.PathLike) -> str:
       "standard deviation. A run `<ekd run>:akd-from-agent<s>` is the AKD run from agent "
       "s inside an EKD run.", "",
       "**How a statement is decided.** Its rule computes a difference of accuracies on each "
-      "seed (a drop from the peak, a gain over round 1, a margin between two runs) and "
-      "compares the mean over the seeds with a threshold (0 for a direction, 0.03 for \"no "
-      "material change\"), allowing for the noise: the larger of the seeds' standard "
-      "deviation and the test set's binomial standard error (numbers shown as effect ± "
-      "noise). Clear either way: reproduced / not reproduced; within the noise: "
-      "inconclusive. See `neural._src.rules`.", "",
+      "seed (a drop below an earlier level, a gain over round 1, a margin between two runs) "
+      f"and puts a {CONFIDENCE:.0%} interval around the mean over the seeds: Student's t on "
+      "the seeds' spread and the test set's binomial error (numbers shown as effect ± the "
+      "interval's half-width). Past the threshold (0 for a direction, 0.03 for \"no material "
+      f"change\") by at least {MIN_EFFECT:g}: reproduced, or not reproduced the other way; "
+      f"an interval within ±{MIN_EFFECT:g}: no difference; otherwise inconclusive. \"Best of "
+      "rounds\" and \"at every round\" are decided round by round, the interval widened for "
+      "the number of rounds (Bonferroni). See `neural._src.rules`.", "",
       f"**{len(result.checks)} checks: {counts[REPRODUCED]} reproduced, "
-      f"{counts[NOT_REPRODUCED]} not reproduced, {counts[INCONCLUSIVE]} inconclusive, "
-      f"{counts[NOT_TESTABLE]} not testable here.** A verdict is about these runs at this "
-      f"scale.", ""]
+      f"{counts[NOT_REPRODUCED]} not reproduced, {counts[NO_DIFFERENCE]} no difference, "
+      f"{counts[INCONCLUSIVE]} inconclusive, {counts[NOT_TESTABLE]} not testable here.** A "
+      f"verdict is about these runs at this scale.", ""]
   if controlled:
     control = [c for config in controlled for c in config.control.values()]
     held = sum(c.verdict == REPRODUCED for c in control)
     tally = against_control(result)
     lines += [f"**The control.** The column *authors' runs* is the same rule on the curves "
               f"the authors logged for {result.figure} (their public logs: one seed, 10,000 "
-              f"test images, `scripts/authors_curves.py`): {held} of {len(control)} checks "
-              f"hold there. A statement their own runs do not support is marked so below.",
+              f"test images, `scripts/authors_curves.py`), cut to these runs' rounds, with "
+              f"these runs' seed-to-seed spread of the same statistics as the floor of their "
+              f"one seed's training randomness: {held} of {len(control)} checks hold there. "
+              f"A method they never ran (the paper's PKD; their code ran pkd-mean) has no "
+              f"control. A statement their own runs do not support is marked so below.",
               "",
               f"**Beside the control**, of {sum(map(len, tally.values()))} checks: "
               f"{_verb(tally['same'], 'reaches', 'reach')} the control's verdict, "
               f"{_verb(tally['inconclusive'], 'is', 'are')} inconclusive here where the control "
               f"decides, {_verb(tally['undecided'], 'is', 'are')} decided here where the "
-              f"control is not, and {_verb(tally['opposite'], 'reaches', 'reach')} the opposite "
+              f"control is not, and {_verb(tally['opposite'], 'reaches', 'reach')} another decided "
               f"verdict (listed, with both sides' numbers, under each config).", ""]
   else:
     lines += [f"The authors' logs do not cover {result.figure} (they cover Figs. 6, 8, 9 and "
@@ -240,7 +250,7 @@ def markdown(result: Reproduction, workdir: str | os.PathLike) -> str:
     unsupported, opposite = [], []
     for i, c in enumerate(config.checks, 1):
       ctrl = config.control.get((c.statement, c.setting))
-      mark = "" if ctrl is None else ctrl.verdict
+      mark = ("no control" if config.control else "") if ctrl is None else ctrl.verdict
       if ctrl is not None and ctrl.verdict != REPRODUCED:
         mark += " (see below)"
         unsupported.append((i, c, ctrl))
@@ -254,7 +264,7 @@ def markdown(result: Reproduction, workdir: str | os.PathLike) -> str:
       lines += [f"- #{i} {c.statement}" + (f" [{c.setting}]" if c.setting else "")
                 + f": {ctrl.verdict}: {ctrl.numbers}" for i, c, ctrl in unsupported]
     if opposite:
-      lines += ["", "### Where these runs and the authors' reach opposite verdicts", ""]
+      lines += ["", "### Where these runs and the authors' reach different decided verdicts", ""]
       lines += [f"- #{i} {c.statement}" + (f" [{c.setting}]" if c.setting else "")
                 + f": here {c.verdict}: {c.numbers}; the authors' runs {ctrl.verdict}: "
                 f"{ctrl.numbers}" for i, c, ctrl in opposite]
@@ -270,7 +280,7 @@ def _side(check: Check, control: Check | None) -> str | None:
   """How a check's verdict stands beside the control's (None: no control for it)."""
   if control is None:
     return None
-  decided = (REPRODUCED, NOT_REPRODUCED)
+  decided = (REPRODUCED, NOT_REPRODUCED, NO_DIFFERENCE)
   if check.verdict == control.verdict:
     return "same"
   if control.verdict not in decided:
@@ -286,8 +296,8 @@ def against_control(result: Reproduction) -> dict[str, list[Check]]:
   Returns:
     ``"same"`` (the control's verdict), ``"inconclusive"`` (here, where the control
     decides), ``"undecided"`` (decided here, the control is not) and ``"opposite"``
-    (reproduced where the control says not reproduced, or the reverse); checks with no
-    control are left out.
+    (another decided verdict: reproduced, not reproduced or no difference where the
+    control reaches one of the others); checks with no control are left out.
   """
   out: dict[str, list[Check]] = {"same": [], "inconclusive": [], "undecided": [], "opposite": []}
   for config in result.configs:

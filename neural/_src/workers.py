@@ -113,6 +113,15 @@ def _rounds(config: RunConfig) -> int:
   return int(getattr(config, "total_rounds", getattr(config, "rounds", 1)))
 
 
+def on_gpu() -> bool:
+  """Whether JAX's default backend is a GPU (starting it, without preallocating its
+  memory unless ``XLA_PYTHON_CLIENT_PREALLOCATE`` says otherwise)."""
+  os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+  import jax  # deferred: the backend starts only when asked for
+
+  return jax.default_backend() in ("gpu", "cuda", "rocm")
+
+
 def auto_jobs() -> int:
   """``--jobs auto``: :data:`AUTO_JOBS_GPU` workers where JAX's default backend is a GPU,
   else :data:`AUTO_JOBS_CPU` (at most one per CPU core this process may use).
@@ -121,10 +130,7 @@ def auto_jobs() -> int:
   preallocation (``XLA_PYTHON_CLIENT_PREALLOCATE=false`` unless set), so that the
   workers find the memory free.
   """
-  os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-  import jax  # deferred: the backend starts only when asked for
-
-  if jax.default_backend() in ("gpu", "cuda", "rocm"):
+  if on_gpu():
     return AUTO_JOBS_GPU
   cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
   return max(1, min(AUTO_JOBS_CPU, cores or 1))
