@@ -116,11 +116,11 @@ if TYPE_CHECKING:
   from neural._src.ntk import NTKError
   from neural._src.ntk import empirical_ntk
   from neural._src.ntk import ntk_kernel
-  from neural._src.optimizers import OPTIMIZERS
-  from neural._src.optimizers import SCHEDULES
+  from neural._src.optimizers import Hyperparameters
   from neural._src.optimizers import OptimizerConfig
   from neural._src.optimizers import OptimizerError
   from neural._src.optimizers import make_optimizer
+  from neural._src.optimizers import optimizer_config
   from neural._src.paper_units import paper_rounds
   from neural._src.partitions import PARTITIONS
   from neural._src.partitions import PartitionError
@@ -155,6 +155,10 @@ if TYPE_CHECKING:
   from neural._src.rundir import read_metrics
   from neural._src.runs import load_run_checkpoint
   from neural._src.runs import run_configs
+  from neural._src.settings import OPTIMIZERS
+  from neural._src.settings import SCHEDULES
+  from neural._src.settings import OptimizerChoice
+  from neural._src.settings import TrainingSettings
   from neural._src.soft_targets import SoftTargets
   from neural._src.soft_targets import Teacher
   from neural._src.specs import ConfigSpec

@@ -16,25 +16,57 @@ half cosine over ``decay_steps``, then stays 0) and ``"polynomial"``
 (``lr (t0 / (t + t0))^power``, D-Distillation's Theorem 3 step sizes). The step t
 is the optimiser's own count, so an optimiser state carried across rounds keeps
 its place in the schedule.
+
+The learning rate and the weight decay are data, not compiled constants:
+:func:`neural.train_loop` hands them to its compiled step as arrays
+(:class:`Hyperparameters`), so one program trains every value and runs can be
+vmapped over learning rates. A Python float becomes a weakly typed array, which
+rounds into the float32 arithmetic as the float did: the numbers are the same.
+The settings' fields and ranges are declared once, in ``neural.TrainingSettings``
+(every config that trains derives from it); :func:`optimizer_config` is the one
+conversion from a config to an :class:`OptimizerConfig`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import numbers
+from typing import Any
+from typing import NamedTuple
 
+import jax
+import jax.numpy as jnp
 import optax
 
-OPTIMIZERS = ("adam", "sgd")
-SCHEDULES = ("constant", "cosine", "polynomial")
+from neural._src.settings import TrainingSettings
+from neural._src.settings import optimizer_problem
 
 
 class OptimizerError(ValueError):
   """A bad optimiser setting (the message names the field)."""
 
 
+class Hyperparameters(NamedTuple):
+  """The optimiser's numbers that reach the compiled step as data (traced, not static).
+
+  Attributes:
+    learning_rate: lr, the peak of the schedule: a scalar array (weakly typed when it
+      comes from a Python float, so it rounds as the float did).
+    weight_decay: the L2 coefficient, likewise.
+  """
+
+  learning_rate: Any
+  weight_decay: Any
+
+
 @dataclasses.dataclass(frozen=True)
 class OptimizerConfig:
-  """An update rule, its learning-rate schedule and L2 weight decay (hashable: a static setting).
+  """An update rule, its learning-rate schedule and L2 weight decay.
+
+  The rule, the schedule's shape and whether there is a decay at all are static
+  (:meth:`rule`, part of a compiled step); the learning rate and the weight decay
+  are data (:meth:`hyperparameters`): one compiled program trains every value, and
+  they may be arrays, e.g. traced under ``jax.vmap`` over learning rates.
 
   Attributes:
     name: "adam" or "sgd".
@@ -47,8 +79,8 @@ class OptimizerConfig:
   """
 
   name: str = "adam"
-  learning_rate: float = 1e-3
-  weight_decay: float = 0.0
+  learning_rate: Any = 1e-3
+  weight_decay: Any = 0.0
   momentum: float = 0.0
   schedule: str = "constant"
   decay_steps: int | None = None
@@ -56,42 +88,78 @@ class OptimizerConfig:
   t0: float = 1.0
 
   def __post_init__(self):
-    if self.name not in OPTIMIZERS:
-      raise OptimizerError(f"name: expected one of {OPTIMIZERS}, got {self.name!r}")
-    if not float(self.learning_rate) > 0:
-      raise OptimizerError(f"learning_rate: expected a number > 0, got {self.learning_rate!r}")
-    if not float(self.weight_decay) >= 0:
-      raise OptimizerError(f"weight_decay: expected a number >= 0, got {self.weight_decay!r}")
-    if not 0 <= float(self.momentum) < 1:
-      raise OptimizerError(f"momentum: expected a number in [0, 1), got {self.momentum!r}")
-    if self.schedule not in SCHEDULES:
-      raise OptimizerError(f"schedule: expected one of {SCHEDULES}, got {self.schedule!r}")
-    if self.schedule == "cosine" and not (self.decay_steps and int(self.decay_steps) >= 1):
-      raise OptimizerError(f"decay_steps: expected an integer >= 1 for the cosine schedule, "
-                           f"got {self.decay_steps!r}")
-    if self.schedule == "polynomial" and not (float(self.t0) > 0 and float(self.power) > 0):
-      raise OptimizerError(f"t0, power: expected numbers > 0 for the polynomial schedule, got "
-                           f"{self.t0!r}, {self.power!r}")
+    problem = optimizer_problem(**{f.name: getattr(self, f.name)
+                                   for f in dataclasses.fields(self)})
+    if problem is not None:
+      name, expected = problem
+      raise OptimizerError(f"{name}: expected {expected}, got {getattr(self, name)!r}")
+
+  @property
+  def decays(self) -> bool:
+    """Whether there is a weight decay (static: a decay of 0 adds nothing, not even 0 p)."""
+    return not (isinstance(self.weight_decay, numbers.Real) and float(self.weight_decay) == 0)
+
+  def rule(self) -> OptimizerConfig:
+    """The static part: these settings with learning rate 1 and weight decay 1 or 0.
+
+    Hashable whatever the learning rate and decay are; with :meth:`hyperparameters`
+    it gives back this optimiser (``make_optimizer(rule, hyperparameters)``).
+    """
+    return dataclasses.replace(self, learning_rate=1.0, weight_decay=1.0 if self.decays else 0.0)
+
+  def hyperparameters(self) -> Hyperparameters:
+    """The learning rate and weight decay as arrays (a Python float stays weakly typed)."""
+    return Hyperparameters(jnp.asarray(self.learning_rate), jnp.asarray(self.weight_decay))
 
   def learning_rate_at(self):
     """The schedule: a float (constant) or ``step -> lr_t`` (an optax schedule)."""
-    lr = float(self.learning_rate)
-    if self.schedule == "cosine":
-      assert self.decay_steps is not None   # checked by __post_init__
-      return optax.cosine_decay_schedule(lr, int(self.decay_steps))
-    if self.schedule == "polynomial":
-      power, t0 = float(self.power), float(self.t0)
-      return lambda step: lr * (t0 / (step + t0)) ** power
-    return lr
+    return _schedule(self, float(self.learning_rate))
 
 
-def make_optimizer(config) -> optax.GradientTransformation:
-  """The optimiser of ``config``: an :class:`OptimizerConfig`, or any config with an
-  ``optimizer_config()`` method (such as ``neural.TrainConfig``).
+def _schedule(config: OptimizerConfig, lr):
+  """``lr_t`` of ``config``'s schedule with peak ``lr`` (a float or an array)."""
+  if config.schedule == "cosine":
+    assert config.decay_steps is not None   # checked by __post_init__
+    return optax.cosine_decay_schedule(lr, int(config.decay_steps))
+  if config.schedule == "polynomial":
+    power, t0 = float(config.power), float(config.t0)
+    return lambda step: lr * (t0 / (step + t0)) ** power
+  return lr
+
+
+def optimizer_config(settings: OptimizerConfig | TrainingSettings | Any) -> OptimizerConfig:
+  """The :class:`OptimizerConfig` of a config's training settings (the one conversion).
+
+  Args:
+    settings: an :class:`OptimizerConfig` (returned as is), or a config deriving from
+      ``neural.TrainingSettings`` (every config that trains: the KD experiment's,
+      ``neural.TrainConfig``, the methods'), converted through its
+      ``optimizer_settings()``.
+
+  Raises:
+    OptimizerError: ``settings`` is neither.
+  """
+  if isinstance(settings, OptimizerConfig):
+    return settings
+  if isinstance(settings, TrainingSettings):
+    return OptimizerConfig(**settings.optimizer_settings())
+  raise OptimizerError(f"optimizer: expected a neural.OptimizerConfig or training settings, "
+                       f"got {type(settings).__name__}")
+
+
+def make_optimizer(config, hyperparameters: Hyperparameters | None = None
+                   ) -> optax.GradientTransformation:
+  """The optimiser of ``config``: an :class:`OptimizerConfig` or a config's training settings.
 
   ``chain(add_decayed_weights(wd), rule, scale_by_learning_rate(schedule))`` with
   rule ``scale_by_adam(0.9, 0.999, 1e-8)`` or ``trace(momentum)`` (see the module
   docstring for the update equations).
+
+  Args:
+    config: an :class:`OptimizerConfig`, or anything :func:`optimizer_config` converts.
+    hyperparameters: the learning rate and weight decay to use in place of
+      ``config``'s (arrays, traced inside a compiled step); ``None``: ``config``'s.
+      Whether a decay is added at all is ``config``'s (:attr:`OptimizerConfig.decays`).
 
   Example:
     >>> tx = neural.make_optimizer(neural.OptimizerConfig("sgd", 0.1, weight_decay=5e-4,
@@ -101,13 +169,18 @@ def make_optimizer(config) -> optax.GradientTransformation:
     >>> updates["w"].round(6).tolist()   # -0.1 * (1 + 5e-4): no momentum in the first step
     [-0.10005, -0.10005, -0.10005]
   """
-  if not isinstance(config, OptimizerConfig):
-    config = config.optimizer_config()
+  config = optimizer_config(config)
+  lr, wd = (config.learning_rate, config.weight_decay) if hyperparameters is None \
+      else hyperparameters
   if config.name == "adam":
     rule = optax.scale_by_adam(b1=0.9, b2=0.999, eps=1e-8)
   elif config.momentum > 0:
     rule = optax.trace(decay=float(config.momentum), nesterov=False)
   else:
     rule = optax.identity()
-  return optax.chain(optax.add_decayed_weights(float(config.weight_decay)), rule,
-                     optax.scale_by_learning_rate(config.learning_rate_at()))
+  if not isinstance(lr, jax.Array):
+    lr = float(lr)
+  # no decay is no term at all (optax skips a constant 0), not 0 * p added
+  wd = (wd if isinstance(wd, jax.Array) else float(wd)) if config.decays else 0.0
+  return optax.chain(optax.add_decayed_weights(wd), rule,
+                     optax.scale_by_learning_rate(_schedule(config, lr)))

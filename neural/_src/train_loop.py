@@ -63,8 +63,11 @@ import optax
 
 from neural._src.choices import AGENT_BATCHING
 from neural._src.choices import STEP_LOOPS
+from neural._src.optimizers import Hyperparameters
 from neural._src.optimizers import OptimizerConfig
+from neural._src.optimizers import OptimizerError
 from neural._src.optimizers import make_optimizer
+from neural._src.optimizers import optimizer_config
 
 Array = jax.Array
 
@@ -170,7 +173,7 @@ class _Plan:
   """The static part of a compiled step (hashable: a jit cache key)."""
 
   loss_fn: Any                      # a callable; with groups a tuple of them, one per group
-  optimizer: OptimizerConfig
+  optimizer: OptimizerConfig        # its rule() only: lr and weight decay are Hyperparameters
   batch_size: int
   sampling: str                     # "epochs" or "steps"
   has_aux: bool = False
@@ -283,15 +286,15 @@ def _one_step(plan: _Plan, tx, state, inputs: _Inputs, i):
 
 
 @functools.partial(jax.jit, static_argnames=("plan", "num_steps"))
-def _scan_steps(state, inputs, *, plan, num_steps):
-  tx = make_optimizer(plan.optimizer)
+def _scan_steps(state, inputs, hyper: Hyperparameters, *, plan, num_steps):
+  tx = make_optimizer(plan.optimizer, hyper)
   body = lambda s, i: (_one_step(plan, tx, s, inputs, i), None)
   return jax.lax.scan(body, state, jnp.arange(num_steps, dtype=jnp.int32))[0]
 
 
 @functools.partial(jax.jit, static_argnames=("plan",))
-def _python_step(state, inputs, i, *, plan):
-  return _one_step(plan, make_optimizer(plan.optimizer), state, inputs, i)
+def _python_step(state, inputs, hyper: Hyperparameters, i, *, plan):
+  return _one_step(plan, make_optimizer(plan.optimizer, hyper), state, inputs, i)
 
 
 # The setup of a call is jitted: run op by op, the optimiser's state (a zeros_like per
@@ -411,7 +414,11 @@ def train_loop(loss_fn: Callable[..., Any] | Sequence[Callable[..., Any]], param
       frozen dataclass with ``__call__`` (equal values reuse the compiled step).
     params: the parameters (a PyTree; leading agent axis if ``stacked``).
     data: a PyTree of arrays with ``n`` points on axis 0 (axis 1 if ``stacked``).
-    optimizer: an :class:`neural.OptimizerConfig` (static).
+    optimizer: an :class:`neural.OptimizerConfig`, or a config's training settings
+      (``neural.optimizer_config`` converts them). Its rule and schedule are static;
+      its learning rate and weight decay reach the compiled step as data, so one
+      program serves every value, and they may be arrays: ``jax.vmap`` of a function
+      that calls ``train_loop`` trains over a batch of learning rates at once.
     key: PRNG key of the sampling and of ``batch.key`` ((M,) keys if ``stacked``).
     batch_size: B.
     epochs: E shuffled passes (give exactly one of ``epochs`` and ``steps``).
@@ -467,9 +474,12 @@ def train_loop(loss_fn: Callable[..., Any] | Sequence[Callable[..., Any]], param
                      f"{count!r}")
   if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
     raise TrainError(f"batch_size: expected a positive int, got {batch_size!r}")
-  if not isinstance(optimizer, OptimizerConfig):
+  try:
+    optimizer = optimizer_config(optimizer)
+  except OptimizerError:
     raise TrainError(f"optimizer: expected a neural.OptimizerConfig, got "
-                     f"{type(optimizer).__name__}")
+                     f"{type(optimizer).__name__}") from None
+  hyper, rule = optimizer.hyperparameters(), optimizer.rule()
   if step_loop not in STEP_LOOPS:
     raise TrainError(f"step_loop: expected one of {STEP_LOOPS}, got {step_loop!r}")
   if agent_batching not in AGENT_BATCHING:
@@ -512,9 +522,9 @@ def train_loop(loss_fn: Callable[..., Any] | Sequence[Callable[..., Any]], param
   if steps is not None and np.any(n_valid == 0):
     raise TrainError("mask: every agent needs at least one point to draw mini-batches from")
   if opt_state is None and groups is not None:
-    opt_state = tuple(_optimizer_init(p, optimizer=optimizer, stacked=True) for p in params)
+    opt_state = tuple(_optimizer_init(p, optimizer=rule, stacked=True) for p in params)
   elif opt_state is None:
-    opt_state = _optimizer_init(params, optimizer=optimizer, stacked=stacked)
+    opt_state = _optimizer_init(params, optimizer=rule, stacked=stacked)
   if count == 0:
     return TrainResult(params, opt_state, context)
   if shared_key is None:
@@ -531,7 +541,7 @@ def train_loop(loss_fn: Callable[..., Any] | Sequence[Callable[..., Any]], param
     sizes = set(-(-np.atleast_1d(n_valid) // batch_size))
   else:
     steps_per_epoch, sizes = int(steps), {0}
-  plan = _Plan(loss_fn, optimizer, int(batch_size), "epochs" if steps is None else "steps",
+  plan = _Plan(loss_fn, rule, int(batch_size), "epochs" if steps is None else "steps",
                has_aux, communicate, stacked, "vmap", num_agents, guard=len(sizes) > 1,
                groups=groups)
   state = (params, opt_state, context)
@@ -564,10 +574,10 @@ def train_loop(loss_fn: Callable[..., Any] | Sequence[Callable[..., Any]], param
   for e in rounds:
     inputs = first_inputs if e == 0 else inputs_of(e)
     if step_loop == "scan":
-      state = _scan_steps(state, inputs, plan=plan, num_steps=steps_per_epoch)
+      state = _scan_steps(state, inputs, hyper, plan=plan, num_steps=steps_per_epoch)
     else:
       for i in range(steps_per_epoch):
-        state = _python_step(state, inputs, jnp.int32(i), plan=plan)
+        state = _python_step(state, inputs, hyper, jnp.int32(i), plan=plan)
     if on_epoch is not None and epochs is not None:
       on_epoch(e, state[0], None)
   return TrainResult(*state)

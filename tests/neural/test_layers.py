@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # Layers: data and partitions < models < training < learners < run infrastructure <
 # experiment and methods < bridges and config files < the main job < command line.
 RANKS = {
-    "choices": 0, "capabilities": 0, "data": 0, "partitions": 0, "graphs": 0,
+    "choices": 0, "capabilities": 0, "settings": 0, "data": 0, "partitions": 0, "graphs": 0,
     "run_data": 1, "download": 1, "conv": 1,
     "models": 2,
     "optimizers": 3, "train_loop": 4, "augment": 4, "training": 5, "soft_targets": 5,

@@ -358,3 +358,64 @@ def test_groups_may_hold_different_architectures_and_bad_groups_are_named():
   for groups, match in [(((0, 1), (1,)), "groups"), (((0, 1),), "loss_fn")]:
     with pytest.raises(tl.TrainError, match=match):
       neural.train_loop((shifted, shifted), params, {"x": x, "y": y}, groups=groups, **settings)
+
+
+# ---------------------------------------------------------------------------
+# The learning rate and weight decay are data: one compiled step, vmappable
+
+
+def _regression(n=48):
+  x = jax.random.normal(jax.random.PRNGKey(3), (n, 3))
+  return {"x": x, "y": x @ jnp.array([1.0, -2.0, 0.5])}
+
+
+@pytest.mark.parametrize("step_loop, jitted", [("scan", tl._scan_steps),
+                                                ("python", tl._python_step)])
+def test_a_new_learning_rate_or_weight_decay_compiles_nothing(step_loop, jitted):
+  def run(lr, wd):
+    return tl.train_loop(_linear_loss, {"w": jnp.zeros(3)}, _regression(),
+                         optimizer=neural.OptimizerConfig("adam", lr, weight_decay=wd),
+                         key=jax.random.PRNGKey(0), batch_size=16, epochs=2,
+                         step_loop=step_loop).params
+  first = run(0.01, 3e-4)
+  compiled = jitted._cache_size()
+  second = run(0.2, 5e-2)
+  assert jitted._cache_size() == compiled   # the same program, other numbers
+  assert not np.allclose(first["w"], second["w"])
+
+
+def test_training_vmapped_over_learning_rates_equals_training_each_alone():
+  data = _regression()
+
+  def run(lr):
+    return tl.train_loop(_linear_loss, {"w": jnp.zeros(3)}, data,
+                         optimizer=neural.OptimizerConfig("sgd", lr, weight_decay=1e-2,
+                                                          momentum=0.9),
+                         key=jax.random.PRNGKey(0), batch_size=16, epochs=3,
+                         step_loop="scan").params["w"]
+  lrs = np.array([0.003, 0.03, 0.1], np.float32)
+  together = jax.vmap(run)(jnp.asarray(lrs))
+  assert together.shape == (3, 3)
+  for lr, w in zip(lrs, together):
+    # vmap batches the dot products: float32 rounding of another summation order
+    np.testing.assert_allclose(np.asarray(w), np.asarray(run(float(lr))), rtol=1e-5, atol=1e-6)
+
+
+def test_the_static_rule_drops_the_numbers_but_keeps_whether_there_is_a_decay():
+  a = neural.OptimizerConfig("sgd", 0.1, weight_decay=5e-4, momentum=0.9)
+  b = neural.OptimizerConfig("sgd", 0.3, weight_decay=1e-2, momentum=0.9)
+  assert a.rule() == b.rule() and hash(a.rule()) == hash(b.rule())
+  assert neural.OptimizerConfig("sgd", 0.1).rule() != a.rule()   # no decay: no term at all
+  lr, wd = a.hyperparameters()
+  assert float(lr) == np.float32(0.1) and float(wd) == np.float32(5e-4)
+
+
+def test_a_weakly_typed_learning_rate_gives_the_bits_of_the_float():
+  config = neural.OptimizerConfig("adam", 1e-3, weight_decay=3e-4)
+  params = {"w": jnp.linspace(-1.0, 1.0, 7)}
+  grads = {"w": jnp.cos(jnp.arange(7.0))}
+  plain = neural.make_optimizer(config)   # lr and decay compiled in as Python floats
+  out_plain = jax.jit(lambda g, p: plain.update(g, plain.init(p), p)[0])(grads, params)
+  out_data = jax.jit(lambda g, p, h: neural.make_optimizer(config.rule(), h).update(
+      g, plain.init(p), p)[0])(grads, params, config.hyperparameters())
+  np.testing.assert_array_equal(np.asarray(out_plain["w"]), np.asarray(out_data["w"]))

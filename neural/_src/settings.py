@@ -1,0 +1,124 @@
+"""Training settings declared once: the optimiser fields the configs share, checked in one place.
+
+Every config that trains with the one optimiser factory (:func:`neural.make_optimizer`)
+holds its settings by deriving from :class:`TrainingSettings` (batch size, learning
+rate, L2 weight decay: Adam's) or :class:`OptimizerChoice` (the same, plus the update
+rule and SGD's momentum): the KD experiment's config, ``neural.TrainConfig`` and the
+configs of the methods of the other papers. The fields stay flat, so config files,
+``config.json`` of run directories and the command-line flags (``--lr``,
+``--batch-size``, ``--weight-decay``) name them as before; a config changes only a
+default, by declaring the field again with its own value.
+
+The ranges are checked here once (:func:`optimizer_problem`, :meth:`TrainingSettings.
+training_problems`), by ``neural.Config.validate``, ``neural.TrainConfig`` and
+``neural.OptimizerConfig`` alike, each raising its own error type. The one conversion
+to what training needs is :meth:`TrainingSettings.optimizer_settings` (the keyword
+arguments of ``neural.OptimizerConfig``; ``neural.optimizer_config`` builds it).
+
+Imports nothing of JAX: the configs load without it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+import dataclasses
+import numbers
+from typing import Any
+
+OPTIMIZERS = ("adam", "sgd")
+SCHEDULES = ("constant", "cosine", "polynomial")
+
+
+def _number(value: Any) -> bool:
+  """A Python or NumPy number (checked); an array, traced under ``jax.vmap`` say, is data."""
+  return isinstance(value, numbers.Real)
+
+
+def optimizer_problem(name: str = "adam", learning_rate: Any = 1e-3, weight_decay: Any = 0.0,
+                      momentum: float = 0.0, schedule: str = "constant",
+                      decay_steps: int | None = None, power: float = 1.0,
+                      t0: float = 1.0) -> tuple[str, str] | None:
+  """The first bad optimiser setting as ``(field, what it expects)``, or ``None``.
+
+  The arguments are those of ``neural.OptimizerConfig``. A learning rate or weight
+  decay given as an array (traced: one compiled program trains every value) is not
+  range-checked.
+  """
+  if name not in OPTIMIZERS:
+    return "name", f"one of {OPTIMIZERS}"
+  if _number(learning_rate) and not float(learning_rate) > 0:
+    return "learning_rate", "a number > 0"
+  if _number(weight_decay) and not float(weight_decay) >= 0:
+    return "weight_decay", "a number >= 0"
+  if not 0 <= float(momentum) < 1:
+    return "momentum", "a number in [0, 1)"
+  if schedule not in SCHEDULES:
+    return "schedule", f"one of {SCHEDULES}"
+  if schedule == "cosine" and not (decay_steps and int(decay_steps) >= 1):
+    return "decay_steps", "an integer >= 1 for the cosine schedule"
+  if schedule == "polynomial" and not float(t0) > 0:
+    return "t0", "a number > 0 for the polynomial schedule"
+  if schedule == "polynomial" and not float(power) > 0:
+    return "power", "a number > 0 for the polynomial schedule"
+  return None
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingSettings:
+  """Local training's mini-batch and Adam's settings (a base of the configs that train).
+
+  Attributes:
+    batch_size: points per mini-batch of local training.
+    learning_rate: the optimiser's step size (the peak of its schedule; 1e-3 in the paper).
+    weight_decay: L2 coefficient added to the gradient before the optimiser, as
+      PyTorch's ``weight_decay`` (3e-4 in the paper, 0 for its 'no regularisation' runs).
+  """
+
+  batch_size: int = 64
+  learning_rate: float = 1e-3
+  weight_decay: float = 3e-4
+
+  def optimizer_settings(self) -> dict[str, Any]:
+    """The keyword arguments of ``neural.OptimizerConfig`` these settings name.
+
+    The one conversion from a config to its optimiser (``neural.optimizer_config``);
+    a config with a schedule extends it.
+    """
+    return dict(name="adam", learning_rate=self.learning_rate, weight_decay=self.weight_decay)
+
+  def training_settings(self) -> dict[str, Any]:
+    """These settings' fields by name: what another config that holds them is built from
+    (the KD experiment's and representation sharing's ``neural.TrainConfig``)."""
+    return {f.name: getattr(self, f.name) for f in dataclasses.fields(TrainingSettings)}
+
+  def training_problems(self) -> Iterator[tuple[str, str]]:
+    """Each bad setting as ``(field, what it expects)``: the one check of the fields.
+
+    A field the optimiser names differently (``name``) is reported by its config's name.
+    """
+    if not self.batch_size >= 1:
+      yield "batch_size", "an integer >= 1"
+    problem = optimizer_problem(**self.optimizer_settings())
+    if problem is not None:
+      yield ("optimizer", problem[1]) if problem[0] == "name" else problem
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizerChoice(TrainingSettings):
+  """:class:`TrainingSettings` with the update rule to choose.
+
+  Attributes:
+    optimizer: "adam" or "sgd" (heavy ball with ``momentum``, PyTorch's SGD).
+    momentum: heavy-ball momentum of "sgd", in [0, 1) (ignored by "adam").
+  """
+
+  optimizer: str = "adam"
+  momentum: float = 0.0
+
+  def optimizer_settings(self) -> dict[str, Any]:
+    """The keyword arguments of ``neural.OptimizerConfig`` (rule and momentum included)."""
+    return {**super().optimizer_settings(), "name": self.optimizer, "momentum": self.momentum}
+
+  def training_settings(self) -> dict[str, Any]:
+    """These settings' fields by name (the rule and momentum included)."""
+    return {f.name: getattr(self, f.name) for f in dataclasses.fields(OptimizerChoice)}
