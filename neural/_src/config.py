@@ -49,6 +49,7 @@ from neural._src.choices import STEP_LOOPS
 from neural._src.choices import WEIGHTINGS
 from neural._src.data import DATASETS
 from neural._src.partitions import PARTITIONS
+from neural._src.settings import TrainingSettings
 
 KD_PROTOCOLS = PROTOCOLS   # fedkrr's protocols, by the same names
 BASELINE_PROTOCOLS = BASELINES
@@ -119,7 +120,8 @@ class Config:
 
   def validate(self) -> None:
     """Checks the ranges of the fields (subclasses extend it, calling ``super()``): here,
-    that every integer but the seeds is at most :data:`INT_LIMIT`."""
+    that every integer but the seeds is at most :data:`INT_LIMIT`, and the training
+    settings of a config that has them (``neural.TrainingSettings``, checked there)."""
     for f in dataclasses.fields(self):
       if f.name in ("seed",) + SEED_FIELDS:
         continue
@@ -128,6 +130,9 @@ class Config:
       if any(isinstance(v, int) and not isinstance(v, bool) and abs(v) > INT_LIMIT
              for v in values):
         self.need(False, f.name, f"integers of at most 2^31 - 1 ({INT_LIMIT})")
+    if isinstance(self, TrainingSettings):
+      for name, expected in self.training_problems():
+        self.need(False, name, expected)
 
   def to_dict(self) -> dict[str, Any]:
     """The config as a JSON-ready dict (tuples as lists)."""
@@ -370,8 +375,11 @@ class RunConfig(Config):
 
 
 @dataclasses.dataclass(frozen=True)
-class ExperimentConfig(RunConfig):
+class ExperimentConfig(RunConfig, TrainingSettings):
   """One neural experiment with a KD protocol (Afonin & Karimireddy, Sec. 6, App. A and H).
+
+  Local training is Adam with the settings of ``neural.TrainingSettings``
+  (``batch_size``, ``learning_rate``, ``weight_decay``: the paper's by default).
 
   Attributes:
     models: one model name per agent, or one for all (``neural.MODELS`` or
@@ -388,9 +396,9 @@ class ExperimentConfig(RunConfig):
       on its own data); baselines run one round.
     start: starting agent of AKD (0-based).
     epochs: local epochs per round.
-    batch_size: mini-batch size of local training.
-    learning_rate: Adam's step size.
-    weight_decay: L2 weight decay added to the gradient (3e-4 in the paper).
+    learning_rate: Adam's step size (1e-3 in the paper).
+    weight_decay: L2 coefficient added to the gradient before Adam (3e-4 in the paper,
+      0 for its 'no regularisation' runs).
     loss: "mse" (squared error of the softmax vs the targets) or "ce" (soft
       cross-entropy).
     warm_start: start each round from the agent's previous model.
@@ -423,9 +431,6 @@ class ExperimentConfig(RunConfig):
   protocol: str = "avgkd"
   start: int = 0
   epochs: int = 20
-  batch_size: int = 64
-  learning_rate: float = 1e-3
-  weight_decay: float = 3e-4
   loss: str = "mse"
   warm_start: bool = False
   augment: str = "none"
@@ -464,9 +469,6 @@ class ExperimentConfig(RunConfig):
     need = self.need
     need(self.protocol in RUN_PROTOCOLS, "protocol", f"one of {', '.join(RUN_PROTOCOLS)}")
     need(1 <= self.epochs <= MAX_EPOCHS, "epochs", f"an integer in 1..{MAX_EPOCHS}")
-    need(self.batch_size >= 1, "batch_size", "an integer >= 1")
-    need(self.learning_rate > 0, "learning_rate", "a number > 0")
-    need(self.weight_decay >= 0, "weight_decay", "a number >= 0")
     need(self.loss in LOSSES, "loss", "'mse' or 'ce'")
     need(self.augment in AUGMENTS, "augment", f"one of {', '.join(AUGMENTS)}")
     if self.augment != "none":

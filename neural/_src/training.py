@@ -38,6 +38,8 @@ import numpy as np
 from neural._src.augment import Augment
 from neural._src.choices import LOSSES
 from neural._src.optimizers import OptimizerConfig
+from neural._src.optimizers import optimizer_config
+from neural._src.settings import OptimizerChoice
 from neural._src.train_loop import AGENT_BATCHING
 from neural._src.train_loop import STEP_LOOPS
 from neural._src.train_loop import Batch
@@ -53,12 +55,14 @@ Variables = Any   # a Flax variables dict {"params": ...}
 
 
 @dataclasses.dataclass(frozen=True)
-class TrainConfig:
-  """Settings of local training (static: part of the compiled program).
+class TrainConfig(OptimizerChoice):
+  """Settings of local training (the optimiser's from ``neural.OptimizerChoice``).
+
+  The loss, the loop and the rule are static (part of the compiled program); the
+  learning rate and the weight decay are data (one program serves every value).
 
   Attributes:
     epochs: passes over the data.
-    batch_size: points per mini-batch.
     learning_rate: the optimiser's step size (1e-3 in the paper).
     weight_decay: L2 coefficient added to the gradient before the optimiser (3e-4
       in the paper, 0 for its 'no regularisation' runs).
@@ -66,8 +70,6 @@ class TrainConfig:
       "ce" (soft cross-entropy, App. H.3).
     warm_start: if true, a learner with ``init`` variables starts from them
       instead of a fresh initialisation.
-    optimizer: "adam" (the paper's) or "sgd".
-    momentum: heavy-ball momentum of "sgd".
     step_loop, agent_batching: how :func:`neural.train_loop` runs the steps and
       stacked agents ("auto": by backend and model; the numbers do not depend on it).
     augment: augmentation of every training batch (:class:`neural.Augment`), or
@@ -75,13 +77,8 @@ class TrainConfig:
   """
 
   epochs: int = 20
-  batch_size: int = 64
-  learning_rate: float = 1e-3
-  weight_decay: float = 3e-4
   loss: str = "mse"
   warm_start: bool = False
-  optimizer: str = "adam"
-  momentum: float = 0.0
   step_loop: str = "auto"
   agent_batching: str = "auto"
   augment: Augment | None = None
@@ -92,12 +89,8 @@ class TrainConfig:
                        f"{type(self.augment).__name__}")
     if int(self.epochs) < 0:
       raise TrainError(f"epochs: expected an int >= 0, got {self.epochs}")
-    if int(self.batch_size) < 1:
-      raise TrainError(f"batch_size: expected a positive int, got {self.batch_size}")
-    if not float(self.learning_rate) > 0:
-      raise TrainError(f"learning_rate: expected a positive number, got {self.learning_rate}")
-    if not float(self.weight_decay) >= 0:
-      raise TrainError(f"weight_decay: expected a number >= 0, got {self.weight_decay}")
+    for name, expected in self.training_problems():
+      raise TrainError(f"{name}: expected {expected}, got {getattr(self, name)!r}")
     if self.loss not in LOSSES:
       raise TrainError(f"loss: expected one of {LOSSES}, got {self.loss!r}")
     if self.step_loop not in STEP_LOOPS:
@@ -105,15 +98,10 @@ class TrainConfig:
     if self.agent_batching not in AGENT_BATCHING:
       raise TrainError(f"agent_batching: expected one of {AGENT_BATCHING}, got "
                        f"{self.agent_batching!r}")
-    self.optimizer_config()   # checks optimizer and momentum
 
   def optimizer_config(self) -> OptimizerConfig:
-    """The :class:`neural.OptimizerConfig` of these settings."""
-    try:
-      return OptimizerConfig(self.optimizer, float(self.learning_rate), float(self.weight_decay),
-                             float(self.momentum))
-    except ValueError as e:
-      raise TrainError(str(e)) from None
+    """The :class:`neural.OptimizerConfig` of these settings (``neural.optimizer_config``)."""
+    return optimizer_config(self)
 
 
 def per_example_loss(logits: Array, targets: Array, loss: str) -> Array:
@@ -290,7 +278,7 @@ def _fit(model, variables, x, targets, mask, key, config: TrainConfig, stacked: 
     cast(EpochHook, on_epoch)(epoch, {**(rest or {}), "params": params}, agent)
   out = train_loop(SoftmaxLoss(model, config.loss, config.augment, modules), params,
                    {"x": x, "t": targets},
-                   optimizer=config.optimizer_config(), key=key, batch_size=config.batch_size,
+                   optimizer=config, key=key, batch_size=config.batch_size,
                    epochs=config.epochs, mask=mask, context=context, stacked=stacked,
                    step_loop=config.step_loop, agent_batching=config.agent_batching,
                    on_epoch=None if on_epoch is None else hook)

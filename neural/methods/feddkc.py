@@ -5,7 +5,6 @@ Uniform entry points of every method module: ``Config`` (its config class),
 and ``load_data(config) -> data``; the rest are the paper's pieces.
 """
 
-from neural._src.methods.feddkc import OPTIMIZERS
 from neural._src.methods.feddkc import REFINEMENTS
 from neural._src.methods.feddkc import FedDKCConfig
 from neural._src.methods.feddkc import FedDKCConfig as Config
@@ -24,3 +23,4 @@ from neural._src.methods.feddkc import skr
 from neural._src.methods.feddkc import skr_logits
 from neural._src.methods.feddkc import skr_temperature
 from neural._src.methods.feddkc import step
+from neural._src.settings import OPTIMIZERS

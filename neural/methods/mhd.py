@@ -6,7 +6,6 @@ and ``load_data(config) -> data``; the rest are the paper's pieces.
 """
 
 from neural._src.methods.mhd import MHD_METHODS
-from neural._src.methods.mhd import OPTIMIZERS
 from neural._src.methods.mhd import TARGET_CHOICES
 from neural._src.methods.mhd import MHDConfig
 from neural._src.methods.mhd import MHDConfig as Config
@@ -32,3 +31,4 @@ from neural._src.methods.mhd import step
 from neural._src.methods.mhd import teacher_adjacency
 from neural._src.methods.mhd import teacher_hops
 from neural._src.methods.mhd import update_pools
+from neural._src.settings import OPTIMIZERS

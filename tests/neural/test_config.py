@@ -222,3 +222,68 @@ def test_the_methods_configs_bound_their_integers_too():
       with pytest.raises(ConfigError, match=r"epochs: expected an integer in 1\.\.100000"):
         cls(method=name, epochs=10**6)
   assert checked >= 4   # the four papers' methods at least
+
+
+# ---------------------------------------------------------------------------
+# Training settings: declared, checked and converted once (neural.TrainingSettings)
+
+from neural._src.methods import feddkc  # noqa: E402
+from neural._src.methods import representation_sharing  # noqa: E402
+
+_TRAINING_CONFIGS = [ExperimentConfig, neural.TrainConfig, feddkc.FedDKCConfig, mhd.MHDConfig,
+                     representation_sharing.RepShareConfig]
+_VALID = {mhd.MHDConfig: dict(method="mhd", labels_per_client=3)}   # what else a config needs
+
+
+@pytest.mark.parametrize("cls", _TRAINING_CONFIGS)
+def test_every_config_that_trains_holds_the_one_settings_type(cls):
+  assert issubclass(cls, neural.TrainingSettings)
+  names = {f.name for f in dataclasses.fields(cls)}
+  assert {"batch_size", "learning_rate", "weight_decay"} <= names   # flat, as in config.json
+  help_text = field_help(cls)
+  assert all(help_text.get(name) for name in ("batch_size", "learning_rate", "weight_decay"))
+
+
+@pytest.mark.parametrize("cls", _TRAINING_CONFIGS)
+@pytest.mark.parametrize("changes, field", [
+    (dict(learning_rate=0.0), "learning_rate"),
+    (dict(weight_decay=-1e-4), "weight_decay"),
+    (dict(batch_size=0), "batch_size"),
+])
+def test_bad_training_settings_are_named_by_every_config(cls, changes, field):
+  error = neural.TrainError if cls is neural.TrainConfig else ConfigError
+  with pytest.raises(error, match=f"^{field}: expected"):
+    cls(**_VALID.get(cls, {}), **changes)
+
+
+@pytest.mark.parametrize("cls", [neural.TrainConfig, feddkc.FedDKCConfig, mhd.MHDConfig])
+def test_the_rule_and_momentum_are_checked_where_a_config_chooses_them(cls):
+  with pytest.raises((ConfigError, neural.TrainError), match="^optimizer: expected"):
+    cls(**_VALID.get(cls, {}), optimizer="rmsprop")
+  with pytest.raises((ConfigError, neural.TrainError), match="^momentum: expected"):
+    cls(**_VALID.get(cls, {}), momentum=1.0)
+
+
+def test_one_conversion_gives_each_config_its_optimiser():
+  convert = neural.optimizer_config
+  assert convert(ExperimentConfig(learning_rate=0.01, weight_decay=0.0)) == \
+      neural.OptimizerConfig("adam", 0.01, 0.0)
+  assert convert(neural.TrainConfig(optimizer="sgd", momentum=0.5)) == \
+      neural.OptimizerConfig("sgd", 1e-3, 3e-4, 0.5)
+  assert convert(feddkc.FedDKCConfig()) == neural.OptimizerConfig("sgd", 0.03, 5e-4, 0.9)
+  assert convert(representation_sharing.RepShareConfig()) == \
+      neural.OptimizerConfig("adam", 1e-3, 0.0)
+  assert convert(mhd.MHDConfig(rounds=3, steps_per_round=5, **_VALID[mhd.MHDConfig])) == \
+      neural.OptimizerConfig("sgd", 0.1, 0.0, 0.9, schedule="cosine", decay_steps=15)
+  assert convert(mhd.MHDConfig(cosine=False, **_VALID[mhd.MHDConfig])).schedule == "constant"
+  settings = ExperimentConfig(batch_size=8, learning_rate=0.1).training_settings()
+  assert neural.TrainConfig(**settings) == neural.TrainConfig(batch_size=8, learning_rate=0.1)
+
+
+def test_a_config_json_of_the_old_field_order_reads_back_equal():
+  config = ExperimentConfig(learning_rate=0.01, batch_size=32)
+  values = config.to_dict()
+  first = ("batch_size", "learning_rate", "weight_decay")
+  old_order = {k: v for k, v in values.items() if k not in first} | {k: values[k] for k in first}
+  assert ExperimentConfig.from_dict(old_order) == config
+  assert json.loads(json.dumps(old_order)) == json.loads(config.to_json())   # the resume check

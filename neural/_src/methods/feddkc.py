@@ -53,8 +53,10 @@ from neural._src.models import get_head
 from neural._src.models import get_model
 from neural._src.optimizers import OptimizerConfig
 from neural._src.optimizers import make_optimizer
+from neural._src.optimizers import optimizer_config
 from neural._src.run_data import RunData
 from neural._src.run_data import load_run_data
+from neural._src.settings import OptimizerChoice
 from neural._src.train_loop import train_loop
 from neural._src.train_loop import weighted_mean
 from neural._src.training import init_variables
@@ -62,7 +64,6 @@ from neural._src.training import init_variables
 Array = jax.Array
 
 REFINEMENTS = ("kkr", "skr", "none")
-OPTIMIZERS = ("sgd", "adam")
 
 
 class FedDKCError(ValueError):
@@ -390,8 +391,11 @@ def distillation_loss(logits: Array, labels_onehot: Array, target: Array,
 
 
 @dataclasses.dataclass(frozen=True)
-class FedDKCConfig(MethodConfig):
+class FedDKCConfig(MethodConfig, OptimizerChoice):
   """A FedDKC / FedGKT run (Wu et al. 2023, Sec. 4.1; defaults: the paper's where given).
+
+  The clients and the server train with the settings of ``neural.OptimizerChoice``
+  (L2 decay added to the gradient, then SGD with momentum or Adam, PyTorch style).
 
   Attributes:
     refinement: "kkr" (Sec. 3.2), "skr" (Sec. 3.3) or "none" (FedGKT).
@@ -418,7 +422,7 @@ class FedDKCConfig(MethodConfig):
     optimizer: "sgd" (the paper's, with ``momentum``) or "adam".
     learning_rate: 0.03 in the paper.
     momentum: SGD momentum (not reported).
-    weight_decay: L2 coefficient added to the gradient (5e-4 in the paper).
+    weight_decay: 5e-4 in the paper.
   """
 
   method: str = "feddkc"
@@ -438,8 +442,7 @@ class FedDKCConfig(MethodConfig):
   norm: str = "group"
   client_epochs: int = 1
   server_epochs: int = 1
-  batch_size: int = 64
-  optimizer: str = "sgd"
+  optimizer: str = "sgd"       # OptimizerChoice's fields, with this method's defaults
   learning_rate: float = 0.03
   momentum: float = 0.9
   weight_decay: float = 5e-4
@@ -462,11 +465,6 @@ class FedDKCConfig(MethodConfig):
               f"an integer in 1..{MAX_EPOCHS}")
     self.need(1 <= self.server_epochs <= MAX_EPOCHS, "server_epochs",
               f"an integer in 1..{MAX_EPOCHS}")
-    self.need(self.batch_size >= 1, "batch_size", "an integer >= 1")
-    self.need(self.optimizer in OPTIMIZERS, "optimizer", f"one of {OPTIMIZERS}")
-    self.need(self.learning_rate > 0, "learning_rate", "a number > 0")
-    self.need(0 <= self.momentum < 1, "momentum", "a number in [0, 1)")
-    self.need(self.weight_decay >= 0, "weight_decay", "a number >= 0")
 
   def client_model_name(self, k: int) -> str:
     """Client ``k``'s model name (the list of client models is cycled through)."""
@@ -494,8 +492,7 @@ class FedDKCState(NamedTuple):
 
 def _opt(config: FedDKCConfig) -> OptimizerConfig:
   """L2 decay added to the gradient, then SGD (momentum) or Adam (PyTorch style)."""
-  return OptimizerConfig(config.optimizer, config.learning_rate, config.weight_decay,
-                         config.momentum)
+  return optimizer_config(config)
 
 
 def _models(config: FedDKCConfig, num_classes: int) -> tuple[list[nn.Module], nn.Module]:

@@ -67,10 +67,12 @@ from neural._src.models import MODELS
 from neural._src.models import get_model
 from neural._src.optimizers import OptimizerConfig
 from neural._src.optimizers import make_optimizer
+from neural._src.optimizers import optimizer_config
 from neural._src.partitions import SKEWED_ASSIGNMENTS
 from neural._src.partitions import primary_labels
 from neural._src.partitions import skewed_label_split
 from neural._src.run_data import load_train_test
+from neural._src.settings import OptimizerChoice
 from neural._src.train_loop import train_loop
 
 Array = jax.Array
@@ -78,7 +80,6 @@ ArrayLike = jax.typing.ArrayLike
 
 MHD_METHODS = ("mhd", "mhd-isolated", "mhd-fedavg")
 TARGET_CHOICES = ("confident", "random")
-OPTIMIZERS = ("sgd", "adam")
 
 
 class MHDError(ValueError):
@@ -287,8 +288,11 @@ def embedding_loss(embedding: Array, teacher_embeddings: Array,
 
 
 @dataclasses.dataclass(frozen=True)
-class MHDConfig(MethodConfig):
+class MHDConfig(MethodConfig, OptimizerChoice):
   """Config of ``"mhd"`` and its baselines ``"mhd-isolated"``, ``"mhd-fedavg"``.
+
+  Local training has the settings of ``neural.OptimizerChoice`` (SGD with momentum
+  by default, the paper's), with a cosine decay over all rounds (``cosine``).
 
   The shared ``partition`` fields are not used: the split is Sec. 3.3's
   (``public_fraction``, ``skew``, ``label_assignment``, ...). ``agents`` is K.
@@ -314,10 +318,6 @@ class MHDConfig(MethodConfig):
     steps_per_round: S_P, local steps between pool updates (200) or FedAvg averagings (u).
     batch_size: private examples per step.
     public_batch_size: public examples per step.
-    optimizer: "sgd" (momentum; the paper's) or "adam".
-    learning_rate: the optimizer's step size.
-    momentum: SGD's momentum (ignored by "adam").
-    weight_decay: L2 coefficient added to the gradient.
     cosine: the learning rate decays by a cosine over all rounds.
     nu_emb: weight of the embedding distillation loss (1 in the paper).
     nu_aux: weight of the auxiliary heads' distillation loss (3 in the paper).
@@ -339,9 +339,8 @@ class MHDConfig(MethodConfig):
   pool_size: int | None = None
   teachers_per_step: int = 1
   steps_per_round: int = 200
-  batch_size: int = 64
   public_batch_size: int = 64
-  optimizer: str = "sgd"
+  optimizer: str = "sgd"       # OptimizerChoice's fields, with this method's defaults
   learning_rate: float = 0.1
   momentum: float = 0.9
   weight_decay: float = 0.0
@@ -377,15 +376,15 @@ class MHDConfig(MethodConfig):
     self.need(1 <= self.teachers_per_step <= self.pool, "teachers_per_step",
               f"an integer in 1..pool_size ({self.pool})")
     self.need(self.steps_per_round >= 1, "steps_per_round", "an integer >= 1")
-    self.need(self.batch_size >= 1, "batch_size", "an integer >= 1")
     self.need(self.public_batch_size >= 1, "public_batch_size", "an integer >= 1")
-    self.need(self.optimizer in OPTIMIZERS, "optimizer", f"one of {OPTIMIZERS}")
-    self.need(self.learning_rate > 0, "learning_rate", "a number > 0")
-    self.need(0 <= self.momentum < 1, "momentum", "a number in [0, 1)")
-    self.need(self.weight_decay >= 0, "weight_decay", "a number >= 0")
     self.need(self.nu_emb >= 0, "nu_emb", "a number >= 0")
     self.need(self.nu_aux >= 0, "nu_aux", "a number >= 0")
     self.need(self.target_choice in TARGET_CHOICES, "target_choice", f"one of {TARGET_CHOICES}")
+
+  def optimizer_settings(self) -> dict[str, Any]:
+    """``neural.OptimizerChoice``'s, with the cosine decay over all rounds if ``cosine``."""
+    cosine = dict(schedule="cosine", decay_steps=self.rounds * self.steps_per_round)
+    return {**super().optimizer_settings(), **(cosine if self.cosine else {})}
 
   @property
   def distills(self) -> bool:
@@ -487,10 +486,7 @@ def _model(config: MHDConfig, num_classes: int) -> MultiHeadModel:
 
 def _optimizer(config: MHDConfig) -> OptimizerConfig:
   """SGD with momentum (the paper's) or Adam, L2 decay, cosine decay over all rounds."""
-  cosine: dict[str, Any] = dict(schedule="cosine",
-                                decay_steps=config.rounds * config.steps_per_round)
-  return OptimizerConfig(config.optimizer, config.learning_rate, config.weight_decay,
-                         config.momentum, **(cosine if config.cosine else {}))
+  return optimizer_config(config)
 
 
 def _pick_slots(key: Array, valid: Array, num: int) -> tuple[Array, Array]:

@@ -74,8 +74,8 @@ from neural._src.methods.repshare_models import RepShareError
 from neural._src.methods.repshare_models import make_client_model
 from neural._src.optimizers import make_optimizer
 from neural._src.run_data import load_run_data
+from neural._src.settings import TrainingSettings
 from neural._src.train_loop import train_loop
-from neural._src.training import TrainConfig
 
 Array = jax.Array
 ArrayLike = jax.typing.ArrayLike
@@ -416,8 +416,10 @@ def client_payload(values: Array, labels: Array, mask: Array, key: Array, *,
 
 
 @dataclasses.dataclass(frozen=True)
-class RepShareConfig(MethodConfig):
+class RepShareConfig(MethodConfig, TrainingSettings):
   """Representation sharing and its baselines (one config for the four methods).
+
+  Local training is Adam with the settings of ``neural.TrainingSettings``.
 
   Attributes:
     method: "repshare", "repshare-fd", "repshare-fedavg" or "repshare-independent".
@@ -426,7 +428,6 @@ class RepShareConfig(MethodConfig):
     feature_dim: d', the dimension of the shared representations.
     epochs: local epochs per round (1 in the paper).
     batch_size: local mini-batch (32, from the thesis's code; not in the text).
-    learning_rate: Adam's step size (1e-3 in the paper).
     weight_decay: L2 coefficient added to the gradient (none in the paper).
     lambda_kd: lambda_KD, the weight of L_KD, the distance of the features to the
       global class representations (10, Sec. 4).
@@ -461,8 +462,7 @@ class RepShareConfig(MethodConfig):
   width: int | None = None
   feature_dim: int = 84
   epochs: int = 1
-  batch_size: int = 32
-  learning_rate: float = 1e-3
+  batch_size: int = 32        # TrainingSettings' fields, with this method's defaults
   weight_decay: float = 0.0
   lambda_kd: float = 10.0
   lambda_disc: float = 1.0
@@ -488,9 +488,6 @@ class RepShareConfig(MethodConfig):
     self.need(self.width is None or self.width >= 1, "width", "None or an integer >= 1")
     self.need(self.feature_dim >= 1, "feature_dim", "an integer >= 1")
     self.need(1 <= self.epochs <= MAX_EPOCHS, "epochs", f"an integer in 1..{MAX_EPOCHS}")
-    self.need(self.batch_size >= 1, "batch_size", "an integer >= 1")
-    self.need(self.learning_rate > 0, "learning_rate", "a number > 0")
-    self.need(self.weight_decay >= 0, "weight_decay", "a number >= 0")
     self.need(self.lambda_kd >= 0, "lambda_kd", "a number >= 0")
     self.need(self.lambda_disc >= 0, "lambda_disc", "a number >= 0")
     self.need(self.kd_reduction in REDUCTIONS, "kd_reduction", f"one of {REDUCTIONS}")
@@ -579,9 +576,8 @@ class _LocalLoss:
 def _update_all(params, opt_state, x, labels, mask, downloads, keys, *, model, loss,
                 config: RepShareConfig):
   """LOCALUPDATE of every client: ``epochs`` shuffled passes of mini-batch Adam."""
-  train_config = _train_config(config)
   out = train_loop(_LocalLoss(model, loss), params, {"x": x, "y": labels},
-                   optimizer=train_config.optimizer_config(), key=keys,
+                   optimizer=config, key=keys,
                    batch_size=config.batch_size, epochs=config.epochs, mask=mask,
                    context=downloads, opt_state=opt_state, stacked=True,
                    step_loop=config.step_loop, agent_batching=config.agent_batching)
@@ -680,12 +676,6 @@ def _model_of(config: RepShareConfig, num_classes: int) -> FeatureClassifier:
   return make_client_model(config.backbone, num_classes, config.feature_dim, config.width)
 
 
-def _train_config(config: RepShareConfig) -> TrainConfig:
-  return TrainConfig(epochs=config.epochs, batch_size=config.batch_size,
-                     learning_rate=config.learning_rate, weight_decay=config.weight_decay,
-                     loss="ce")
-
-
 def init(config: RepShareConfig, data: RepShareData) -> RepShareState:
   """Round-0 state: each client's initial weights and optimiser state, and the first class means."""
   model = _model_of(config, data.num_classes)
@@ -697,7 +687,7 @@ def init(config: RepShareConfig, data: RepShareData) -> RepShareState:
   keys = jax.random.split(k_model, n)
   if config.method == "repshare-fedavg":     # one initial global model
     keys = jnp.stack([k_model] * n)
-  params, opt_state = _init_all(keys, x0, model=model, train_config=_train_config(config))
+  params, opt_state = _init_all(keys, x0, model=model, settings=config)
   downloads = None
   if config.method in ("repshare", "repshare-fd") and config.initial_targets == "models":
     k_up, k_relay = jax.random.split(jax.random.fold_in(key, 10**6 + 1))
@@ -716,11 +706,11 @@ def _init_one(key, x0, *, model):
   return model.init(key, x0)["params"]
 
 
-def _init_all(keys, x0, *, model, train_config):
+def _init_all(keys, x0, *, model, settings):
   """Stacked parameters and Adam states (one compiled init, whatever the number of clients)."""
   params = [_init_one(k, x0, model=model) for k in keys]
   params = jax.tree_util.tree_map(lambda *a: jnp.stack(a), *params)
-  return params, jax.jit(jax.vmap(make_optimizer(train_config).init))(params)
+  return params, jax.jit(jax.vmap(make_optimizer(settings).init))(params)
 
 
 def _no_teacher(n: int, c: int) -> Download:
