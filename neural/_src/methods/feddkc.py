@@ -606,7 +606,7 @@ def init(config: FedDKCConfig, data: RunData) -> FedDKCState:
     _check_entropy(config.E, config.eps, num_classes)
   clients, server = _models(config, num_classes)
   key = _init_key(config.init_seed)
-  opt = _opt(config)
+  opt = _opt(config).rule()   # the state's structure only: no program per learning rate
   shape = tuple(data.xs[0].shape[1:])
   client_params, client_opt = zip(*[_init_jit(jax.random.fold_in(key, k), model=m, opt=opt,
                                                shape=shape) for k, m in enumerate(clients)])
