@@ -157,6 +157,7 @@ if TYPE_CHECKING:
   from neural._src.runs import run_configs
   from neural._src.settings import OPTIMIZERS
   from neural._src.settings import SCHEDULES
+  from neural._src.settings import EpochSettings
   from neural._src.settings import OptimizerChoice
   from neural._src.settings import TrainingSettings
   from neural._src.soft_targets import SoftTargets

@@ -49,6 +49,7 @@ from neural._src.choices import STEP_LOOPS
 from neural._src.choices import WEIGHTINGS
 from neural._src.data import DATASETS
 from neural._src.partitions import PARTITIONS
+from neural._src.settings import EpochSettings
 from neural._src.settings import TrainingSettings
 
 KD_PROTOCOLS = PROTOCOLS   # fedkrr's protocols, by the same names
@@ -62,10 +63,9 @@ SEED_FIELDS = ("data_seed", "init_seed")
 # Every other integer of a config sizes work that XLA indexes with 32-bit integers: larger
 # values abort the process inside XLA, so each is refused first, naming its field.
 INT_LIMIT = 2**31 - 1
-# Rounds and local epochs: far past any run of the papers (20 rounds of 20 epochs), short
-# of runs that would never end.
+# Rounds: far past any run of the papers (20 rounds of 20 epochs), short of runs that would
+# never end (local epochs: neural.EpochSettings, MAX_EPOCHS).
 MAX_ROUNDS = 100_000
-MAX_EPOCHS = 100_000
 
 
 class ConfigError(ValueError):
@@ -375,11 +375,11 @@ class RunConfig(Config):
 
 
 @dataclasses.dataclass(frozen=True)
-class ExperimentConfig(RunConfig, TrainingSettings):
+class ExperimentConfig(RunConfig, EpochSettings):
   """One neural experiment with a KD protocol (Afonin & Karimireddy, Sec. 6, App. A and H).
 
-  Local training is Adam with the settings of ``neural.TrainingSettings``
-  (``batch_size``, ``learning_rate``, ``weight_decay``: the paper's by default).
+  Local training is Adam with the settings of ``neural.EpochSettings``
+  (``epochs``, ``batch_size``, ``learning_rate``, ``weight_decay``: the paper's by default).
 
   Attributes:
     models: one model name per agent, or one for all (``neural.MODELS`` or
@@ -430,7 +430,6 @@ class ExperimentConfig(RunConfig, TrainingSettings):
   norm: str = "group"
   protocol: str = "avgkd"
   start: int = 0
-  epochs: int = 20
   loss: str = "mse"
   warm_start: bool = False
   augment: str = "none"
@@ -468,7 +467,6 @@ class ExperimentConfig(RunConfig, TrainingSettings):
     super().validate()
     need = self.need
     need(self.protocol in RUN_PROTOCOLS, "protocol", f"one of {', '.join(RUN_PROTOCOLS)}")
-    need(1 <= self.epochs <= MAX_EPOCHS, "epochs", f"an integer in 1..{MAX_EPOCHS}")
     need(self.loss in LOSSES, "loss", "'mse' or 'ce'")
     need(self.augment in AUGMENTS, "augment", f"one of {', '.join(AUGMENTS)}")
     if self.augment != "none":

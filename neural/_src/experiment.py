@@ -93,8 +93,7 @@ def build_learners(config: ExperimentConfig, input_shape: tuple[int, ...],
   augment = None
   if config.augment == "crop-flip":
     augment = Augment(pad=4, fill=tuple(np.atleast_1d(0.0 if black is None else black)))
-  train_config = TrainConfig(**config.training_settings(), epochs=config.epochs,
-                             loss=config.loss,
+  train_config = TrainConfig(**config.training_settings(), loss=config.loss,
                              warm_start=config.warm_start or config.protocol == "fedavg",
                              step_loop=config.step_loop, agent_batching=config.agent_batching,
                              augment=augment)

@@ -2,9 +2,11 @@
 
 Every config that trains with the one optimiser factory (:func:`neural.make_optimizer`)
 holds its settings by deriving from :class:`TrainingSettings` (batch size, learning
-rate, L2 weight decay: Adam's) or :class:`OptimizerChoice` (the same, plus the update
-rule and SGD's momentum): the KD experiment's config, ``neural.TrainConfig`` and the
-configs of the methods of the other papers. The fields stay flat, so config files,
+rate, L2 weight decay: Adam's), :class:`OptimizerChoice` (plus the update rule and
+SGD's momentum) and :class:`EpochSettings` (plus local epochs) as it has them: the
+KD experiment's config, ``neural.TrainConfig`` and the configs of the methods of the
+other papers (D-Distillation, whose step sizes are Theorem 3's ``eta0``, ``eta_power``,
+``eta_t0``, builds its ``neural.OptimizerConfig`` from them). The fields stay flat, so config files,
 ``config.json`` of run directories and the command-line flags (``--lr``,
 ``--batch-size``, ``--weight-decay``) name them as before; a config changes only a
 default, by declaring the field again with its own value.
@@ -24,9 +26,13 @@ from collections.abc import Iterator
 import dataclasses
 import numbers
 from typing import Any
+from typing import ClassVar
 
 OPTIMIZERS = ("adam", "sgd")
 SCHEDULES = ("constant", "cosine", "polynomial")
+# Local epochs: far past any run of the papers (20 rounds of 20 epochs), short of runs
+# that would never end.
+MAX_EPOCHS = 100_000
 
 
 def _number(value: Any) -> bool:
@@ -125,3 +131,29 @@ class OptimizerChoice(TrainingSettings):
   def training_settings(self) -> dict[str, Any]:
     """These settings' fields by name (the rule and momentum included)."""
     return {f.name: getattr(self, f.name) for f in dataclasses.fields(OptimizerChoice)}
+
+
+@dataclasses.dataclass(frozen=True)
+class EpochSettings(TrainingSettings):
+  """:class:`TrainingSettings` of a config that trains in epochs.
+
+  Attributes:
+    epochs: local epochs (shuffled passes over the data) per round.
+  """
+
+  epochs: int = 20
+  # the range of epochs: (least, most or None)
+  epochs_range: ClassVar[tuple[int, int | None]] = (1, MAX_EPOCHS)
+
+  def training_problems(self) -> Iterator[tuple[str, str]]:
+    """Each bad setting as ``(field, what it expects)``, ``epochs`` first."""
+    least, most = self.epochs_range
+    if most is None and not self.epochs >= least:
+      yield "epochs", f"an integer >= {least}"
+    elif most is not None and not least <= self.epochs <= most:
+      yield "epochs", f"an integer in {least}..{most}"
+    yield from super().training_problems()
+
+  def training_settings(self) -> dict[str, Any]:
+    """These settings' fields by name (``epochs`` included)."""
+    return {**super().training_settings(), "epochs": self.epochs}

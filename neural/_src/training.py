@@ -26,6 +26,7 @@ from collections.abc import Callable
 import dataclasses
 import functools
 from typing import Any
+from typing import ClassVar
 from typing import NamedTuple
 from typing import cast
 
@@ -39,6 +40,7 @@ from neural._src.augment import Augment
 from neural._src.choices import LOSSES
 from neural._src.optimizers import OptimizerConfig
 from neural._src.optimizers import optimizer_config
+from neural._src.settings import EpochSettings
 from neural._src.settings import OptimizerChoice
 from neural._src.train_loop import AGENT_BATCHING
 from neural._src.train_loop import STEP_LOOPS
@@ -55,8 +57,8 @@ Variables = Any   # a Flax variables dict {"params": ...}
 
 
 @dataclasses.dataclass(frozen=True)
-class TrainConfig(OptimizerChoice):
-  """Settings of local training (the optimiser's from ``neural.OptimizerChoice``).
+class TrainConfig(EpochSettings, OptimizerChoice):
+  """Settings of local training (``neural.EpochSettings`` and ``neural.OptimizerChoice``).
 
   The loss, the loop and the rule are static (part of the compiled program); the
   learning rate and the weight decay are data (one program serves every value).
@@ -76,19 +78,17 @@ class TrainConfig(OptimizerChoice):
       ``None``.
   """
 
-  epochs: int = 20
   loss: str = "mse"
   warm_start: bool = False
   step_loop: str = "auto"
   agent_batching: str = "auto"
   augment: Augment | None = None
+  epochs_range: ClassVar[tuple[int, int | None]] = (0, None)   # 0 epochs: no training
 
   def __post_init__(self):
     if self.augment is not None and not isinstance(self.augment, Augment):
       raise TrainError(f"augment: expected a neural.Augment or None, got "
                        f"{type(self.augment).__name__}")
-    if int(self.epochs) < 0:
-      raise TrainError(f"epochs: expected an int >= 0, got {self.epochs}")
     for name, expected in self.training_problems():
       raise TrainError(f"{name}: expected {expected}, got {getattr(self, name)!r}")
     if self.loss not in LOSSES:

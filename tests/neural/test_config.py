@@ -287,3 +287,14 @@ def test_a_config_json_of_the_old_field_order_reads_back_equal():
   old_order = {k: v for k, v in values.items() if k not in first} | {k: values[k] for k in first}
   assert ExperimentConfig.from_dict(old_order) == config
   assert json.loads(json.dumps(old_order)) == json.loads(config.to_json())   # the resume check
+
+
+@pytest.mark.parametrize("cls, bad", [(ExperimentConfig, 0), (ExperimentConfig, 100_001),
+                                      (representation_sharing.RepShareConfig, 0),
+                                      (neural.TrainConfig, -1)])
+def test_epochs_are_declared_and_checked_once_too(cls, bad):
+  assert issubclass(cls, neural.EpochSettings)
+  error = neural.TrainError if cls is neural.TrainConfig else ConfigError
+  with pytest.raises(error, match="^epochs: expected an integer"):
+    cls(epochs=bad)
+  assert neural.TrainConfig(epochs=0).epochs == 0   # 0 epochs (no training) stays allowed

@@ -41,7 +41,6 @@ import jax.core
 import jax.numpy as jnp
 import numpy as np
 
-from neural._src.config import MAX_EPOCHS
 from neural._src.methods.registry import Method
 from neural._src.methods.registry import MethodConfig
 from neural._src.methods.registry import register_method
@@ -56,6 +55,7 @@ from neural._src.optimizers import make_optimizer
 from neural._src.optimizers import optimizer_config
 from neural._src.run_data import RunData
 from neural._src.run_data import load_run_data
+from neural._src.settings import MAX_EPOCHS
 from neural._src.settings import OptimizerChoice
 from neural._src.train_loop import train_loop
 from neural._src.train_loop import weighted_mean
