@@ -24,6 +24,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from neural._src.claims import APART
+from neural._src.claims import IN_SCOPE
 from neural._src.claims import Check
 from neural._src.claims import Claim
 from neural._src.claims import evaluate
@@ -112,20 +114,31 @@ def matched_control(figure: str, checks: Sequence[Check],
 
 def control_table() -> str:
   """The control as Markdown: per figure and statement, the settings where the authors'
-  curves support it and where they do not (the table ``docs/reproduce.md`` shows)."""
+  curves support it and where they do not (the table ``docs/reproduce.md`` shows).
+
+  Only checks in their sentence's scope are counted; the others (out of scope, by
+  construction, beyond the horizon) are listed in the last column with their verdicts."""
   lines = []
   for figure in authors_figures():
     checks = control_checks(figure)
-    held = sum(c.verdict == REPRODUCED for c in checks)
-    lines += [f"#### {figure}: {held} of {len(checks)} checks hold on the authors' curves", "",
+    counted = [c for c in checks if c.standing == IN_SCOPE]
+    held = sum(c.verdict == REPRODUCED for c in counted)
+    apart = len(checks) - len(counted)
+    lines += [f"#### {figure}: {held} of {len(counted)} checks hold on the authors' curves"
+              + (f" ({apart} more not counted)" if apart else ""), "",
               "| statement | holds | does not hold | no difference | inconclusive | not "
-              "testable |", "| --- | --- | --- | --- | --- | --- |"]
+              "testable | not counted |", "| --- | --- | --- | --- | --- | --- | --- |"]
     statements: dict[str, dict[str, list[str]]] = {}
     for c in checks:
-      cells = statements.setdefault(c.statement, {v: [] for v in VERDICTS})
-      cells[c.verdict].append(c.setting or "all")
+      cells = statements.setdefault(c.statement, {v: [] for v in (*VERDICTS, *APART)})
+      where = c.setting or "all"
+      if c.standing == IN_SCOPE:
+        cells[c.verdict].append(where)
+      else:
+        cells[c.standing].append(f"{where}: {c.verdict}")
     for statement, cells in statements.items():
+      aside = "; ".join(f"{', '.join(cells[s])} ({s})" for s in APART if cells[s])
       lines.append(f"| {statement} | " + " | ".join(", ".join(cells[v]) for v in VERDICTS)
-                   + " |")
+                   + f" | {aside} |")
     lines.append("")
   return "\n".join(lines)

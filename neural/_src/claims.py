@@ -3,8 +3,14 @@
 Afonin & Karimireddy describe each neural figure in words (Sec. 6.2, Sec. 6.3,
 App. H and the captions): "AKD degrades with rounds", "AvgKD does not degrade",
 "EKD improves with rounds", ... :data:`CLAIMS` holds them, one line each: the
-figure, where the paper says it, the statement in our words, the runs it compares
-and the rule that decides it from the numbers.
+figure, where the paper says it, the paper's own words (``quote``), the statement in
+our words, the runs it compares and the rule that decides it from the numbers.
+
+- **The sentence's reach.** ``scope`` holds the settings the quoted sentence covers,
+  ``construction`` why a check holds by construction at this setup, ``horizon`` the
+  paper rounds it needs, ``weaker`` where our statement asks less than the sentence.
+  :func:`evaluate` gives each :class:`Check` its standing (:data:`STANDINGS`); only
+  checks "in scope" count as the paper's successes and failures.
 
 - **Runs** are run-name patterns (``fnmatch``), one per group the rule compares:
   ``"{p}__avgkd"``, where ``{p}`` runs over the claim's ``settings`` (the first grid
@@ -154,7 +160,8 @@ _Q_AKD_MOST = ("AKD degrades faster if there is regularization used, model heter
                "role")
 _Q_AVGKD_NO_DEGRADATION = "In all cases, there is no degradation of performance"
 _Q_BEST_ROUND_ONE = "the best accuracy is obtained by agent 1 in round 1 with only local training"
-_Q_AVGKD_CONVERGES = "AvgKD, on the other hand, quickly converges in a few rounds and does not degrade"
+_Q_AVGKD_CONVERGES = ("AvgKD, on the other hand, quickly converges in a few rounds and does "
+                      "not degrade")
 _Q_AVGKD_BELOW = "However, it fails to match the centralized accuracy as well."
 _Q_HETEROGENEITY = ("both data and model heterogeneity degraded the performance of AKD, PKD "
                     "(Parallel KD introduced in App. E) and AvgKD")
@@ -194,7 +201,8 @@ _Q_FIG9 = ("As on MNIST: performance of PKD and AKD degrade with degradation spe
 _Q_FIG10 = "All the schemes behave similarly to the ’same model’ setting."
 _Q_CIFAR_EKD = "EKD does not improve in subsequent rounds in the ’same model’ setting."
 _Q_CIFAR_TRENDS = "All the trends we saw on the MNIST dataset are repeated here except one"
-_Q_MODEL_FASTER_10 = "speed of degradation is higher if there is the model heterogeneity (Figs. 8, 10)"
+_Q_MODEL_FASTER_10 = ("speed of degradation is higher if there is the model heterogeneity "
+                      "(Figs. 8, 10)")
 _Q_FIG13_AKD = "For AKD performance degrades with increasing rounds."
 _Q_FIG13_FASTER = "Degradation is speeding up with the increase in data heterogeneity."
 _Q_FIG13_AVGKD = "For AvgKD there is no degradation of performance."
@@ -204,8 +212,10 @@ _Q_FIG13_DEPENDS = ("the performance of both agents in AvgKD scheme is highly de
                     "heterogeneity")
 _Q_FIG14_LOWERS = "The increase in data heterogeneity lowers the performance of both agents"
 _Q_FIG14_STEADY = "without degradation trend through rounds"
-_Q_FIG15_BENEFIT = "All agents can benefit from the distilled knowledge in early rounds of communication."
-_Q_FIG15_ALIKE = "We see that all the agents repeat the behavior pattern in all cases of data heterogeneity."
+_Q_FIG15_BENEFIT = ("All agents can benefit from the distilled knowledge in early rounds of "
+                    "communication.")
+_Q_FIG15_ALIKE = ("We see that all the agents repeat the behavior pattern in all cases of data "
+                  "heterogeneity.")
 _Q_FIG15_EARLY = "(high data heterogeneity) early stopping is beneficial"
 _Q_FIG15_NO_DEGRADATION = ("The AvgKD scheme does not degrade in comparison with AKD and PKD "
                            "schemes")
@@ -475,9 +485,9 @@ def evaluate(claims: Sequence[Claim], curves: Mapping[str, Curve],
   the claim's rule decides. Each check also gets its standing (:data:`STANDINGS`): a
   setting outside the claim's ``scope`` is "out of scope", a claim holding by
   ``construction`` is "by construction", runs with fewer paper rounds than its
-  ``horizon`` are "beyond the horizon"; their verdicts are computed all the same. ``floors``: by (statement, setting), the seeds' spread
-  a statistic of one seed is given (:func:`neural._src.rules.noise_floor`; the
-  control takes the runs' :attr:`Check.spread`).
+  ``horizon`` are "beyond the horizon"; their verdicts are computed all the same.
+  ``floors``: by (statement, setting), the seeds' spread a statistic of one seed is given
+  (:func:`neural._src.rules.noise_floor`; the control takes the runs' :attr:`Check.spread`).
   """
   checks = []
   settings = _settings_of(list(curves))

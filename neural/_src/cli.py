@@ -589,14 +589,19 @@ def _reproduce(args: argparse.Namespace) -> int:
                      others=args.others, progress=args.progress, max_rounds=args.max_rounds,
                      jobs=args.jobs)
   counts = result.counts()
+  apart = result.apart()
   print(f"{result.paths['md']}: {result.figure} at {result.scale} scale, "
-        f"{len(result.seeds)} seed(s), {result.seconds / 60:.1f} min: {len(result.checks)} "
-        f"checks: {counts['reproduced']} reproduced, {counts['not reproduced']} not "
-        f"reproduced, {counts['no difference']} no difference, {counts['inconclusive']} "
-        f"inconclusive, {counts['not testable here']} not testable here")
+        f"{len(result.seeds)} seed(s), {result.seconds / 60:.1f} min: {len(result.counted)} "
+        f"checks in their sentence's scope: {counts['reproduced']} reproduced, "
+        f"{counts['not reproduced']} not reproduced, {counts['no difference']} no difference, "
+        f"{counts['inconclusive']} inconclusive, {counts['not testable here']} not testable "
+        f"here; apart, not counted: {len(apart['out of scope'])} out of scope, "
+        f"{len(apart['by construction'])} by construction, "
+        f"{len(apart['beyond the horizon'])} beyond the horizon")
   for check in result.checks:
     where = f" [{check.setting}]" if check.setting else ""
-    print(f"  {check.verdict:17s} {check.statement}{where}: {check.numbers}")
+    aside = "" if check.standing == "in scope" else f" ({check.standing}: not counted)"
+    print(f"  {check.verdict:17s} {check.statement}{where}{aside}: {check.numbers}")
   return 0
 
 

@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from neural._src.claims import APART
+from neural._src.claims import IN_SCOPE
 from neural._src.claims import Check
 from neural._src.curves import Curve
 from neural._src.reproduce_curves import curves_to_mapping
@@ -86,15 +88,27 @@ class Reproduction:
     """Every check of every config."""
     return [c for config in self.configs for c in config.checks]
 
+  @property
+  def counted(self) -> list[Check]:
+    """The checks in their sentence's scope and decidable by these runs: the paper's
+    successes and failures."""
+    return [c for c in self.checks if c.standing == IN_SCOPE]
+
   def counts(self) -> dict[str, int]:
-    """How many checks got each verdict."""
-    return {v: sum(c.verdict == v for c in self.checks) for v in VERDICTS}
+    """How many counted checks (:attr:`counted`) got each verdict."""
+    return {v: sum(c.verdict == v for c in self.counted) for v in VERDICTS}
+
+  def apart(self) -> dict[str, list[Check]]:
+    """The checks not counted, by standing: "out of scope", "by construction", "beyond
+    the horizon" (their verdicts are computed and shown)."""
+    return {s: [c for c in self.checks if c.standing == s] for s in APART}
 
   def to_dict(self) -> dict[str, Any]:
     """The content of ``reproduce.json``."""
     return {
         "figure": self.figure, "scale": self.scale, "overrides": self.overrides,
         "seeds": list(self.seeds), "seconds": round(self.seconds, 1), "counts": self.counts(),
+        "apart": {s: len(checks) for s, checks in self.apart().items()},
         "configs": [{
             "config": c.config, "description": c.description, "workdir": c.workdir,
             "figure_png": c.figure,
@@ -199,10 +213,15 @@ def markdown(result: Reproduction, workdir: str | os.PathLike) -> str:
       f"an interval within ±{MIN_EFFECT:g}: no difference; otherwise inconclusive. \"Best of "
       "rounds\" and \"at every round\" are decided round by round, the interval widened for "
       "the number of rounds (Bonferroni). See `neural._src.rules`.", "",
-      f"**{len(result.checks)} checks: {counts[REPRODUCED]} reproduced, "
-      f"{counts[NOT_REPRODUCED]} not reproduced, {counts[NO_DIFFERENCE]} no difference, "
-      f"{counts[INCONCLUSIVE]} inconclusive, {counts[NOT_TESTABLE]} not testable here.** A "
-      f"verdict is about these runs at this scale.", ""]
+      "**The sentence.** Each statement stands for the paper's own words (the column *the "
+      "paper's words*). A check in a setting the sentence does not cover (*out of scope*), "
+      "one that holds by construction at this setup (*by construction*), or one whose runs "
+      "have fewer rounds than the statement needs (*beyond the horizon*) has its verdict "
+      "computed and shown, but it is not counted as the paper's success or failure.", "",
+      f"**{len(result.counted)} checks in their sentence's scope: {counts[REPRODUCED]} "
+      f"reproduced, {counts[NOT_REPRODUCED]} not reproduced, {counts[NO_DIFFERENCE]} no "
+      f"difference, {counts[INCONCLUSIVE]} inconclusive, {counts[NOT_TESTABLE]} not testable "
+      f"here.** A verdict is about these runs at this scale.", "", _apart_line(result), ""]
   if controlled:
     control = [c for config in controlled for c in config.control.values()]
     held = sum(c.verdict == REPRODUCED for c in control)
@@ -245,9 +264,10 @@ def markdown(result: Reproduction, workdir: str | os.PathLike) -> str:
           f"{_pm(s['round_1'])} | {s['best_round']}: {_pm(s['best'])} | {s['last_round']}: "
           f"{_pm(s['last'])} | {agents} |")
     lines += ["", "### The paper's statements", "",
-              "| # | statement (our words) | paper | setting | rule | numbers | verdict | "
-              "authors' runs |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    unsupported, opposite = [], []
+              "| # | statement (our words) | the paper's words | paper | setting | standing | "
+              "rule | numbers | verdict | authors' runs |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    unsupported, opposite, apart = [], [], []
     for i, c in enumerate(config.checks, 1):
       ctrl = config.control.get((c.statement, c.setting))
       mark = ("no control" if config.control else "") if ctrl is None else ctrl.verdict
@@ -256,8 +276,15 @@ def markdown(result: Reproduction, workdir: str | os.PathLike) -> str:
         unsupported.append((i, c, ctrl))
       if _side(c, ctrl) == "opposite":
         opposite.append((i, c, ctrl))
-      lines.append(f"| {i} | {_cell(c.statement)} | {_cell(c.source)} | {_cell(c.setting)} "
-                   f"| {_cell(c.rule)} | {_cell(c.numbers)} | {c.verdict} | {mark} |")
+      if c.standing != IN_SCOPE:
+        apart.append((i, c))
+      lines.append(f"| {i} | {_cell(c.statement)} | {_cell(_quoted(c.quote))} | "
+                   f"{_cell(c.source)} | {_cell(c.setting)} | {c.standing} | {_cell(c.rule)} "
+                   f"| {_cell(c.numbers)} | {c.verdict} | {mark} |")
+    if apart:
+      lines += ["", "### Checks outside the sentence (shown, not counted)", ""]
+      lines += [f"- #{i} {c.statement}" + (f" [{c.setting}]" if c.setting else "")
+                + f": {c.standing} ({c.why}): {c.verdict}: {c.numbers}" for i, c in apart]
     if unsupported:
       lines += ["", "### Where the authors' own runs do not support the statement", "",
                 f"Their logged curves, through the same rules: {UNSUPPORTED}.", ""]
@@ -270,6 +297,22 @@ def markdown(result: Reproduction, workdir: str | os.PathLike) -> str:
                 f"{ctrl.numbers}" for i, c, ctrl in opposite]
     lines.append("")
   return "\n".join(lines)
+
+
+def _quoted(quote: str) -> str:
+  return f"“{quote}”" if quote else ""
+
+
+def _apart_line(result: Reproduction) -> str:
+  """How many checks stand apart from the counts, by standing."""
+  apart = result.apart()
+  n = sum(map(len, apart.values()))
+  if not n:
+    return "No check stands outside its sentence: every one is counted."
+  return (f"**{n} more {'check is' if n == 1 else 'checks are'} reported apart and not "
+          f"counted** as the paper's: {len(apart['out of scope'])} out of the sentence's "
+          f"scope, {len(apart['by construction'])} by construction, "
+          f"{len(apart['beyond the horizon'])} beyond the horizon (listed under each config).")
 
 
 def _verb(items: Sequence[Any], one: str, many: str) -> str:
