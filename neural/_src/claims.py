@@ -127,6 +127,7 @@ class Check(NamedTuple):
       :data:`APART` (the verdict is shown, not counted).
     quote: the paper's words the statement stands for.
     why: why the check stands apart ("" in scope).
+    weaker: how the statement or its rule asks less than the sentence ("": it does not).
   """
 
   figure: str
@@ -142,6 +143,7 @@ class Check(NamedTuple):
   standing: str = IN_SCOPE
   quote: str = ""
   why: str = ""
+  weaker: str = ""
 
 
 _ALPHAS = ("alpha=0.0", "alpha=0.01", "alpha=0.1", "alpha=1.0")   # most heterogeneous first
@@ -521,7 +523,7 @@ def evaluate(claims: Sequence[Claim], curves: Mapping[str, Curve],
       standing, why = _standing(claim, setting, curves_compared)
       checks.append(Check(claim.figure, claim.source, claim.statement, setting, names,
                           claim.rule.text, verdict, numbers, seeds, spread, standing,
-                          claim.quote, why))
+                          claim.quote, why, claim.weaker))
   return checks
 
 

@@ -285,6 +285,10 @@ def markdown(result: Reproduction, workdir: str | os.PathLike) -> str:
       lines += ["", "### Checks outside the sentence (shown, not counted)", ""]
       lines += [f"- #{i} {c.statement}" + (f" [{c.setting}]" if c.setting else "")
                 + f": {c.standing} ({c.why}): {c.verdict}: {c.numbers}" for i, c in apart]
+    weaker = {c.statement: c.weaker for c in config.checks if c.weaker}
+    if weaker:
+      lines += ["", "### Where our statement asks less than the sentence (counted)", ""]
+      lines += [f"- {statement}: {note}" for statement, note in weaker.items()]
     if unsupported:
       lines += ["", "### Where the authors' own runs do not support the statement", "",
                 f"Their logged curves, through the same rules: {UNSUPPORTED}.", ""]

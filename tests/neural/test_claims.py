@@ -173,6 +173,9 @@ def test_the_report_counts_the_checks_in_scope_and_lists_the_others_apart():
              and "alpha=1.0" in line)
   assert "“In case of high data heterogeneity (small Alphas)" in row
   assert "| out of scope |" in row
+  weaker = md.split("### Where our statement asks less than the sentence (counted)", 1)[1]
+  assert ("- AvgKD outperforms all the methods at high data heterogeneity: tested at the end; "
+          "the sentence says consistently") in weaker
   report = json.loads(json.dumps(result.to_dict()))
   assert report["apart"] == {OUT_OF_SCOPE: 8, BY_CONSTRUCTION: 2, BEYOND_HORIZON: 4}
   assert sum(report["counts"].values()) == 50
@@ -184,11 +187,11 @@ def test_the_report_counts_the_checks_in_scope_and_lists_the_others_apart():
 def test_a_report_with_every_check_in_scope_says_so():
   check = Check("Fig. 6", "Sec. 6.2", "AKD degrades with rounds", "alpha=0.0", ("r",), "rule",
                 REPRODUCED, "n", 3, 0.0)
-  assert check.standing == IN_SCOPE and check.quote == "" and check.why == ""
+  assert check.standing == IN_SCOPE and check.quote == check.why == check.weaker == ""
   md = markdown(_reproduction([check]), "w")
   assert "**1 checks in their sentence's scope: 1 reproduced" in md
   assert "No check stands outside its sentence: every one is counted." in md
-  assert "### Checks outside the sentence" not in md
+  assert "### Checks outside the sentence" not in md and "asks less" not in md
 
 
 def test_the_control_table_counts_in_scope_checks_and_lists_the_others():
