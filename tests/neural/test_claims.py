@@ -205,3 +205,23 @@ def test_the_control_table_counts_in_scope_checks_and_lists_the_others():
              if line.startswith("| AvgKD consistently outperforms FedAvg |"))
   assert row.endswith("| alpha=0.1: no difference, alpha=1.0: no difference (out of scope) |")
   assert set(APART) == {OUT_OF_SCOPE, BY_CONSTRUCTION, BEYOND_HORIZON}
+
+
+def test_the_commands_summary_counts_the_checks_in_scope(monkeypatch, tmp_path, capsys):
+  """``neural reproduce``'s summary line, on a stand-in for the runs (the authors' Fig. 6
+  cut to 5 rounds): the counts in scope, the others apart, each marked in the listing."""
+  from neural._src import reproduce as module
+  from neural._src.cli import main
+  horizons = {name: 5 for name in neural.authors_curves("Fig. 6")}
+  result = _reproduction(neural.control_checks("Fig. 6", horizons))
+  monkeypatch.setattr(module, "reproduce", lambda *args, **kwargs: result)
+  assert main(["reproduce", "--figure", "6", "--no-progress", "--workdir", str(tmp_path)]) == 0
+  out = capsys.readouterr().out.splitlines()
+  counts = result.counts()
+  assert out[0].endswith(
+      f"50 checks in their sentence's scope: {counts[REPRODUCED]} reproduced, "
+      f"{counts['not reproduced']} not reproduced, {counts['no difference']} no difference, "
+      f"{counts['inconclusive']} inconclusive, {counts[NOT_TESTABLE]} not testable here; "
+      "apart, not counted: 8 out of scope, 2 by construction, 4 beyond the horizon")
+  assert sum("(beyond the horizon: not counted)" in line for line in out) == 4
+  assert sum("(out of scope: not counted)" in line for line in out) == 8
