@@ -73,8 +73,13 @@ if TYPE_CHECKING:
   from fedkrr._src.linalg import ridge_factor
   from fedkrr._src.linalg import ridge_root
   from fedkrr._src.names import BASELINES
+  from fedkrr._src.names import PROTOCOL_TABLE
   from fedkrr._src.names import PROTOCOLS
   from fedkrr._src.names import RUN_METHODS
+  from fedkrr._src.names import ProtocolInfo
+  from fedkrr._src.names import ProtocolParams
+  from fedkrr._src.names import display_name
+  from fedkrr._src.names import protocol_info
   from fedkrr._src.nn_kernels import ReluNNGP
   from fedkrr._src.nn_kernels import ReluNTK
   from fedkrr._src.platform.devices import AGENT_AXIS

@@ -67,6 +67,11 @@ import jax.numpy as jnp
 from fedkrr._src import krylov
 from fedkrr._src import linalg
 from fedkrr._src import protocols
+from fedkrr._src.names import ProtocolInfo
+from fedkrr._src.names import ProtocolParams
+from fedkrr._src.names import check_params
+from fedkrr._src.names import make_params
+from fedkrr._src.names import protocol_info
 from fedkrr._src.problem import FederatedProblem
 
 Array = jax.Array
@@ -122,8 +127,8 @@ def recurrence_matrix(problem: FederatedProblem, rec: Recurrence) -> Array:
   return jnp.concatenate(rows, axis=0)
 
 
-def _recurrence_of(problem: FederatedProblem, protocol: str, start: int, fs, block,
-                   own: Array) -> Recurrence:
+def _recurrence_of(problem: FederatedProblem, row: ProtocolInfo, params: ProtocolParams, fs,
+                   block, own: Array) -> Recurrence:
   """The recurrence of ``protocol`` from ``block(i, j)`` (what agent i's state gets from
   agent j's) and ``own`` (every agent fitted on its own labels), in coefficients
   (:func:`transfer`, ``S y``) or in targets (:func:`_predictor`, ``y``). PKD's is in
@@ -133,26 +138,26 @@ def _recurrence_of(problem: FederatedProblem, protocol: str, start: int, fs, blo
   zeros = jnp.zeros_like(labels)
   others = [(i, j) for i in range(m) for j in range(m) if i != j]
   cycle = [((j + 1) % m, j) for j in range(m)]
-  if protocol == "akd":
-    keep = jnp.concatenate([jnp.full((n,), float(a == start), labels.dtype)
+  if row.rounds == "relay":
+    keep = jnp.concatenate([jnp.full((n,), float(a == params.start), labels.dtype)
                             for a, n in enumerate(problem.sizes)])
     initial = own * keep.reshape((-1,) + (1,) * (labels.ndim - 1))
     return Recurrence({ij: block(*ij) for ij in cycle}, 0.0, zeros, initial)
-  if protocol == "ekd":
+  if row.rounds == "ensemble":
     return Recurrence({ij: -block(*ij) for ij in cycle}, 0.0, zeros, own)
-  if protocol == "avgkd":
+  if row.rounds == "averaged" and row.own == "labels":
     return Recurrence({ij: block(*ij) / m for ij in others}, 0.0, own / m, own)
-  if protocol == "pkd":
+  if row.rounds == "averaged" and row.own == "targets":
     # Target space: tau_{t+1} = (tau_t + O S tau_t) / M, with (O S)_ij = K^j_ij S_j.
     return Recurrence({(i, j): _predictor(problem, fs, i, j) / m for i, j in others}, 1.0 / m,
                       zeros, labels)
-  if protocol == "pkd-mean":
+  if row.rounds == "averaged" and row.own == "model":
     # Every agent fits the mean of all M models, its own included.
     every = [(i, j) for i in range(m) for j in range(m)]
     return Recurrence({ij: block(*ij) / m for ij in every}, 0.0, zeros, own)
-  if protocol == "backfit-jacobi":
+  if row.rounds == "backfit" and row.own == "jacobi":
     return Recurrence({ij: -block(*ij) for ij in others}, 0.0, own, zeros)
-  if protocol == "backfit-gs":
+  if row.rounds == "backfit" and row.own == "gauss-seidel":
     # (I + L) x_{k+1} = own - U x_k, with L, U the strict block triangles of the blocks
     # (their diagonal blocks are zero).
     o = recurrence_matrix(problem, Recurrence({ij: block(*ij) for ij in others}, 0.0, zeros,
@@ -165,16 +170,16 @@ def _recurrence_of(problem: FederatedProblem, protocol: str, start: int, fs, blo
     sl = _slices(problem)
     blocks = {(i, j): matrix[sl[i], sl[j]] for i in range(m) for j in range(1, m)}
     return Recurrence(blocks, 0.0, solve(own), zeros)
-  protocols.check_protocol_name(protocol)  # raises: every known name returned above
-  raise AssertionError(f"no recurrence for protocol {protocol!r}")  # unreachable
+  raise ValueError(f"protocol: {row.name} has no closed form")
 
 
 def recurrence(problem: FederatedProblem, protocol: str, start: int = 0,
-               fs: tuple[linalg.RidgeFactor, ...] | None = None) -> Recurrence:
+               fs: tuple[linalg.RidgeFactor, ...] | None = None,
+               params: ProtocolParams | None = None) -> Recurrence:
   """The affine recurrence of ``protocol`` on stacked coefficients (module docstring)."""
   if fs is None:
     fs = factors(problem)
-  return _recurrence_of(problem, protocol, start, fs,
+  return _recurrence_of(problem, protocol_info(protocol), make_params(params, start), fs,
                         functools.partial(transfer, problem, fs),
                         _stack_solve(problem, fs, problem.pooled_y()))
 
@@ -185,7 +190,8 @@ def _predictor(problem: FederatedProblem, fs, i: int, j: int) -> Array:
 
 
 def target_recurrence(problem: FederatedProblem, protocol: str, start: int = 0,
-                      fs: tuple[linalg.RidgeFactor, ...] | None = None) -> Recurrence:
+                      fs: tuple[linalg.RidgeFactor, ...] | None = None,
+                      params: ProtocolParams | None = None) -> Recurrence:
   """:func:`recurrence` on the agents' targets ``tau`` (``alpha = S tau``), blocks ``K^j_ij S_j``.
 
   Round by round the same protocol: ``tau`` holds the targets each agent fits (AKD,
@@ -195,7 +201,7 @@ def target_recurrence(problem: FederatedProblem, protocol: str, start: int = 0,
   """
   if fs is None:
     fs = factors(problem)
-  return _recurrence_of(problem, protocol, start, fs,
+  return _recurrence_of(problem, protocol_info(protocol), make_params(params, start), fs,
                         functools.partial(_predictor, problem, fs), problem.pooled_y())
 
 
@@ -208,11 +214,14 @@ def target_readout(problem: FederatedProblem, x_eval: ArrayLike,
   return [f.solve(e.T).T for f, e in zip(fs, readout(problem, x_eval))]
 
 
-def _check_arguments(problem: FederatedProblem, protocol: str, start: int,
-                     rounds: int = 1) -> None:
-  protocols.check_protocol_name(protocol)
-  protocols.check_start(start, problem.num_agents)
+def _check_arguments(problem: FederatedProblem, protocol: str, params: ProtocolParams,
+                     rounds: int = 1) -> ProtocolInfo:
+  row = protocol_info(protocol)
+  check_params(protocol, params, problem.num_agents)
   protocols.check_rounds(rounds)
+  if not row.closed_form:
+    raise ValueError(f"protocol: {protocol} has no closed form")
+  return row
 
 
 def readout(problem: FederatedProblem, x_eval: ArrayLike) -> list[Array]:
@@ -287,7 +296,7 @@ def _akd_scan(problem: FederatedProblem, rec: Recurrence, steps: int, start: int
 def check_every(every: int, protocol: str, num_agents: int) -> None:
   """Raises ``ValueError`` unless ``every`` >= 1 (and, for AKD, a multiple of M)."""
   protocols.check_every(every)
-  if protocol == "akd" and every > 1 and every % num_agents:
+  if protocol_info(protocol).one_fit_per_round and every > 1 and every % num_agents:
     raise ValueError(f"every: AKD's rounds cycle through the {num_agents} agents, so keeping "
                      f"every k-th round needs k a multiple of {num_agents}, got {every}")
 
@@ -299,9 +308,11 @@ def _per_agent(problem: FederatedProblem, evals: list[Array], coeffs: Array) -> 
   return jnp.stack(preds, axis=1)
 
 
-@functools.partial(jax.jit, static_argnames=("protocol", "rounds", "start", "rtol", "every"))
+@functools.partial(jax.jit, static_argnames=("protocol", "rounds", "start", "rtol", "every",
+                                             "params"))
 def trajectory(problem: FederatedProblem, protocol: str, rounds: int, x_eval: ArrayLike,
-               start: int = 0, rtol: float | None = None, every: int = 1) -> Array:
+               start: int = 0, rtol: float | None = None, every: int = 1,
+               params: ProtocolParams | None = None) -> Array:
   """Predictions of every round 0..rounds-1 (or every k-th) at ``x_eval``, without refitting.
 
   The layout equals that of :func:`fedkrr.simulate` with kernel ridge learners:
@@ -312,13 +323,15 @@ def trajectory(problem: FederatedProblem, protocol: str, rounds: int, x_eval: Ar
 
   Args:
     problem: a validated :class:`FederatedProblem`.
-    protocol: one of akd, avgkd, pkd, pkd-mean, ekd, backfit-gs, backfit-jacobi.
+    protocol: one of ``fedkrr.PROTOCOLS`` (akd, avgkd, pkd, pkd-mean, ekd, backfit-gs,
+      backfit-jacobi, ...).
     rounds: the number of rounds T >= 1 (static).
     x_eval: evaluation points, shape (n_eval, d).
-    start: the starting agent of AKD.
+    start: the starting agent of AKD (or ``params.start``).
     rtol: pseudo-inverse cut-off when c = 0 (see :func:`fedkrr.ridge_factor`).
     every: keep only rounds 0, k, 2k, ... < rounds for k = ``every`` (static; the
       memory of a long run): ``ceil(rounds / k)`` rows. For AKD a multiple of M.
+    params: the protocol's parameters (:class:`fedkrr.ProtocolParams`, static).
 
   Returns:
     The predictions, in ``problem``'s dtype.
@@ -331,24 +344,26 @@ def trajectory(problem: FederatedProblem, protocol: str, rounds: int, x_eval: Ar
     >>> fedkrr.trajectory(problem, "avgkd", 100, x).shape   # (rounds, agents, points)
     (100, 2, 8)
   """
-  _check_arguments(problem, protocol, start, rounds)
+  params = make_params(params, start)
+  row = _check_arguments(problem, protocol, params, rounds)
   check_every(every, protocol, problem.num_agents)
   x_eval = jnp.asarray(x_eval, problem.ridge.dtype)
   fs = factors(problem, rtol)
   # On targets, not coefficients: the literal rounds' accuracy (module docstring, "Numerics").
-  rec = target_recurrence(problem, protocol, start, fs)
+  rec = target_recurrence(problem, protocol, fs=fs, params=params)
   evals = target_readout(problem, x_eval, fs)
-  if protocol == "akd":
-    return _akd_scan(problem, rec, rounds, start, evals, every)
-  if protocol in ("backfit-gs", "backfit-jacobi"):
+  if row.combine == "single":
+    return _akd_scan(problem, rec, rounds, params.start, evals, every)
+  if row.rounds == "backfit":
     rec = rec._replace(initial=rec.offset)  # the models after sweep 1 (from all-zero models)
-  if protocol == "ekd" and every > 1:   # partial sums over all rounds, kept every k-th
+  cumulative = row.combine == "alternating-sum"
+  if cumulative and every > 1:   # partial sums over all rounds, kept every k-th
     targets = _scan(problem, rec, rounds, every, accumulate=True)
     return jnp.einsum("nk,tk...->tn...", jnp.concatenate(evals, axis=1), targets)
   targets = _scan(problem, rec, rounds, every)
-  if protocol in ("avgkd", "pkd", "pkd-mean"):
+  if row.per_agent:
     return _per_agent(problem, evals, targets)
-  if protocol == "ekd":
+  if cumulative:
     targets = jnp.cumsum(targets, axis=0)
   return jnp.einsum("nk,tk...->tn...", jnp.concatenate(evals, axis=1), targets)
 
@@ -445,9 +460,11 @@ def spectral_radius(matrix: ArrayLike, method: str = "dense", steps: int = 400,
   return lax.cond(est.converged, lambda: radius, dense)
 
 
-@functools.partial(jax.jit, static_argnames=("protocol", "start", "rtol", "method", "steps"))
+@functools.partial(jax.jit, static_argnames=("protocol", "start", "rtol", "method", "steps",
+                                             "params"))
 def limit(problem: FederatedProblem, protocol: str, x_eval: ArrayLike, start: int = 0,
-          rtol: float | None = None, method: str = "auto", steps: int = 400) -> Limit:
+          rtol: float | None = None, method: str = "auto", steps: int = 400,
+          params: ProtocolParams | None = None) -> Limit:
   """The t -> infinity limit of a protocol, by one linear solve.
 
   * AKD and PKD: 0 (Prop. II; App. E), reached iff the spectral radius < 1.
@@ -473,27 +490,27 @@ def limit(problem: FederatedProblem, protocol: str, x_eval: ArrayLike, start: in
   small problems; ``dense`` is the general eigen-solver alone, ``krylov`` never calls
   it (NaN where it did not converge).
   """
-  _check_arguments(problem, protocol, start)
+  params = make_params(params, start)
+  row = _check_arguments(problem, protocol, params)
   x_eval = jnp.asarray(x_eval, problem.ridge.dtype)
   fs = factors(problem, rtol)
   # On targets (module docstring, "Numerics"): the same non-zero eigenvalues and fixed
   # point, read out through E_a S_a.
-  rec = target_recurrence(problem, protocol, start, fs)
+  rec = target_recurrence(problem, protocol, fs=fs, params=params)
   evals = target_readout(problem, x_eval, fs)
   matrix = recurrence_matrix(problem, rec)
   # AKD's round (and EKD's W) moves one agent's model to the next: with M >= 3 agents its
   # top eigenvalues are the radius times the M-th roots of unity (spectral_radius's cycle).
-  cycle = problem.num_agents if protocol in ("akd", "ekd") and problem.num_agents > 2 else 1
+  cycle = problem.num_agents if row.cycles and problem.num_agents > 2 else 1
   rho = spectral_radius(matrix, method, steps, cycle)
-  if protocol == "akd":
-    return Limit(jnp.zeros(x_eval.shape[:1] + rec.initial.shape[1:], matrix.dtype), rho)
-  if protocol in ("pkd", "pkd-mean"):
-    shape = (problem.num_agents,) + x_eval.shape[:1] + rec.initial.shape[1:]
+  if row.limit == "zero":
+    agents = (problem.num_agents,) if row.per_agent else ()
+    shape = agents + x_eval.shape[:1] + rec.initial.shape[1:]
     return Limit(jnp.zeros(shape, matrix.dtype), rho)
   eye = jnp.eye(problem.num_points, dtype=matrix.dtype)
-  rhs = rec.initial if protocol == "ekd" else rec.offset
+  rhs = rec.initial if row.combine == "alternating-sum" else rec.offset
   fixed = jnp.linalg.solve(eye - matrix, rhs)
-  if protocol == "avgkd":
+  if row.per_agent:
     return Limit(_per_agent(problem, evals, fixed[None])[0], rho)
   return Limit(jnp.concatenate(evals, axis=1) @ fixed, rho)
 

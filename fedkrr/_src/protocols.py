@@ -43,7 +43,9 @@ from fedkrr._src.learner import WarmStartLearner
 from fedkrr._src.learner import check_learners
 from fedkrr._src.learner import fit_all
 from fedkrr._src.learner import has_capability
-from fedkrr._src.names import PROTOCOLS
+from fedkrr._src.names import ProtocolParams
+from fedkrr._src.names import make_params
+from fedkrr._src.names import protocol_info
 
 Array = jax.Array
 ArrayLike = jax.typing.ArrayLike
@@ -124,8 +126,7 @@ def check_every(every: int) -> None:
 
 def check_protocol_name(name: str) -> None:
   """Raises ``ValueError`` unless ``name`` is one of ``PROTOCOLS``."""
-  if name not in PROTOCOLS:
-    raise ValueError(f"protocol: expected one of {', '.join(PROTOCOLS)}, got {name!r}")
+  protocol_info(name)
 
 
 def _akd_step(state: AKDState, learners, xs) -> tuple[AKDState, Model]:
@@ -274,19 +275,23 @@ def backfit(order: str = "gauss-seidel") -> Protocol:
   return Protocol(name, init, step)
 
 
-def get_protocol(name: str, start: int = 0) -> Protocol:
-  """The protocol called ``name`` (one of ``PROTOCOLS``)."""
-  makers = {
-      "akd": lambda: akd(start),
-      "avgkd": avgkd,
-      "pkd": pkd,
-      "pkd-mean": pkd_mean,
-      "ekd": ekd,
-      "backfit-gs": lambda: backfit("gauss-seidel"),
-      "backfit-jacobi": lambda: backfit("jacobi"),
-  }
-  check_protocol_name(name)
-  return makers[name]()
+def get_protocol(name: str, start: int = 0, params: ProtocolParams | None = None) -> Protocol:
+  """The protocol called ``name`` (one of ``PROTOCOLS``), built from its table row.
+
+  Args:
+    name: a protocol's name (``fedkrr.PROTOCOL_TABLE``).
+    start: AKD's first agent (the older keyword; or ``params.start``).
+    params: the protocol's parameters (:class:`fedkrr.ProtocolParams`).
+  """
+  row = protocol_info(name)
+  params = make_params(params, start)
+  if row.rounds == "relay":
+    return akd(params.start)
+  if row.rounds == "ensemble":
+    return ekd()
+  if row.rounds == "backfit":
+    return backfit(row.own)
+  return _averaged(row.name, own=row.own)
 
 
 def _check_data(learners, xs, ys) -> None:
@@ -331,7 +336,8 @@ def iterate(protocol: Protocol, learners: Sequence[Learner], xs: Sequence[Array]
 
 def simulate(protocol: Protocol | str, learners: Sequence[Learner], xs: Sequence[Array],
              ys: Sequence[Array], rounds: int, x_eval: ArrayLike, start: int = 0,
-             progress: bool = False, every: int = 1) -> Array:
+             progress: bool = False, every: int = 1,
+             params: ProtocolParams | None = None) -> Array:
   """Runs a protocol round by round and evaluates its predictors at ``x_eval``.
 
   Returns:
@@ -344,7 +350,7 @@ def simulate(protocol: Protocol | str, learners: Sequence[Learner], xs: Sequence
   """
   check_every(every)
   if isinstance(protocol, str):
-    protocol = get_protocol(protocol, start)
+    protocol = get_protocol(protocol, start, params)
   rows, running = [], None
   for t, (_, out) in enumerate(iterate(protocol, learners, xs, ys, rounds, progress=progress)):
     keep = t % every == 0

@@ -21,6 +21,9 @@ from fedkrr._src.learner import krr_learners
 from fedkrr._src.names import BASELINES
 from fedkrr._src.names import PROTOCOLS
 from fedkrr._src.names import RUN_METHODS
+from fedkrr._src.names import ProtocolParams
+from fedkrr._src.names import check_params
+from fedkrr._src.names import make_params
 from fedkrr._src.platform import memory
 from fedkrr._src.problem import FederatedProblem
 from fedkrr._src.scale import matfree
@@ -146,7 +149,7 @@ def kept_rounds(protocol: str, rounds: int | None, every: int) -> int:
 
 def check_run(problem: FederatedProblem, protocol: str, rounds: int | None, *,
               method: str = "auto", start: int = 0, every: int = 1,
-              limit: bool = False) -> None:
+              limit: bool = False, params: ProtocolParams | None = None) -> None:
   """Raises ``ValueError`` naming the argument (``rounds:``, ``start:``, ``every:``,
   ``limit:``, ``method:``, ``protocol:``) unless :func:`run` can take them."""
   if protocol not in PROTOCOLS + BASELINES:
@@ -161,6 +164,7 @@ def check_run(problem: FederatedProblem, protocol: str, rounds: int | None, *,
     raise ValueError(f"start: expected an agent index in 0..{problem.num_agents - 1}, "
                      f"got {start}")
   if not baseline:
+    check_params(protocol, make_params(params, start), problem.num_agents)
     closed_form.check_every(every, protocol, problem.num_agents)
   if method == "matfree" and limit and not baseline:
     raise ValueError("limit: the limit is one solve with the N x N recurrence matrix, which "
@@ -203,7 +207,8 @@ def _baseline(problem: FederatedProblem, protocol: str, x_eval: Any, method: str
 
 def run(problem: FederatedProblem, protocol: str, rounds: int | None, x_eval: Any, *,
         method: str = "auto", start: int = 0, every: int = 1, limit: bool = False,
-        progress: bool = False, **matfree_options: Any) -> RunResult:
+        progress: bool = False, params: ProtocolParams | None = None,
+        **matfree_options: Any) -> RunResult:
   """A protocol's predictions at ``x_eval`` by the path ``method`` names.
 
   Args:
@@ -220,6 +225,8 @@ def run(problem: FederatedProblem, protocol: str, rounds: int | None, x_eval: An
     every: keep rounds 0, k, 2k, ... (AKD: a multiple of M).
     limit: also the t -> infinity limit and the spectral radius (closed form).
     progress: a progress bar over the rounds (simulation, matrix-free path).
+    params: the protocol's parameters (:class:`fedkrr.ProtocolParams`: ``start``,
+      ``weights``); ``start`` above is the same as ``params=ProtocolParams(start=...)``.
     **matfree_options: ``landmarks``, ``tol``, ``maxiter``, ``key``, ``tile_elements``,
       ``history`` of the matrix-free path (:func:`fedkrr.matfree_learners`), where it runs.
 
@@ -231,7 +238,10 @@ def run(problem: FederatedProblem, protocol: str, rounds: int | None, x_eval: An
       finite (naming the round and the likely cause). ``ProblemError``: "matfree"
       with ridge 0.
   """
-  check_run(problem, protocol, rounds, method=method, start=start, every=every, limit=limit)
+  check_run(problem, protocol, rounds, method=method, start=start, every=every, limit=limit,
+            params=params)
+  if protocol not in BASELINES:
+    params = make_params(params, start)
   unknown = sorted(set(matfree_options) - set(MATFREE_OPTIONS))
   if unknown:
     raise ValueError(f"matfree_options: unknown {', '.join(unknown)}; expected some of "
@@ -251,16 +261,16 @@ def run(problem: FederatedProblem, protocol: str, rounds: int | None, x_eval: An
   else:
     assert rounds is not None
     if method == "closed-form":
-      preds = closed_form.trajectory(problem, protocol, rounds, x_eval, start=start,
-                                     every=every)
+      preds = closed_form.trajectory(problem, protocol, rounds, x_eval, every=every,
+                                     params=params)
     elif method == "matfree":
-      preds = matfree.matfree_trajectory(problem, protocol, rounds, x_eval, start=start,
-                                         every=every, progress=progress, **matfree_options)
+      preds = matfree.matfree_trajectory(problem, protocol, rounds, x_eval, every=every,
+                                         progress=progress, params=params, **matfree_options)
     else:
       preds = protocols.simulate(protocol, krr_learners(problem), problem.xs, problem.ys,
-                                 rounds, x_eval, start=start, progress=progress, every=every)
+                                 rounds, x_eval, progress=progress, every=every, params=params)
     if limit:
-      lim = closed_form.limit(problem, protocol, x_eval, start=start)
+      lim = closed_form.limit(problem, protocol, x_eval, params=params)
       radius, fixed_point = np.asarray(lim.spectral_radius), np.asarray(lim.predictions)
       if lim.converges:
         lim_preds = fixed_point

@@ -456,16 +456,17 @@ def theory_curves(theory: TheoryProblem, config: ExperimentConfig) -> TheoryCurv
   """Rounds 0..rounds-1 of ``config.protocol`` in closed form (:func:`fedkrr.run`), and its
   fixed point (the limit where the rounds converge)."""
   protocol, rounds, start = config.protocol, config.rounds, config.start
+  row = fedkrr.protocol_info(protocol)
   run = fedkrr.run(theory.problem, protocol, rounds, theory.x_eval, method="closed-form",
-                   start=start, limit=True)
+                   limit=True, params=config.protocol_params)
   preds, lim_preds = run.predictions, cast(np.ndarray, run.fixed_point)
   m = config.agents
-  if protocol in ("avgkd", "pkd", "pkd-mean"):
+  if row.per_agent:
     names = [f"agent {a}" for a in range(m)]
     predictions = {s: preds[:, a] for a, s in enumerate(names)}
     agents = {s: [a] * rounds for a, s in enumerate(names)}
     limits = {s: lim_preds[a] for a, s in enumerate(names)}
-  elif protocol == "akd":
+  elif row.one_fit_per_round:
     predictions = {"chain": preds}
     agents = {"chain": [(start + t) % m for t in range(rounds)]}
     limits = {"chain": lim_preds}
@@ -474,7 +475,7 @@ def theory_curves(theory: TheoryProblem, config: ExperimentConfig) -> TheoryCurv
     agents = {"ensemble": ["ensemble"] * rounds}
     limits = {"ensemble": lim_preds}
   rate = None
-  if protocol in ("akd", "ekd"):
+  if row.cycles:
     rate = float(fedkrr.degradation_rate(theory.problem, start))
   return TheoryCurves(predictions, agents, limits, float(cast(np.ndarray, run.spectral_radius)),
                       rate)
@@ -567,7 +568,8 @@ def markdown_text(comparison: Comparison) -> str:
       + (f"; AKD degradation rate: {comparison.degradation_rate:.6f} per cycle of "
          f"{c.agents} rounds" if comparison.degradation_rate is not None else "") + ".",
       "Rounds as logged: round 0 is local training on the labels"
-      + ("; an AKD round is one agent's step." if c.protocol in ("akd", "ekd") else "."),
+      + ("; an AKD round is one agent's step." if fedkrr.protocol_info(c.protocol).cycles
+         else "."),
       "",
       "| round | series | agent | theory acc | network acc | theory sq err | network sq err |",
       "| --- | --- | --- | --- | --- | --- | --- |",

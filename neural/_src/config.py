@@ -39,6 +39,7 @@ from typing import Self
 
 from fedkrr import BASELINES
 from fedkrr import PROTOCOLS
+from fedkrr import ProtocolParams
 from fedkrr.io import ReadError
 from fedkrr.io import parse_json
 from neural._src.choices import AGENT_BATCHING
@@ -449,6 +450,11 @@ class ExperimentConfig(RunConfig, EpochSettings):
   def total_rounds(self) -> int:
     """The rounds a run does: ``rounds``, or 1 for the baselines "central" and "local"."""
     return 1 if self.protocol in BASELINE_PROTOCOLS else self.rounds
+
+  @property
+  def protocol_params(self) -> ProtocolParams:
+    """The KD protocol's parameters as one value (:class:`fedkrr.ProtocolParams`)."""
+    return ProtocolParams(start=self.start)
 
   @property
   def agent_models(self) -> tuple[str, ...]:

@@ -165,7 +165,7 @@ def _baseline(name: str) -> Protocol:
 def make_protocol(config: ExperimentConfig, learners: Sequence[Any]) -> Protocol:
   """The protocol of ``config``: fedkrr's KD protocols, FedAvg, or a baseline."""
   if config.protocol in KD_PROTOCOLS:
-    return fedkrr.get_protocol(config.protocol, config.start)
+    return fedkrr.get_protocol(config.protocol, params=config.protocol_params)
   if config.protocol == "fedavg":
     key = jax.random.split(jax.random.PRNGKey(config.init_seed))[1]
     return fedavg(starting_variables(learners, key, config.fedavg_init), config.fedavg_weights)
@@ -373,7 +373,9 @@ def _begin(config: ExperimentConfig, data: RunData, checkpoint: dict[str, Any] |
   state = None if checkpoint is None else checkpoint["state"]
   inits = [None] * config.agents if checkpoint is None else list(checkpoint["inits"])
   evaluator = _Evaluator(config, data, None if checkpoint is None else checkpoint["running"])
-  fits_per_round = 1 if config.protocol == "akd" else config.agents
+  fits_per_round = (1 if config.protocol in KD_PROTOCOLS
+                    and fedkrr.protocol_info(config.protocol).one_fit_per_round
+                    else config.agents)
 
   def step(t: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     nonlocal state

@@ -266,9 +266,7 @@ def _closed_forms(out: Path, settings: MainJobSettings, progress: bool):
   return section, reading
 
 
-NAMES = {"akd": "AKD", "avgkd": "AvgKD", "pkd": "PKD", "pkd-mean": "PKD (mean of all M)",
-         "ekd": "EKD", "backfit-gs": "backfitting (Gauss-Seidel)",
-         "backfit-jacobi": "backfitting (Jacobi)"}
+NAMES = {row.name: row.display for row in fedkrr.PROTOCOL_TABLE}
 
 
 def _partition(config: ExperimentConfig) -> str:

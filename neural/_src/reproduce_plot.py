@@ -10,6 +10,7 @@ from typing import Any
 from matplotlib.figure import Figure
 import numpy as np
 
+from fedkrr import PROTOCOL_TABLE
 from fedkrr.io import atomic_savefig
 from neural._src.curves import Curve
 
@@ -24,8 +25,7 @@ _STYLES = {"avgkd": ("tab:blue", "-", "o"), "pkd": ("tab:orange", "-", "s"),
            "fedavg": ("tab:purple", "-", "X"), "akd": ("tab:red", "-", "v"),
            "akd-from-agent1": ("tab:red", ":", "v"), "akd-from-agent2": ("tab:brown", "-.", "^"),
            "from-agent1": ("tab:blue", "-", "o"), "from-agent2": ("tab:red", "-", "s")}
-_NAMES = {"akd": "AKD", "avgkd": "AvgKD", "pkd": "PKD", "pkd-mean": "PKD (authors' code)",
-          "ekd": "EKD", "fedavg": "FedAvg"}
+_NAMES = {**{row.name: row.display for row in PROTOCOL_TABLE}, "fedavg": "FedAvg"}
 
 
 def _baseline(curve: Curve) -> bool:

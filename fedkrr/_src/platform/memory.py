@@ -14,6 +14,8 @@ import jax
 
 from fedkrr._src.io.reading import available_memory
 from fedkrr._src.io.reading import format_size
+from fedkrr._src.names import BASELINES
+from fedkrr._src.names import protocol_info
 
 TILE_ELEMENTS = 1 << 20
 """Default number of kernel entries in one tile of the matrix-free products (8 MiB in
@@ -50,11 +52,9 @@ def check_memory(nbytes: float, what: str, hint: str, limit: int | None = None) 
                     f"{format_bytes(limit)} this machine has free; {hint}")
 
 
-# Copies of the stacked coefficients (N x C per kept round) that a closed-form trajectory
-# holds at once: none for AKD (it keeps predictions only), the scan's output, and a second
-# array for EKD's partial sums and PKD's solves.
-_COEFFICIENT_COPIES = {"akd": 0, "avgkd": 1, "backfit-gs": 1, "backfit-jacobi": 1, "ekd": 2,
-                       "pkd": 2, "pkd-mean": 1}
+def _per_agent(protocol: str) -> bool:
+  """Whether a round of ``protocol`` (or a baseline) gives M predictions, one per agent."""
+  return protocol in BASELINES or protocol_info(protocol).per_agent
 
 
 def trajectory_bytes(protocol: str, num_points: int, num_agents: int, outputs: int,
@@ -62,17 +62,20 @@ def trajectory_bytes(protocol: str, num_points: int, num_agents: int, outputs: i
   """The largest buffers of ``fedkrr.trajectory``: per kept round, the stacked coefficients
   and the predictions (M x n_eval x C for AvgKD / PKD / pkd-mean, n_eval x C otherwise),
   twice: the result and its host copy."""
-  predictions = (num_agents if protocol in ("avgkd", "pkd", "pkd-mean") else 1) * n_eval
-  copies = _COEFFICIENT_COPIES.get(protocol, 2)
+  # Copies of the stacked coefficients (N x C per kept round) held at once: the table's
+  # (none for AKD, which keeps predictions only; two for EKD's partial sums and PKD's solves).
+  predictions = (num_agents if _per_agent(protocol) else 1) * n_eval
+  copies = protocol_info(protocol).coefficient_copies
   return rounds_kept * outputs * itemsize * (copies * num_points + 2 * predictions)
 
 
 def _transfer_pairs(protocol: str, num_agents: int) -> list[tuple[int, int]]:
   """The transfer blocks ``(i, j)`` the closed form of ``protocol`` forms."""
   m = num_agents
-  if protocol in ("akd", "ekd"):
+  transfers = protocol_info(protocol).transfers
+  if transfers == "ring":
     return [((j + 1) % m, j) for j in range(m)]
-  if protocol == "pkd-mean":
+  if transfers == "all":
     return [(i, j) for i in range(m) for j in range(m)]
   return [(i, j) for i in range(m) for j in range(m) if i != j]
 
@@ -93,7 +96,7 @@ def exact_bytes(protocol: str, sizes: Sequence[int], outputs: int, n_eval: int,
   n = sum(sizes)
   blocks = [sizes[i] * sizes[j] for i, j in _transfer_pairs(protocol, len(sizes))]
   entries = 2 * sum(s * s for s in sizes) + sum(blocks) + max(blocks) + n_eval * n
-  if protocol == "backfit-gs":
+  if protocol_info(protocol).own == "gauss-seidel":
     entries += 4 * n * n
   return entries * itemsize + trajectory_bytes(protocol, n, len(sizes), outputs, n_eval,
                                                rounds_kept, itemsize)
@@ -120,7 +123,7 @@ def matfree_bytes(protocol: str, sizes: Sequence[int], dim: int, outputs: int, n
   n, m = sum(sizes), len(sizes)
   fits = [n] if protocol == "central" else sizes
   ranks = [min(int(landmarks), s) for s in fits]
-  per_round = (m if protocol in ("avgkd", "pkd", "pkd-mean", "central", "local") else 1) * n_eval
+  per_round = (m if _per_agent(protocol) else 1) * n_eval
   entries = (n * dim + n * outputs + n_eval * dim
              + sum(s * r for s, r in zip(fits, ranks))
              + max(2 * s * r + 4 * r * r for s, r in zip(fits, ranks))

@@ -51,6 +51,9 @@ from fedkrr._src.kernels import RBF
 from fedkrr._src.kernels import Laplace
 from fedkrr._src.kernels import _sq_distances
 from fedkrr._src.linalg import full_matmul
+from fedkrr._src.names import ProtocolParams
+from fedkrr._src.names import check_params
+from fedkrr._src.names import make_params
 from fedkrr._src.platform.memory import TILE_ELEMENTS
 from fedkrr._src.problem import FederatedProblem
 from fedkrr._src.problem import ProblemError
@@ -909,7 +912,7 @@ def matfree_trajectory(problem: FederatedProblem, protocol: str, rounds: int, x_
                        start: int = 0, every: int = 1, landmarks: int = 500,
                        tol: float | None = None, maxiter: int = 1000, key: Array | None = None,
                        tile_elements: int = TILE_ELEMENTS, progress: bool = False,
-                       history: int = 8) -> Array:
+                       history: int = 8, params: ProtocolParams | None = None) -> Array:
   """:func:`fedkrr.trajectory` without N x N matrices: every round run literally.
 
   The protocol runs round by round through :func:`fedkrr.simulate` with
@@ -948,10 +951,11 @@ def matfree_trajectory(problem: FederatedProblem, protocol: str, rounds: int, x_
     (5, 2, 8)
   """
   protocols.check_protocol_name(protocol)
-  protocols.check_start(start, problem.num_agents)
+  params = make_params(params, start)
+  check_params(protocol, params, problem.num_agents)
   protocols.check_rounds(rounds)
   closed_form.check_every(every, protocol, problem.num_agents)
   x_eval = check_eval_points(problem, x_eval)
   learners = matfree_learners(problem, landmarks, tol, maxiter, key, tile_elements, history)
   return protocols.simulate(protocol, learners, problem.xs, problem.ys, rounds, x_eval,
-                            start=start, progress=progress, every=every)
+                            progress=progress, every=every, params=params)

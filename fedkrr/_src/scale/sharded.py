@@ -46,6 +46,8 @@ import numpy as np
 
 from fedkrr._src import linalg
 from fedkrr._src import protocols
+from fedkrr._src.names import PROTOCOL_TABLE
+from fedkrr._src.names import protocol_info
 from fedkrr._src.platform.devices import AGENT_AXIS
 from fedkrr._src.platform.devices import DeviceError
 from fedkrr._src.platform.devices import agent_mesh
@@ -58,8 +60,7 @@ from fedkrr._src.pytree import pytree_dataclass
 Array = jax.Array
 ArrayLike = jax.typing.ArrayLike
 
-SHARDED_PROTOCOLS = ("akd", "avgkd", "pkd", "pkd-mean", "ekd", "backfit-jacobi")
-_PER_AGENT = ("avgkd", "pkd", "pkd-mean")
+SHARDED_PROTOCOLS = tuple(row.name for row in PROTOCOL_TABLE if row.sharded)
 
 
 @pytree_dataclass
@@ -364,17 +365,18 @@ def sharded_trajectory(problem: FederatedProblem, protocol: str, rounds: int,
     _check_blocks(blocks, problem, mesh, rtol)
   evals = _readouts(problem, blocks, x_eval)
   m, dtype = blocks.num_agents, blocks.labels.dtype
-  relay = protocol in ("akd", "ekd")
+  row = protocol_info(protocol)
+  relay = row.cycles
   if relay:   # EKD: a run from every agent; AKD: the run from start (the others fit zeros)
-    rule = jnp.arange(m) == start if protocol == "akd" else jnp.ones((m,), bool)
+    rule = jnp.arange(m) == start if row.one_fit_per_round else jnp.ones((m,), bool)
   else:
     rule = _targets_rule(protocol, m, dtype)
   per_agent = _rounds(blocks.cross, blocks.cholesky, blocks.pinv_root, blocks.labels, evals,
                       blocks.ridge, rule, relay=relay, rounds=rounds, mesh=blocks.mesh,
                       num_agents=m)
-  if protocol in _PER_AGENT:
+  if row.per_agent:
     return per_agent
-  return _sum_agents(per_agent, alternate=protocol == "ekd")
+  return _sum_agents(per_agent, alternate=row.combine == "alternating-sum")
 
 
 def _check_blocks(blocks: Any, problem: FederatedProblem, mesh: Mesh | None,
