@@ -78,6 +78,7 @@ if TYPE_CHECKING:
   from fedkrr._src.names import RUN_METHODS
   from fedkrr._src.names import ProtocolInfo
   from fedkrr._src.names import ProtocolParams
+  from fedkrr._src.names import check_weights
   from fedkrr._src.names import display_name
   from fedkrr._src.names import protocol_info
   from fedkrr._src.nn_kernels import ReluNNGP

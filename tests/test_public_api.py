@@ -20,10 +20,13 @@ def test_fedkrr_public_names_import():
                "matfree_learners", "matfree_trajectory", "choose_method",
                "exact_bytes", "matfree_bytes", "memory_limit", "TILE_ELEMENTS",
                "ridge_root", "RidgeRoot", "degradation_rate", "rate_estimate", "RateEstimate",
-               "RATE_METHODS", "RADIUS_METHODS", "spectral_radius"]:
+               "RATE_METHODS", "RADIUS_METHODS", "spectral_radius", "PROTOCOL_TABLE",
+               "ProtocolInfo", "ProtocolParams", "protocol_info", "display_name",
+               "check_weights"]:
     assert name in names, name
-  assert set(fedkrr.PROTOCOLS) == {"akd", "avgkd", "pkd", "pkd-mean", "ekd", "backfit-gs",
-                                   "backfit-jacobi"}
+  assert set(fedkrr.PROTOCOLS) == {"akd", "avgkd", "weighted-avgkd", "pkd", "pkd-mean", "ekd",
+                                   "backfit-gs", "backfit-jacobi"}
+  assert fedkrr.PROTOCOLS == tuple(row.name for row in fedkrr.PROTOCOL_TABLE)
 
 
 def test_fedkrr_does_not_import_neural_or_flax():
@@ -86,7 +89,8 @@ def test_fedkrr_device_names_import():
                "sharded_trajectory", "SHARDED_PROTOCOLS"]:
     assert hasattr(fedkrr, name), name
   assert fedkrr.AGENT_AXIS == "agents"
-  assert set(fedkrr.SHARDED_PROTOCOLS) == set(fedkrr.PROTOCOLS) - {"backfit-gs"}
+  assert set(fedkrr.SHARDED_PROTOCOLS) == set(fedkrr.PROTOCOLS) - {"backfit-gs",
+                                                                    "weighted-avgkd"}
 
 
 def test_fedkrr_helpers_for_entry_points_and_neural_import():

@@ -19,7 +19,9 @@ Protocol by protocol (M agents, blocks indexed by agent):
 * AKD from s: ``x_0 = a0`` restricted to block s, ``A = W`` where W keeps the
   blocks (i+1, i) of ``S O`` (agent i+1 fits agent i's predictions), ``b = 0``
   (Prop. II for M = 2, App. G);
-* AvgKD: ``x_0 = a0``, ``A = S O / M``, ``b = a0 / M`` (Prop. V);
+* AvgKD: ``x_0 = a0``, ``A = S O / M``, ``b = a0 / M`` (Prop. V); weighted AvgKD
+  with agent weights w: ``A = S O diag(w)``, ``b = diag(w) a0`` (blockwise: block
+  (i, j) of A times w_j, block i of b times w_i; w = 1/M is AvgKD);
 * PKD (in target space ``tau``, ``alpha = S tau``): ``x_0 = y``,
   ``A = (I + O S) / M``, ``b = 0`` (App. E);
 * pkd-mean (the authors' code's PKD): ``x_0 = a0``, ``A = S K / M``, ``b = 0``
@@ -145,6 +147,12 @@ def _recurrence_of(problem: FederatedProblem, row: ProtocolInfo, params: Protoco
     return Recurrence({ij: block(*ij) for ij in cycle}, 0.0, zeros, initial)
   if row.rounds == "ensemble":
     return Recurrence({ij: -block(*ij) for ij in cycle}, 0.0, zeros, own)
+  if row.rounds == "averaged" and row.own == "labels" and "weights" in row.parameters:
+    w = params.agent_weights(m)
+    scale = jnp.concatenate([jnp.full((n,), w[a], labels.dtype)
+                             for a, n in enumerate(problem.sizes)])
+    return Recurrence({(i, j): block(i, j) * w[j] for i, j in others}, 0.0,
+                      own * scale.reshape((-1,) + (1,) * (labels.ndim - 1)), own)
   if row.rounds == "averaged" and row.own == "labels":
     return Recurrence({ij: block(*ij) / m for ij in others}, 0.0, own / m, own)
   if row.rounds == "averaged" and row.own == "targets":

@@ -20,9 +20,13 @@ class ProtocolParams:
 
   Attributes:
     start: the agent AKD starts at (protocols with ``"start"`` in their parameters).
-    weights: one weight per agent, finite, positive, summing to 1 (weighted AvgKD);
-      ``None`` where the protocol has no weights.
+    weights: one weight per agent, finite, positive, summing to 1 (weighted AvgKD;
+      ``None``: equal weights 1/M); ``None`` where the protocol has no weights.
   """
+
+  def agent_weights(self, num_agents: int) -> tuple[float, ...]:
+    """``weights``, or equal weights 1/M where they are ``None``."""
+    return (1.0 / num_agents,) * num_agents if self.weights is None else self.weights
 
   start: int = 0
   weights: tuple[float, ...] | None = None
@@ -90,6 +94,8 @@ PROTOCOL_TABLE = (
     ProtocolInfo("akd", "AKD", "relay", None, "single", "zero", coefficient_copies=0,
                  transfers="ring", parameters=("start",)),
     ProtocolInfo("avgkd", "AvgKD", "averaged", "labels", "per-agent", "fixed-point"),
+    ProtocolInfo("weighted-avgkd", "weighted AvgKD", "averaged", "labels", "per-agent",
+                 "fixed-point", parameters=("weights",), sharded=False),
     ProtocolInfo("pkd", "PKD", "averaged", "targets", "per-agent", "zero",
                  coefficient_copies=2),
     ProtocolInfo("pkd-mean", "PKD (authors' code: mean of all M)", "averaged", "model",
@@ -153,17 +159,16 @@ def check_weights(weights, num_agents: int, argument: str = "weights") -> tuple[
 def check_params(name: str, params: ProtocolParams, num_agents: int) -> None:
   """Raises ``ValueError`` naming the parameter unless ``params`` suit protocol ``name``.
 
-  ``start`` must be an agent index; ``weights`` are needed by (and only by) a
-  protocol with ``"weights"`` in its parameters (:func:`check_weights`).
+  ``start`` must be an agent index; ``weights`` are taken only by a protocol with
+  ``"weights"`` in its parameters (:func:`check_weights`; ``None``: equal weights).
   """
   row = protocol_info(name)
   start = params.start
   if not isinstance(start, int) or not 0 <= start < num_agents:
     raise ValueError(f"start: expected an agent index in 0..{num_agents - 1}, got {start!r}")
   if "weights" in row.parameters:
-    if params.weights is None:
-      raise ValueError(f"weights: protocol {name} needs one weight per agent")
-    check_weights(params.weights, num_agents)
+    if params.weights is not None:
+      check_weights(params.weights, num_agents)
   elif params.weights is not None:
     raise ValueError(f"weights: protocol {name} takes no weights, got {params.weights!r}")
 

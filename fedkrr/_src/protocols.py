@@ -14,6 +14,9 @@ Protocols (agents a = 0..M-1; DESIGN.md, Afonin & Karimireddy Sec. 4-5, App. G):
   belongs to agent ``(start + t) mod M`` and is fitted on the previous model's
   predictions on that agent's inputs.
 * ``avgkd()``: ``yhat_i(t+1) = (y_i + sum_{j != i} g_j(t)(X_i)) / M``.
+* weighted AvgKD (``get_protocol("weighted-avgkd", params=ProtocolParams(weights=w))``):
+  ``yhat_i(t+1) = w_i y_i + sum_{j != i} w_j g_j(t)(X_i)``, weights summing to 1
+  (equal weights 1/M: AvgKD).
 * ``pkd()``: ``yhat_i(t+1) = (yhat_i(t) + sum_{j != i} g_j(t)(X_i)) / M`` (the
   paper's equations, App. E).
 * ``pkd_mean()``: ``yhat_i(t+1) = sum_j g_j(t)(X_i) / M``, agent i's own model
@@ -44,6 +47,7 @@ from fedkrr._src.learner import check_learners
 from fedkrr._src.learner import fit_all
 from fedkrr._src.learner import has_capability
 from fedkrr._src.names import ProtocolParams
+from fedkrr._src.names import check_params
 from fedkrr._src.names import make_params
 from fedkrr._src.names import protocol_info
 
@@ -151,15 +155,19 @@ def akd(start: int = 0) -> Protocol:
   return Protocol("akd", init, step)
 
 
-def _averaged(name: str, own: str) -> Protocol:
+def _averaged(name: str, own: str, params: ProtocolParams | None = None) -> Protocol:
   """Every agent refits on ``(own_i + sum_{j != i} g_j(t)(X_i)) / M``.
 
   ``own`` names agent i's own term: ``"labels"`` (``y_i``, AvgKD), ``"targets"``
   (its previous targets ``yhat_i(t)``, PKD) or ``"model"`` (its own model's
-  predictions ``g_i(t)(X_i)``, pkd-mean).
+  predictions ``g_i(t)(X_i)``, pkd-mean). With ``params`` (a protocol with agent
+  weights w, summing to 1; ``None``: 1/M each) the average is weighted:
+  ``w_i own_i + sum_{j != i} w_j g_j(t)(X_i)``.
   """
 
   def init(ys):
+    if params is not None:
+      check_params(name, params, len(ys))
     return AveragedState(0, tuple(ys))
 
   def step(state, learners, xs, ys):
@@ -173,8 +181,13 @@ def _averaged(name: str, own: str) -> Protocol:
         base = state.targets[i]
       else:
         base = models[i].predict(xs[i])
-      others = sum(models[j].predict(xs[i]) for j in range(m) if j != i)
-      targets.append((base + others) / m)
+      if params is None:
+        others = sum(models[j].predict(xs[i]) for j in range(m) if j != i)
+        targets.append((base + others) / m)
+      else:
+        w = params.agent_weights(m)
+        targets.append(w[i] * base + sum(w[j] * models[j].predict(xs[i])
+                                         for j in range(m) if j != i))
     return (AveragedState(state.round + 1, tuple(targets)),
             RoundOutput(models, tuple(range(m)), None))
 
@@ -291,7 +304,7 @@ def get_protocol(name: str, start: int = 0, params: ProtocolParams | None = None
     return ekd()
   if row.rounds == "backfit":
     return backfit(row.own)
-  return _averaged(row.name, own=row.own)
+  return _averaged(row.name, row.own, params if "weights" in row.parameters else None)
 
 
 def _check_data(learners, xs, ys) -> None:

@@ -40,6 +40,8 @@ from typing import Self
 from fedkrr import BASELINES
 from fedkrr import PROTOCOLS
 from fedkrr import ProtocolParams
+from fedkrr import check_weights
+from fedkrr import protocol_info
 from fedkrr.io import ReadError
 from fedkrr.io import parse_json
 from neural._src.choices import AGENT_BATCHING
@@ -390,12 +392,14 @@ class ExperimentConfig(RunConfig, EpochSettings):
       default). One per agent gives a CNN and an MLP each its own, e.g. (8, 512).
     tiny: tiny variants of the networks (tests, quick runs).
     norm: normalisation layer of VGG / ResNets ("group" by default).
-    protocol: a KD protocol of ``fedkrr`` (akd, avgkd, pkd, pkd-mean, ekd,
-      backfit-gs, backfit-jacobi; pkd follows the paper's equations, pkd-mean the
+    protocol: a KD protocol of ``fedkrr`` (akd, avgkd, weighted-avgkd, pkd, pkd-mean,
+      ekd, backfit-gs, backfit-jacobi; pkd follows the paper's equations, pkd-mean the
       authors' code: the mean of all M models, own included), "fedavg", or the
       baselines "central" (each agent's model on the pooled data) and "local" (each
       on its own data); baselines run one round.
     start: starting agent of AKD (0-based).
+    agent_weights: weighted-avgkd's weight of each agent (``agents`` of them, finite,
+      > 0, summing to 1; ``None``: 1/M each, which is AvgKD).
     epochs: local epochs per round.
     learning_rate: Adam's step size (1e-3 in the paper).
     weight_decay: L2 coefficient added to the gradient before Adam (3e-4 in the paper,
@@ -431,6 +435,7 @@ class ExperimentConfig(RunConfig, EpochSettings):
   norm: str = "group"
   protocol: str = "avgkd"
   start: int = 0
+  agent_weights: tuple[float, ...] | None = None
   loss: str = "mse"
   warm_start: bool = False
   augment: str = "none"
@@ -454,7 +459,7 @@ class ExperimentConfig(RunConfig, EpochSettings):
   @property
   def protocol_params(self) -> ProtocolParams:
     """The KD protocol's parameters as one value (:class:`fedkrr.ProtocolParams`)."""
-    return ProtocolParams(start=self.start)
+    return ProtocolParams(start=self.start, weights=self.agent_weights)
 
   @property
   def agent_models(self) -> tuple[str, ...]:
@@ -473,6 +478,15 @@ class ExperimentConfig(RunConfig, EpochSettings):
     super().validate()
     need = self.need
     need(self.protocol in RUN_PROTOCOLS, "protocol", f"one of {', '.join(RUN_PROTOCOLS)}")
+    if self.agent_weights is not None:
+      takes = self.protocol in KD_PROTOCOLS and "weights" in protocol_info(
+          self.protocol).parameters
+      need(takes, "agent_weights", f"None for protocol {self.protocol} (only weighted-avgkd "
+           "takes weights)")
+      try:
+        check_weights(self.agent_weights, self.agents, "agent_weights")
+      except ValueError as e:
+        raise ConfigError(str(e)) from None
     need(self.loss in LOSSES, "loss", "'mse' or 'ce'")
     need(self.augment in AUGMENTS, "augment", f"one of {', '.join(AUGMENTS)}")
     if self.augment != "none":

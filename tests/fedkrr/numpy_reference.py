@@ -198,6 +198,25 @@ def avgkd(xs, ys, kernels, ridge, rounds, x_eval) -> np.ndarray:
   return _averaged_kd(_Problem(xs, ys, kernels, ridge), rounds, x_eval, parallel=False)
 
 
+def weighted_avgkd(xs, ys, kernels, ridge, rounds, x_eval, weights=None) -> np.ndarray:
+  """Weighted AvgKD: targets ``w_i y_i + sum_{j != i} w_j g_j(X_i)``; (rounds, M, n_eval[, C]).
+
+  ``weights=None`` is equal weights, which is AvgKD by definition.
+  """
+  p = _Problem(xs, ys, kernels, ridge)
+  if weights is None:
+    return _averaged_kd(p, rounds, x_eval, parallel=False)
+  targets = [y.copy() for y in p.ys]
+  out = []
+  for _ in range(rounds):
+    models = [p.fit(i, targets[i]) for i in range(p.m)]
+    out.append(np.stack([g.predict(x_eval) for g in models]))
+    targets = [weights[i] * p.ys[i] + sum(weights[j] * models[j].predict(p.xs[i])
+                                          for j in range(p.m) if j != i)
+               for i in range(p.m)]
+  return np.stack(out)
+
+
 def pkd(xs, ys, kernels, ridge, rounds, x_eval) -> np.ndarray:
   """Parallel KD: (rounds, M, n_eval[, C]), entry [t, i] = agent i's round-t model."""
   return _averaged_kd(_Problem(xs, ys, kernels, ridge), rounds, x_eval, parallel=True)
@@ -261,6 +280,7 @@ def run(protocol: str, xs, ys, kernels, ridge, rounds, x_eval, start=0) -> np.nd
     return akd(xs, ys, kernels, ridge, rounds, x_eval, start=start)
   fns = {
       "avgkd": avgkd,
+      "weighted-avgkd": weighted_avgkd,
       "pkd": pkd,
       "pkd-mean": pkd_mean,
       "ekd": ekd,

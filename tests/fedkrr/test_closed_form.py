@@ -45,6 +45,87 @@ def test_closed_form_equals_literal_runner(m, same, ridge, protocol, assert_clos
   assert_close(exact, literal, dtype=problem.ridge.dtype)
 
 
+WEIGHTS = {2: (0.3, 0.7), 3: (0.5, 0.2, 0.3)}
+
+
+@pytest.mark.parametrize("ridge", [1e-2, 0.0])
+@pytest.mark.parametrize("same", [True, False], ids=["same-kernel", "different-kernels"])
+@pytest.mark.parametrize("m", [2, 3])
+def test_weighted_avgkd_closed_form_equals_literal_rounds_and_numpy_reference(
+    m, same, ridge, x64, assert_close):
+  xs, ys, x_eval = _data(m)
+  problem = fedkrr.make_problem(xs, ys, _kernels(m, same), ridge)
+  params = fedkrr.ProtocolParams(weights=WEIGHTS[m])
+  exact = fedkrr.trajectory(problem, "weighted-avgkd", 7, x_eval, params=params)
+  literal = fedkrr.simulate("weighted-avgkd", fedkrr.krr_learners(problem), problem.xs,
+                            problem.ys, 7, x_eval, params=params)
+  assert exact.shape == (7, m, x_eval.shape[0])
+  assert_close(exact, literal)
+  ref_kernels = ([numpy_reference.make_kernel("rbf", gamma=0.5)] * m if same else
+                 [numpy_reference.make_kernel("rbf", gamma=0.5),
+                  numpy_reference.make_kernel("laplace", gamma=0.4),
+                  numpy_reference.make_kernel("polynomial", degree=2, gamma=0.3, coef0=1.0)][:m])
+  reference = numpy_reference.weighted_avgkd(xs, ys, ref_kernels, ridge, 7, x_eval, WEIGHTS[m])
+  assert_close(literal, reference)
+  # Unequal weights change the rounds after round 0 (round 0 fits the labels).
+  plain = fedkrr.trajectory(problem, "avgkd", 7, x_eval)
+  assert_close(exact[0], plain[0])
+  assert np.max(np.abs(np.asarray(exact[1:] - plain[1:]))) > 1e-6
+
+
+@pytest.mark.parametrize("m", [2, 3])
+def test_weighted_avgkd_with_equal_weights_is_avgkd(m, x64, assert_close):
+  xs, ys, x_eval = _data(m)
+  problem = fedkrr.make_problem(xs, ys, _kernels(m, False), 1e-2)
+  for weights in ((1.0 / m,) * m, None):
+    params = fedkrr.ProtocolParams(weights=weights)
+    assert_close(fedkrr.trajectory(problem, "weighted-avgkd", 7, x_eval, params=params),
+                 fedkrr.trajectory(problem, "avgkd", 7, x_eval), rtol=1e-13)
+    assert_close(fedkrr.limit(problem, "weighted-avgkd", x_eval, params=params).predictions,
+                 fedkrr.limit(problem, "avgkd", x_eval).predictions, rtol=1e-12)
+    assert_close(fedkrr.simulate("weighted-avgkd", fedkrr.krr_learners(problem), problem.xs,
+                                 problem.ys, 4, x_eval, params=params),
+                 fedkrr.simulate("avgkd", fedkrr.krr_learners(problem), problem.xs,
+                                 problem.ys, 4, x_eval), rtol=1e-13)
+
+
+@pytest.mark.parametrize("m", [2, 3])
+def test_weighted_avgkd_limit_is_where_the_rounds_go(m, x64, assert_close):
+  xs, ys, x_eval = _data(m, shift=1.5)
+  problem = fedkrr.make_problem(xs, ys, fedkrr.RBF(0.5), 0.2)
+  params = fedkrr.ProtocolParams(weights=WEIGHTS[m])
+  lim = fedkrr.limit(problem, "weighted-avgkd", x_eval, params=params)
+  assert lim.converges, float(lim.spectral_radius)
+  rounds = fedkrr.trajectory(problem, "weighted-avgkd", 3000, x_eval, params=params)
+  err = np.max(np.abs(np.asarray(rounds[-1]) - np.asarray(lim.predictions)))
+  assert err <= 1e-7 * max(np.max(np.abs(np.asarray(rounds[0]))), 1.0)
+  run = fedkrr.run(problem, "weighted-avgkd", 5, x_eval, params=params, limit=True)
+  assert_close(run.limit, lim.predictions)
+  assert_close(run.predictions, rounds[:5])
+
+
+@pytest.mark.parametrize("weights, message", [
+    ((0.5, 0.5, 0.0), "weights: expected finite weights > 0"),
+    ((0.5, 0.5), "weights: expected one weight per agent (3), got 2"),
+    ((0.5, 0.4, 0.4), "weights: expected weights summing to 1"),
+    ((0.5, float("nan"), 0.5), "weights: expected finite weights > 0"),
+    (("a", 0.5, 0.5), "weights: expected 3 numbers"),
+])
+def test_bad_weights_are_named(weights, message):
+  xs, ys, x_eval = _data(3)
+  problem = fedkrr.make_problem(xs, ys, fedkrr.RBF(0.5), 0.1)
+  params = fedkrr.ProtocolParams(weights=weights)
+  for call in (lambda: fedkrr.trajectory(problem, "weighted-avgkd", 3, x_eval, params=params),
+               lambda: fedkrr.run(problem, "weighted-avgkd", 3, x_eval, params=params),
+               lambda: fedkrr.simulate("weighted-avgkd", fedkrr.krr_learners(problem),
+                                       problem.xs, problem.ys, 3, x_eval, params=params)):
+    with pytest.raises(ValueError) as info:
+      call()
+    assert message in str(info.value)
+  with pytest.raises(ValueError, match="weights: protocol avgkd takes no weights"):
+    fedkrr.trajectory(problem, "avgkd", 3, x_eval, params=fedkrr.ProtocolParams(weights=(1.0,)))
+
+
 @pytest.mark.parametrize("protocol", ["akd", "avgkd", "ekd", "backfit-gs"])
 def test_matrix_labels_act_column_wise(protocol, x64, assert_close):
   xs, ys, x_eval = _data(3, outputs=4)

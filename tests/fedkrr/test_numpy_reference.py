@@ -72,7 +72,7 @@ def _reference_run(setting: str, ridge: float, protocol: str, rounds: int, start
 def _expected_shape(setting: str, protocol: str, rounds: int) -> tuple[int, ...]:
   m, _, cols = SETTINGS[setting]
   trailing = () if cols is None else (cols,)
-  agents = (m,) if protocol in ("avgkd", "pkd", "pkd-mean") else ()
+  agents = (m,) if fedkrr.protocol_info(protocol).per_agent else ()
   return (rounds,) + agents + (5,) + trailing
 
 

@@ -64,6 +64,10 @@ def test_partition_params_follow_the_partition():
     (dict(tiny=1), "tiny"),
     (dict(width=0), "width"),
     (dict(width=(8, 512, 3)), "width"),
+    (dict(protocol="avgkd", agent_weights=(0.5, 0.5)), "agent_weights"),
+    (dict(protocol="weighted-avgkd", agent_weights=(0.5, 0.4)), "agent_weights"),
+    (dict(protocol="weighted-avgkd", agent_weights=(1.0,)), "agent_weights"),
+    (dict(protocol="weighted-avgkd", agent_weights=(1.5, -0.5)), "agent_weights"),
 ])
 def test_bad_values_name_the_field(changes, field):
   with pytest.raises(ConfigError, match=rf"^{field}: expected"):
@@ -298,3 +302,10 @@ def test_epochs_are_declared_and_checked_once_too(cls, bad):
   with pytest.raises(error, match="^epochs: expected an integer"):
     cls(epochs=bad)
   assert neural.TrainConfig(epochs=0).epochs == 0   # 0 epochs (no training) stays allowed
+
+
+def test_agent_weights_travel_as_the_protocol_params():
+  config = ExperimentConfig(protocol="weighted-avgkd", agent_weights=(0.25, 0.75))
+  assert config.protocol_params.weights == (0.25, 0.75)
+  assert ExperimentConfig(protocol="akd", start=1).protocol_params.start == 1
+  assert ExperimentConfig(protocol="weighted-avgkd").protocol_params.weights is None

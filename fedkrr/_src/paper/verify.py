@@ -31,6 +31,7 @@ from fedkrr._src.kernels import Laplace
 from fedkrr._src.kernels import Linear
 from fedkrr._src.learner import krr_learners
 from fedkrr._src.metrics import relative_error
+from fedkrr._src.names import ProtocolParams
 from fedkrr._src.paper.shipped_findings import known_findings
 from fedkrr._src.paper.shipped_findings import search_note
 from fedkrr._src.problem import make_problem
@@ -197,6 +198,23 @@ def _prop5_as_printed(seed, sizes):
              for t in (1, 2, 3))
 
 
+def _weighted_avgkd(seed, sizes):
+  """Weighted AvgKD (weights 1..M over their sum): the closed form against the literal
+  rounds and the limit against a long run, c > 0 and c = 0."""
+  m = len(sizes)
+  params = ProtocolParams(weights=tuple((a + 1.0) / (m * (m + 1) / 2) for a in range(m)))
+  worst = 0.0
+  for ridge in (0.05, 0.0):
+    p, x = _problem(seed, sizes, ridge, "different")
+    traj = closed_form.trajectory(p, "weighted-avgkd", 400, x, params=params)
+    literal = protocols.simulate("weighted-avgkd", krr_learners(p), p.xs, p.ys, 6, x,
+                                 params=params)
+    worst = max(worst, relative_error(traj[:6], literal),
+                relative_error(closed_form.limit(p, "weighted-avgkd", x,
+                                                 params=params).predictions, traj[-1]))
+  return worst
+
+
 def _prop6_system8(seed, sizes):
   worst = 0.0
   for ridge in (0.05, 0.0):
@@ -353,6 +371,9 @@ CHECKS = (
           functools.partial(_decay, "pkd", 3000, "different"), M_SIZES),
     Check("appg-avgkd", "M > 2: AvgKD converges to a non-zero limit", "App. G", "claim", 1e-7,
           _appg_avgkd, M_SIZES),
+    Check("weighted-avgkd", "weighted AvgKD (w_i y_i + sum_{j != i} w_j g_j): closed form = "
+          "literal rounds, limit = round 400", "DESIGN (protocol table)", "identity", 1e-7,
+          _weighted_avgkd, SIZES + M_SIZES),
     Check("appg-ekd-central", "M > 2, shared kernel: cyclic EKD (eq. 32) recovers the "
           "centralised model", "App. G, eq. (32)", "claim", 1e-6, _appg_ekd, M_SIZES),
     Check("appg-backfit-central", "M > 2, shared kernel: Gauss-Seidel backfitting recovers the "
