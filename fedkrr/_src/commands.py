@@ -21,6 +21,7 @@ from fedkrr._src.io.files import atomic_savez
 from fedkrr._src.io.files import check_output
 from fedkrr._src.kernels import KernelError
 from fedkrr._src.names import BASELINES
+from fedkrr._src.names import protocol_info
 from fedkrr._src.paper import search
 from fedkrr._src.paper import toy
 from fedkrr._src.paper import verify
@@ -136,7 +137,7 @@ def _plan_memory(problem: FederatedProblem, args: argparse.Namespace, n_eval: in
       most = 1 + (limit - one) // slope
       if most < kept:
         every = -(-args.rounds // most)
-        if args.protocol == "akd":   # a multiple of the number of agents
+        if protocol_info(args.protocol).one_fit_per_round:   # a multiple of the agents
           every = -(-every // problem.num_agents) * problem.num_agents
         options.append(f"keep at most {most} rounds (--every {every}, or fewer --rounds)")
   if not float32 and (estimates(kept, 4)[method] or 0) <= limit:

@@ -220,7 +220,7 @@ class _Evaluator:
         combined = self.running
       rows.append(self._row(t, "ensemble", combined, "+".join(sorted(set(
           self.config.agent_models)))))
-      if self.config.protocol == "ekd":
+      if out.cumulative:   # EKD: each run's model too, with the agent it started from
         m = self.config.agents
         for model, agent, probs in zip(models, out.agents, preds):
           rows.append(self._model_row(t, int(agent), model, probs, start=(agent - t) % m))

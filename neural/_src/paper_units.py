@@ -29,10 +29,18 @@ from typing import Any
 
 import numpy as np
 
+import fedkrr
+
 UNITS = ("paper", "steps")
 ACCURACIES = ("last", "best")
 PAPER_LABEL = "mean of agents"
 BEST = "best_epoch_test_accuracy"
+
+
+def _combine(protocol: Any) -> str | None:
+  """How a KD protocol's models combine (``fedkrr.PROTOCOL_TABLE``); ``None`` for the rest
+  (FedAvg, the baselines, the other papers' methods)."""
+  return fedkrr.protocol_info(protocol).combine if protocol in fedkrr.PROTOCOLS else None
 
 
 def _mean_row(r: int, group: Sequence[Mapping[str, Any]], protocol: str,
@@ -65,8 +73,8 @@ def check_accuracy(accuracy: str, rows: Sequence[Mapping[str, Any]]) -> None:
   if accuracy not in ACCURACIES:
     raise ValueError(f"accuracy: expected one of {', '.join(ACCURACIES)}, got {accuracy!r}")
   protocol = rows[0].get("protocol") if rows else None
-  if (accuracy == "best" and protocol not in (None, "ekd") and not str(protocol).startswith(
-      "backfit") and not has_best(rows)):
+  if (accuracy == "best" and protocol is not None and _combine(protocol) not in (
+      "alternating-sum", "sum") and not has_best(rows)):
     raise ValueError("accuracy: 'best' needs rows with best_epoch_test_accuracy (a run with "
                      "epoch_eval: true)")
 
@@ -95,9 +103,9 @@ def paper_rounds(rows: Sequence[Mapping[str, Any]], accuracy: str = "last"
   check_accuracy(accuracy, rows)
   rows = [dict(r) for r in rows]
   protocol = rows[0].get("protocol") if rows else None
-  if protocol is None or protocol.startswith("backfit"):
+  if protocol is None or _combine(protocol) == "sum":
     return rows
-  if protocol == "ekd":
+  if _combine(protocol) == "alternating-sum":
     sums = sorted((r for r in rows if r["agent"] == "ensemble" and r["round"] % 2 == 0),
                   key=lambda r: r["round"])
     return [{**r, "round": r["round"] // 2 + 1, "steps": [int(r["round"])]} for r in sums]
@@ -105,9 +113,9 @@ def paper_rounds(rows: Sequence[Mapping[str, Any]], accuracy: str = "last"
   agents = len({r["agent"] for r in agent_rows})
   groups: dict[int, list[dict[str, Any]]] = {}
   for r in agent_rows:
-    key = r["round"] // agents if protocol == "akd" else r["round"]
+    key = r["round"] // agents if _combine(protocol) == "single" else r["round"]
     groups.setdefault(int(key), []).append(r)
-  size = agents if protocol == "akd" else None
+  size = agents if _combine(protocol) == "single" else None
   return [_mean_row(k + 1, sorted(g, key=lambda r: r["agent"]), protocol, accuracy)
           for k, g in sorted(groups.items()) if size is None or len(g) == size]
 
@@ -120,7 +128,7 @@ def unfinished_steps(rows: Sequence[Mapping[str, Any]]) -> list[int]:
   its steps (``[]`` for the other protocols, whose every step is drawn: EKD's odd
   partial sums are left out by the paper's definition, not for want of steps).
   """
-  if not rows or rows[0].get("protocol") != "akd":
+  if not rows or _combine(rows[0].get("protocol")) != "single":
     return []
   logged = {int(r["round"]) for r in rows if isinstance(r.get("agent"), int)}
   covered = {int(s) for r in paper_rounds(rows) for s in r["steps"]}
@@ -130,9 +138,9 @@ def unfinished_steps(rows: Sequence[Mapping[str, Any]]) -> list[int]:
 def paper_round_count(protocol: str, steps: int, agents: int) -> int:
   """How many paper rounds a finished run of ``steps`` logged rounds has (AKD: M steps
   each; EKD: its even partial sums; the rest: one step each)."""
-  if protocol == "akd":
+  if _combine(protocol) == "single":
     return steps // agents
-  if protocol == "ekd":
+  if _combine(protocol) == "alternating-sum":
     return (steps + 1) // 2
   return steps
 
