@@ -271,6 +271,20 @@ def _plain(value: Any) -> bool:
   return False
 
 
+def _same_config(saved: Any, config: Any) -> bool:
+  """Whether a checkpoint's config (a plain dict) is ``config``'s. A field added to the
+  config class since the checkpoint was written (absent from it) counts if ``config``
+  holds its default: runs written before the field existed still resume and read back."""
+  if not isinstance(saved, dict):
+    return False
+  current = config.to_dict()
+  defaults = {f.name: f.default for f in dataclasses.fields(config)
+              if f.default is not dataclasses.MISSING}
+  added = {k for k, v in current.items()
+           if k not in saved and k in defaults and v == defaults[k]}
+  return saved == {k: v for k, v in current.items() if k not in added}
+
+
 def _check_checkpoint(raw: Any, config: Any, rounds: int) -> tuple[int, list[dict[str, Any]]]:
   """The round and rows of a checkpoint read as plain data, checked (a ``CheckpointError``
   names what is wrong): its schema comes before any of its state is used or written."""
@@ -283,7 +297,7 @@ def _check_checkpoint(raw: Any, config: Any, rounds: int) -> tuple[int, list[dic
   if not isinstance(done, int) or isinstance(done, bool) or not 0 <= done <= rounds:
     raise CheckpointError(f"its round {done!r} is not a round count in 0..{rounds} (the "
                           f"config's rounds)")
-  if raw["config"] != config.to_dict():
+  if not _same_config(raw["config"], config):
     raise CheckpointError(f"it holds the state of another config than {CONFIG_FILE}'s")
   rows = raw["rows"]
   if not isinstance(rows, list):

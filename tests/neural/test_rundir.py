@@ -1,6 +1,7 @@
 """Run directories safe to share: checkpoints that never run code, the lock, metrics repair,
 nothing created by a failed start, and the one-line errors of corrupt files."""
 
+import dataclasses
 import json
 import os
 import pickle
@@ -15,6 +16,7 @@ import pytest
 
 import fedkrr
 import neural
+from neural._src import rundir
 from neural._src.checkpoint import CheckpointError
 from neural._src.checkpoint import ModelSlot
 from neural._src.checkpoint import Node
@@ -490,3 +492,13 @@ def test_a_finished_run_is_read_back_only_if_it_is_the_run_asked_for(tmp_path, c
   assert len(err) == 1 and message in err[0], err
   assert "test accuracy" not in out.out   # no numbers of the other run
   assert {p.name: p.read_bytes() for p in workdir.iterdir() if p.name != LOCK_FILE} == before
+
+
+def test_a_checkpoint_written_before_a_field_existed_still_matches_its_config():
+  config = ExperimentConfig()
+  old = config.to_dict()
+  del old["agent_weights"]   # a run written before the field was added
+  assert rundir._same_config(old, config)
+  weighted = dataclasses.replace(config, protocol="weighted-avgkd", agent_weights=(0.5, 0.5))
+  assert not rundir._same_config(old, weighted)
+  assert not rundir._same_config({**old, "epochs": 3}, config)
