@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from neural._src.authors import authors_curves
 from neural._src.claims import APART
 from neural._src.claims import IN_SCOPE
 from neural._src.claims import Check
@@ -263,6 +264,18 @@ def markdown(result: Reproduction, workdir: str | os.PathLike) -> str:
           f"{curve.accuracy} | {curve.seeds} | {s['rounds_done']}/{curve.rounds} | "
           f"{_pm(s['round_1'])} | {s['best_round']}: {_pm(s['best'])} | {s['last_round']}: "
           f"{_pm(s['last'])} | {agents} |")
+    local = local_models(config, result.figure) if config.control else {}
+    if local:
+      lines += ["", "### The local models beside the authors'", "",
+                "Round 1 (each agent on its own labels, the agents' mean) here and in the "
+                "authors' runs at each setting: where they differ by more than "
+                f"{LOCAL_GAP:g}, the data split is not the authors' (e.g. fewer images per "
+                "agent put fewer images of the other classes at a small Alpha), and the "
+                "control's verdicts there are marked so.", "",
+                "| setting | here | the authors' | difference |", "| --- | --- | --- | --- |"]
+      lines += [f"| {setting} | {ours:.3f} | {theirs:.3f} | {ours - theirs:+.3f}"
+                + (" (settings differ)" if abs(ours - theirs) > LOCAL_GAP else "") + " |"
+                for setting, (ours, theirs) in local.items()]
     lines += ["", "### The paper's statements", "",
               "| # | statement (our words) | the paper's words | paper | setting | standing | "
               "rule | numbers | verdict | authors' runs |",
@@ -271,6 +284,10 @@ def markdown(result: Reproduction, workdir: str | os.PathLike) -> str:
     for i, c in enumerate(config.checks, 1):
       ctrl = config.control.get((c.statement, c.setting))
       mark = ("no control" if config.control else "") if ctrl is None else ctrl.verdict
+      if ctrl is not None and c.setting in local and abs(
+          local[c.setting][0] - local[c.setting][1]) > LOCAL_GAP:
+        ours, theirs = local[c.setting]
+        mark += f" (settings differ: local models {ours:.3f} here, {theirs:.3f} theirs)"
       if ctrl is not None and ctrl.verdict != REPRODUCED:
         mark += " (see below)"
         unsupported.append((i, c, ctrl))
@@ -317,6 +334,24 @@ def _apart_line(result: Reproduction) -> str:
           f"counted** as the paper's: {len(apart['out of scope'])} out of the sentence's "
           f"scope, {len(apart['by construction'])} by construction, "
           f"{len(apart['beyond the horizon'])} beyond the horizon (listed under each config).")
+
+
+LOCAL_GAP = 0.05   # local models this far from the authors': another split, said beside the control
+
+
+def local_models(config: ConfigReproduction, figure: str) -> dict[str, tuple[float, float]]:
+  """Per setting, the local models' accuracy (round 1 of AvgKD, else of a PKD run: the
+  agents' mean, mean over the seeds) here and in the authors' runs, where both exist."""
+  theirs = authors_curves(figure)
+  out: dict[str, tuple[float, float]] = {}
+  for variant in ("avgkd", "pkd-mean", "pkd"):
+    for name, curve in config.curves.items():
+      other = theirs.get(name)
+      if (curve.variant != variant or curve.setting in out or other is None
+          or not curve.done or not other.done):
+        continue
+      out[curve.setting] = (float(curve.array()[:, 0].mean()), float(other.array()[0, 0]))
+  return out
 
 
 def _verb(items: Sequence[Any], one: str, many: str) -> str:

@@ -352,6 +352,30 @@ def test_the_report_shows_the_control_and_lists_what_the_authors_runs_do_not_sup
   assert "reach different decided verdicts" not in md
 
 
+def test_the_report_sets_the_local_models_beside_the_authors_and_flags_other_splits():
+  curves = neural.authors_curves("Fig. 6")
+  own = {n: c for n, c in curves.items() if "/" not in n}
+  lower = own["alpha=0.01__avgkd"]
+  own["alpha=0.01__avgkd"] = lower._replace(values=((lower.values[0][0] - 0.1,)
+                                                    + lower.values[0][1:],))
+  checks = tuple(evaluate([c for c in CLAIMS if c.figure == "Fig. 6"], own))
+  control = {(c.statement, c.setting): c for c in neural.control_checks("Fig. 6")}
+  result = neural.Reproduction("Fig. 6", "paper", {}, (0,), (neural.ConfigReproduction(
+      "fig06", "", "w", own, checks, control, "w/reproduce.png"),), {"md": "", "json": ""}, 1.0)
+  md = markdown(result, "w")
+  assert "### The local models beside the authors'" in md
+  first = lower.values[0][0]
+  assert f"| alpha=0.01 | {first - 0.1:.3f} | {first:.3f} | -0.100 (settings differ) |" in md
+  assert f"| alpha=0.0 | {own['alpha=0.0__avgkd'].values[0][0]:.3f} |" in md
+  row = next(line for line in md.splitlines()
+             if "| AvgKD outperforms FedAvg at high data heterogeneity |" in line
+             and "alpha=0.01" in line)
+  assert f"(settings differ: local models {first - 0.1:.3f} here, {first:.3f} theirs)" in row
+  assert "settings differ: local" not in next(
+      line for line in md.splitlines()
+      if "| AvgKD outperforms FedAvg at high data heterogeneity |" in line and "alpha=0.0 " in line)
+
+
 def test_the_report_counts_and_lists_verdicts_against_the_control():
   curves = neural.authors_curves("Fig. 6")
   own = {n: c for n, c in curves.items() if "/" not in n}
