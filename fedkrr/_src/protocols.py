@@ -36,6 +36,7 @@ from collections.abc import Iterator
 from collections.abc import Sequence
 from typing import Any
 from typing import NamedTuple
+from typing import cast
 
 import jax
 import jax.numpy as jnp
@@ -302,9 +303,10 @@ def get_protocol(name: str, start: int = 0, params: ProtocolParams | None = None
     return akd(params.start)
   if row.rounds == "ensemble":
     return ekd()
+  own = cast(str, row.own)   # set in every backfit and averaged row (names.PROTOCOL_TABLE)
   if row.rounds == "backfit":
-    return backfit(row.own)
-  return _averaged(row.name, row.own, params if "weights" in row.parameters else None)
+    return backfit(own)
+  return _averaged(row.name, own, params if "weights" in row.parameters else None)
 
 
 def _check_data(learners, xs, ys) -> None:

@@ -68,6 +68,7 @@ from neural._src.optimizers import OptimizerConfig
 from neural._src.optimizers import OptimizerError
 from neural._src.optimizers import make_optimizer
 from neural._src.optimizers import optimizer_config
+from neural._src.settings import TrainingSettings
 
 Array = jax.Array
 
@@ -394,7 +395,7 @@ def resolve_loop(step_loop: str, agent_batching: str, uses_convolution: Callable
 
 def train_loop(loss_fn: Callable[..., Any] | Sequence[Callable[..., Any]], params: Any,
                data: Any, *,
-               optimizer: OptimizerConfig, key: Array, batch_size: int,
+               optimizer: OptimizerConfig | TrainingSettings, key: Array, batch_size: int,
                epochs: int | None = None, steps: int | None = None, mask: Any = None,
                context: Any = None, shared: Any = None, opt_state: Any = None,
                stacked: bool = False, shared_key: Array | None = None,
