@@ -30,8 +30,8 @@ def main(argv=None) -> int:
   args = parser.parse_args(argv)
 
   import neural
-  from neural._src.experiment import train_and_evaluate
-  from neural._src.specs import load_spec
+  from neural._src.jobs.specs import load_spec
+  from neural._src.kd.experiment import train_and_evaluate
 
   for name, config in load_spec("fig04_akd_small").expand({"seed": args.seed}):
     if name not in RUNS:

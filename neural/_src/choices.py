@@ -1,6 +1,6 @@
 """The names a config chooses from, in a module that imports nothing.
 
-The typed configs (:mod:`neural._src.config`) check their fields against these, and
+The typed configs (:mod:`neural._src.runtime.config`) check their fields against these, and
 the command line lists them, without importing JAX, Flax or Optax: ``neural --help``
 and the rerun of a finished run stay fast. Each module that implements the choices
 imports its names from here (models, augmentations, FedAvg's weightings, training's

@@ -34,23 +34,23 @@ from fedkrr.io import ReadError
 from fedkrr.io import exits_on_signals
 from fedkrr.io import parse_json
 from neural._src.choices import MAIN_JOB_PARTS
-from neural._src.config import ExperimentConfig
-from neural._src.config import RunConfig
-from neural._src.config import describe_type
-from neural._src.config import field_help
-from neural._src.config import field_type
-from neural._src.config import optional_inner
-from neural._src.download import DOWNLOADS
-from neural._src.download import fetch_dataset
-from neural._src.paper_units import UNITS
-from neural._src.paper_units import default_accuracy
-from neural._src.paper_units import paper_rounds
-from neural._src.paper_units import unfinished_steps
-from neural._src.rundir import show_warning
-from neural._src.runs import run_configs
-from neural._src.specs import ConfigSpec
-from neural._src.specs import describe
-from neural._src.specs import load_spec
+from neural._src.datasets.download import DOWNLOADS
+from neural._src.datasets.download import fetch_dataset
+from neural._src.evidence.paper_units import UNITS
+from neural._src.evidence.paper_units import default_accuracy
+from neural._src.evidence.paper_units import paper_rounds
+from neural._src.evidence.paper_units import unfinished_steps
+from neural._src.jobs.runs import run_configs
+from neural._src.jobs.specs import ConfigSpec
+from neural._src.jobs.specs import describe
+from neural._src.jobs.specs import load_spec
+from neural._src.runtime.config import ExperimentConfig
+from neural._src.runtime.config import RunConfig
+from neural._src.runtime.config import describe_type
+from neural._src.runtime.config import field_help
+from neural._src.runtime.config import field_type
+from neural._src.runtime.config import optional_inner
+from neural._src.runtime.rundir import show_warning
 
 DESCRIPTION = ("Model-agnostic federated learning by knowledge distillation with neural "
                "networks and random forests (Afonin & Karimireddy, Sec. 6, App. H), and the "
@@ -540,8 +540,8 @@ def _demo(args: argparse.Namespace) -> int:
 
   from fedkrr import avoid_cpu_eigh_deadlock
   from fedkrr.io import check_output
-  from neural._src.report import MainJobSettings  # deferred: JAX, Flax, fedkrr's closed forms
-  from neural._src.report import run_main_job  # deferred: as above
+  from neural._src.figures.report import MainJobSettings  # deferred: JAX, Flax, closed forms
+  from neural._src.figures.report import run_main_job  # deferred: as above
 
   check_output(args.out, "--out", directory=True)
   avoid_cpu_eigh_deadlock()   # fedkrr's closed forms: vmapped eigh can stall XLA's CPU pool
@@ -555,7 +555,7 @@ def _compare(args: argparse.Namespace) -> int:
   import jax
 
   from fedkrr import avoid_cpu_eigh_deadlock
-  from neural._src.compare import compare  # deferred: JAX, Flax, fedkrr's closed forms
+  from neural._src.kd.compare import compare  # deferred: JAX, Flax, fedkrr's closed forms
 
   avoid_cpu_eigh_deadlock()   # fedkrr's closed forms: vmapped eigh can stall XLA's CPU pool
   jax.config.update("jax_enable_x64", True)   # the theory in float64; networks stay float32
@@ -582,7 +582,7 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _reproduce(args: argparse.Namespace) -> int:
-  from neural._src.reproduce import reproduce  # deferred: JAX, Flax, the runs
+  from neural._src.figures.reproduce import reproduce  # deferred: JAX, Flax, the runs
 
   result = reproduce(args.figure, args.workdir, scale=args.scale,
                      overrides=overrides_from_args(args), seeds=args.seeds,

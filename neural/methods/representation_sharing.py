@@ -33,6 +33,6 @@ from neural._src.methods.representation_sharing import predict_all
 from neural._src.methods.representation_sharing import relay
 from neural._src.methods.representation_sharing import step
 from neural._src.methods.representation_sharing import tree_size
-from neural._src.methods.repshare_models import LeNet5Trunk
-from neural._src.methods.repshare_models import ResNet9Trunk
-from neural._src.methods.repshare_models import make_client_model
+from neural._src.models.repshare_models import LeNet5Trunk
+from neural._src.models.repshare_models import ResNet9Trunk
+from neural._src.models.repshare_models import make_client_model

@@ -6,6 +6,8 @@
 import ast
 from pathlib import Path
 
+import layers
+
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "fedkrr" / "_src"
 
@@ -123,8 +125,7 @@ FLAT = {
 
 
 def _layer(name: str) -> int:
-  folder, _, _ = name.rpartition(".")
-  return FOLDERS[folder] if folder else FLAT[name]
+  return layers.layer(name, FOLDERS, FLAT)
 
 
 def test_every_fedkrr_module_has_a_layer():
@@ -141,16 +142,12 @@ def test_fedkrr_imports_go_down_the_layers():
 
 
 def test_every_folder_and_flat_module_has_a_layer():
-  folders = {name.rpartition(".")[0] for name in _modules()} - {""}
-  assert folders == set(FOLDERS), f"give each folder of fedkrr/_src a layer in FOLDERS: {folders}"
-  flat = {name for name in _modules() if "." not in name}
-  assert flat == set(FLAT), f"give each flat module a layer in FLAT: {flat ^ set(FLAT)}"
+  wrong = layers.unlayered(_modules(), FOLDERS, FLAT)
+  assert not wrong, wrong
 
 
 def test_no_import_goes_from_a_lower_folder_to_a_higher_one():
-  wrong = [f"{name} (layer {_layer(name)}) imports {target} (layer {_layer(target)})"
-           for name, targets in _graph().items() for target in targets
-           if _layer(target) > _layer(name)]
+  wrong = layers.upward_imports(_graph(), FOLDERS, FLAT)
   assert not wrong, wrong
 
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import neural
-from neural._src.config import ExperimentConfig
-from neural._src.experiment import train_and_evaluate
+from neural._src.kd.experiment import train_and_evaluate
+from neural._src.runtime.config import ExperimentConfig
 
 
 def _images(b=6, h=5, w=7, c=2):

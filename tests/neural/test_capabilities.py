@@ -12,14 +12,14 @@ import pytest
 
 import fedkrr
 import neural
-from neural._src import experiment
 from neural._src.capabilities import EpochScoredModel
 from neural._src.capabilities import ParameterLearner
 from neural._src.capabilities import ParameterModel
 from neural._src.capabilities import ReseedableLearner
-from neural._src.checkpoint import ModelSlot
-from neural._src.fedavg import check_same_architecture
-from neural._src.soft_targets import Teacher
+from neural._src.kd import experiment
+from neural._src.learners.fedavg import check_same_architecture
+from neural._src.runtime.checkpoint import ModelSlot
+from neural._src.training.soft_targets import Teacher
 
 ROOT = Path(__file__).resolve().parents[2]
 CAPABILITIES = (fedkrr.BatchLearner, fedkrr.WarmStartLearner, ReseedableLearner,

@@ -9,20 +9,20 @@ import re
 import pytest
 
 import neural
-from neural._src.authors import control_table
-from neural._src.claims import ALL
-from neural._src.claims import APART
-from neural._src.claims import BEYOND_HORIZON
-from neural._src.claims import BY_CONSTRUCTION
-from neural._src.claims import CLAIMS
-from neural._src.claims import IN_SCOPE
-from neural._src.claims import LONG
-from neural._src.claims import OUT_OF_SCOPE
-from neural._src.claims import STANDINGS
-from neural._src.claims import Check
-from neural._src.reproduce_report import markdown
-from neural._src.rules import NOT_TESTABLE
-from neural._src.rules import REPRODUCED
+from neural._src.evidence.authors import control_table
+from neural._src.evidence.claims import ALL
+from neural._src.evidence.claims import APART
+from neural._src.evidence.claims import BEYOND_HORIZON
+from neural._src.evidence.claims import BY_CONSTRUCTION
+from neural._src.evidence.claims import CLAIMS
+from neural._src.evidence.claims import IN_SCOPE
+from neural._src.evidence.claims import LONG
+from neural._src.evidence.claims import OUT_OF_SCOPE
+from neural._src.evidence.claims import STANDINGS
+from neural._src.evidence.claims import Check
+from neural._src.evidence.rules import NOT_TESTABLE
+from neural._src.evidence.rules import REPRODUCED
+from neural._src.figures.reproduce_report import markdown
 
 BIG = 10_000   # test points: a binomial error of at most 0.005
 PAPER = Path("/work/shared/papers/afonin2022_model_agnostic_fl_kd.txt")   # not in the repo
@@ -210,8 +210,8 @@ def test_the_control_table_counts_in_scope_checks_and_lists_the_others():
 def test_the_commands_summary_counts_the_checks_in_scope(monkeypatch, tmp_path, capsys):
   """``neural reproduce``'s summary line, on a stand-in for the runs (the authors' Fig. 6
   cut to 5 rounds): the counts in scope, the others apart, each marked in the listing."""
-  from neural._src import reproduce as module
   from neural._src.cli import main
+  from neural._src.figures import reproduce as module
   horizons = {name: 5 for name in neural.authors_curves("Fig. 6")}
   result = _reproduction(neural.control_checks("Fig. 6", horizons))
   monkeypatch.setattr(module, "reproduce", lambda *args, **kwargs: result)

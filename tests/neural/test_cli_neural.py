@@ -16,9 +16,9 @@ from neural._src.cli import main
 from neural._src.cli import overrides_from_args
 from neural._src.cli import reproduce_parser
 from neural._src.cli import run_parser
-from neural._src.config import field_help
-from neural._src.specs import ConfigSpec
-from neural._src.specs import shipped_configs
+from neural._src.jobs.specs import ConfigSpec
+from neural._src.jobs.specs import shipped_configs
+from neural._src.runtime.config import field_help
 
 FLAGS = ["--dataset", "digits", "--train-subset", "100", "--test-subset", "50",
          "--partition", "label-split", "--alpha", "0.5", "--agents", "2", "--models", "mlp",
@@ -242,8 +242,8 @@ def test_configs_fields_alone_names_the_methods(capsys):
 def test_jobs_auto_is_the_measured_best_for_the_backend_and_bad_counts_are_refused(capsys):
   import jax
 
-  from neural._src.workers import AUTO_JOBS_CPU
-  from neural._src.workers import auto_jobs
+  from neural._src.jobs.workers import AUTO_JOBS_CPU
+  from neural._src.jobs.workers import auto_jobs
 
   assert reproduce_parser().parse_args(["--figure", "5", "--workdir", "w", "--jobs",
                                         "auto"]).jobs == "auto"
@@ -260,7 +260,7 @@ def test_jobs_auto_is_the_measured_best_for_the_backend_and_bad_counts_are_refus
 
 
 def test_default_seeds_are_five_with_jobs_auto_on_a_gpu_else_three_or_one(monkeypatch):
-  from neural._src import reproduce as module
+  from neural._src.figures import reproduce as module
 
   for gpu, expected in ((True, (5, 3, 1)), (False, (3, 3, 1))):
     monkeypatch.setattr(module, "on_gpu", lambda gpu=gpu: gpu)

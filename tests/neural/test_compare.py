@@ -9,16 +9,16 @@ import pytest
 
 import fedkrr
 from neural._src.cli import main
-from neural._src.compare import CompareError
-from neural._src.compare import compare
-from neural._src.compare import geometric_rate
-from neural._src.compare import mlp_ntk
-from neural._src.compare import theory_curves
-from neural._src.compare import theory_problem
-from neural._src.config import ExperimentConfig
-from neural._src.models import get_model
-from neural._src.run_data import load_run_data
-from neural._src.training import init_variables
+from neural._src.datasets.run_data import load_run_data
+from neural._src.kd.compare import CompareError
+from neural._src.kd.compare import compare
+from neural._src.kd.compare import geometric_rate
+from neural._src.kd.compare import mlp_ntk
+from neural._src.kd.compare import theory_curves
+from neural._src.kd.compare import theory_problem
+from neural._src.models.models import get_model
+from neural._src.runtime.config import ExperimentConfig
+from neural._src.training.training import init_variables
 
 # A few digits (8x8), unequal agents (so the N / N_a kernel scales differ), tiny MLPs;
 # every agent's and the test set's size pads to the same compiled training and predict.

@@ -1,4 +1,5 @@
-"""The typed configs (``neural._src.config``): one coercer, RunConfig's shared fields, seeds."""
+"""The typed configs (``neural._src.runtime.config``): one coercer, RunConfig's shared fields,
+seeds."""
 
 import dataclasses
 import json
@@ -7,14 +8,14 @@ import numpy as np
 import pytest
 
 import neural
-from neural._src.config import ConfigError
-from neural._src.config import ExperimentConfig
-from neural._src.config import coerce
-from neural._src.config import field_help
-from neural._src.experiment import build_learners
+from neural._src.datasets.run_data import load_run_data
+from neural._src.jobs.specs import ConfigSpec
+from neural._src.kd.experiment import build_learners
 from neural._src.methods import mhd
-from neural._src.run_data import load_run_data
-from neural._src.specs import ConfigSpec
+from neural._src.runtime.config import ConfigError
+from neural._src.runtime.config import ExperimentConfig
+from neural._src.runtime.config import coerce
+from neural._src.runtime.config import field_help
 
 
 def test_json_round_trip_and_normalisation():

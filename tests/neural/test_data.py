@@ -7,12 +7,12 @@ import pickle
 import numpy as np
 import pytest
 
-from neural._src.data import CINIC10_CLASSES
-from neural._src.data import DATASETS
-from neural._src.data import DataError
-from neural._src.data import Dataset
-from neural._src.data import load_dataset
-from neural._src.data import one_hot
+from neural._src.datasets.data import CINIC10_CLASSES
+from neural._src.datasets.data import DATASETS
+from neural._src.datasets.data import DataError
+from neural._src.datasets.data import Dataset
+from neural._src.datasets.data import load_dataset
+from neural._src.datasets.data import one_hot
 
 
 def check_dataset(ds: Dataset, shape, num_classes):
@@ -369,7 +369,7 @@ def _pickled_array(shape, data: bytes, dtype="u1") -> bytes:
      "not numbers"),
 ])
 def test_a_cifar_batch_is_checked_before_anything_is_allocated(tmp_path, batch, message):
-  from neural._src.data import _read_cifar_batch
+  from neural._src.datasets.data import _read_cifar_batch
   path = tmp_path / "data_batch_1"
   path.write_bytes(batch())
   with pytest.raises(DataError, match=message) as info:

@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 
 import neural
-from neural._src import download
 from neural._src.cli import main
-from neural._src.data import MNIST_FILES
-from neural._src.download import Download
-from neural._src.download import Remote
+from neural._src.datasets import download
+from neural._src.datasets.data import MNIST_FILES
+from neural._src.datasets.download import Download
+from neural._src.datasets.download import Remote
 
 
 class _Server:

@@ -9,16 +9,16 @@ import pytest
 
 import fedkrr
 import neural
-from neural._src.config import ExperimentConfig
-from neural._src.experiment import build_learners
-from neural._src.experiment import round_key
-from neural._src.experiment import scores
-from neural._src.experiment import train_and_evaluate
-from neural._src.fedavg import FedAvgError
-from neural._src.fedavg import fedavg
-from neural._src.run_data import load_run_data
-from neural._src.rundir import ExperimentError
-from neural._src.rundir import read_metrics
+from neural._src.datasets.run_data import load_run_data
+from neural._src.kd.experiment import build_learners
+from neural._src.kd.experiment import round_key
+from neural._src.kd.experiment import scores
+from neural._src.kd.experiment import train_and_evaluate
+from neural._src.learners.fedavg import FedAvgError
+from neural._src.learners.fedavg import fedavg
+from neural._src.runtime.config import ExperimentConfig
+from neural._src.runtime.rundir import ExperimentError
+from neural._src.runtime.rundir import read_metrics
 
 # Tiny runs on the 8x8 digits: a 32-unit MLP, one epoch on 120 points.
 TINY = dict(dataset="digits", train_subset=120, test_subset=60, models=("mlp",), tiny=True,
@@ -145,10 +145,10 @@ def test_fedavg_run_has_server_rows_and_learns(tmp_path):
 
 
 def test_fedavg_server_is_the_weighted_average_of_the_local_models():
-  from neural._src.learners import FlaxLearner
-  from neural._src.models import get_model
-  from neural._src.training import TrainConfig
-  from neural._src.training import init_variables
+  from neural._src.learners.learners import FlaxLearner
+  from neural._src.models.models import get_model
+  from neural._src.training.training import TrainConfig
+  from neural._src.training.training import init_variables
 
   model = get_model("mlp", 3, tiny=True)
   config = TrainConfig(epochs=1, batch_size=8, warm_start=True)
@@ -185,16 +185,16 @@ def test_fedavg_server_is_the_weighted_average_of_the_local_models():
 
 
 def test_each_agent_gets_its_own_width():
-  from neural._src.experiment import build_learners
+  from neural._src.kd.experiment import build_learners
   learners = build_learners(_config(models=("cnn", "mlp"), width=(3, 7)), (8, 8, 1), 10)
   assert [learner.model.width for learner in learners] == [3, 7]
 
 
 def test_fedavg_can_start_from_the_mean_of_independent_initialisations():
   """fedavg_init="mean" (the authors' code): round 0 starts from the average of M inits."""
-  from neural._src.experiment import build_learners
-  from neural._src.experiment import make_protocol
-  from neural._src.training import init_variables
+  from neural._src.kd.experiment import build_learners
+  from neural._src.kd.experiment import make_protocol
+  from neural._src.training.training import init_variables
 
   config = _config(protocol="fedavg", fedavg_init="mean")
   learners = build_learners(config, (8, 8, 1), 10)

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 import neural
-from neural._src.fedavg import FedAvgError
-from neural._src.fedavg import average
-from neural._src.fedavg import stack
+from neural._src.learners.fedavg import FedAvgError
+from neural._src.learners.fedavg import average
+from neural._src.learners.fedavg import stack
 
 
 def test_average_is_the_weighted_sum_within_float32_rounding():
@@ -53,7 +53,7 @@ def test_every_fedavg_baseline_uses_the_one_average():
     tree = ast.parse(path.read_text())
     imported = {(node.module, alias.name) for node in ast.walk(tree)
                 if isinstance(node, ast.ImportFrom) for alias in node.names}
-    assert ("neural._src.fedavg", "average") in imported, path.name
+    assert ("neural._src.learners.fedavg", "average") in imported, path.name
     called = {node.func.attr for node in ast.walk(tree)
               if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)}
     assert "tensordot" not in called, f"{path.name} averages parameters itself"

@@ -1,10 +1,10 @@
-"""Tests of communication graphs and mixing matrices (neural/_src/graphs.py)."""
+"""Tests of communication graphs and mixing matrices (neural/_src/datasets/graphs.py)."""
 
 import numpy as np
 import pytest
 
-from neural._src import graphs
-from neural._src.graphs import GraphError
+from neural._src.datasets import graphs
+from neural._src.datasets.graphs import GraphError
 
 
 def _undirected_cases():

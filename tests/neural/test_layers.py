@@ -3,28 +3,45 @@
 import ast
 from pathlib import Path
 
+import layers
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
 # The rank of every module of neural/_src: a module imports only modules of lower rank.
-# Layers: data and partitions < models < training < learners < run infrastructure <
-# experiment and methods < bridges and config files < the main job < command line.
+# Layers: data and partitions < models < training < learners < the paper's evidence <
+# run infrastructure < experiment and methods < config files and jobs < figures and the
+# main job < command line. A folder's ``__init__`` (which imports nothing) ranks with it.
 RANKS = {
-    "choices": 0, "capabilities": 0, "settings": 0, "data": 0, "partitions": 0, "graphs": 0,
-    "run_data": 1, "download": 1, "conv": 1,
-    "models": 2,
-    "optimizers": 3, "train_loop": 4, "augment": 4, "training": 5, "soft_targets": 5,
-    "learners": 6, "forest": 6, "ntk": 6, "fedavg": 6, "linearized": 7,
-    "paper_units": 7, "curves": 7, "rules": 7.2, "claims": 7.4, "authors": 7.6,
-    "config": 8, "checkpoint": 8, "plots": 8, "rundir": 9, "rounds": 9.5,
-    "experiment": 10, "methods.registry": 10,
+    "choices": 0, "capabilities": 0, "settings": 0,
+    "datasets": 0.5, "datasets.data": 0.5, "datasets.partitions": 0.5, "datasets.graphs": 0.5,
+    "datasets.run_data": 1, "datasets.download": 1,
+    "models": 1.5, "models.conv": 1.5, "models.models": 2, "models.repshare_models": 2.5,
+    "training": 3, "training.optimizers": 3, "training.train_loop": 4,
+    "training.augment": 4, "training.training": 5, "training.soft_targets": 5,
+    "learners": 6, "learners.learners": 6, "learners.forest": 6, "learners.ntk": 6,
+    "learners.fedavg": 6, "learners.linearized": 7,
+    "evidence": 7.1, "evidence.paper_units": 7.1, "evidence.curves": 7.1,
+    "evidence.rules": 7.2, "evidence.claims": 7.4, "evidence.authors": 7.6,
+    "runtime": 8, "runtime.config": 8, "runtime.checkpoint": 8, "runtime.plots": 8,
+    "runtime.rundir": 9, "runtime.rounds": 9.5,
+    "kd": 10, "kd.experiment": 10, "methods.registry": 10,
     "methods.ddistillation": 11, "methods.mhd": 11, "methods.representation_sharing": 11,
-    "methods.feddkc": 11, "methods.repshare_models": 3, "methods": 12,
-    "compare": 12, "specs": 13, "runs": 13, "workers": 13.5,
-    "reproduce_curves": 13.6, "reproduce_plot": 13.6, "reproduce_report": 13.7,
-    "report": 14, "reproduce": 14, "cli": 15,
+    "methods.feddkc": 11, "methods": 12, "kd.compare": 12,
+    "jobs": 13, "jobs.specs": 13, "jobs.runs": 13, "jobs.workers": 13.5,
+    "figures": 13.6, "figures.reproduce_curves": 13.6, "figures.reproduce_plot": 13.6,
+    "figures.reproduce_report": 13.7, "figures.report": 14, "figures.reproduce": 14,
+    "cli": 15,
 }
+
+# The folders' layers, lowest first (tests/layers.py holds the rule for both packages):
+# every module of a folder sits in its folder's layer, the flat modules of neural/_src/ in
+# the layer FLAT names; no import goes from a lower layer to a higher one, and the ranks
+# above agree with the layers.
+FOLDERS = {"datasets": 1, "models": 2, "training": 3, "learners": 4, "evidence": 5,
+           "runtime": 6, "kd": 7, "methods": 7, "jobs": 8, "figures": 9}
+FLAT = {"choices": 0, "capabilities": 0, "settings": 0,   # no imports
+        "cli": 10}                                          # command line
 
 
 def _modules():
@@ -85,6 +102,32 @@ def test_imports_go_down_the_layers_at_the_top_of_the_module(name, path):
         f"{path.name}:{line} imports {target} (rank {RANKS[target]} >= {RANKS[name]})"
     assert at_top, (f"{path.name}:{line} imports {target} inside a function (say why with "
                     f"`# deferred: ...` if it is for start-up time)")
+
+
+def _graph():
+  return {name: {t for names, _, _ in _imports(path) if (t := _neural_module(names))}
+          for name, path in _modules()}
+
+
+def test_every_folder_and_flat_module_has_a_layer():
+  wrong = layers.unlayered((name for name, _ in _modules()), FOLDERS, FLAT)
+  assert not wrong, wrong
+
+
+def test_no_import_goes_from_a_lower_folder_to_a_higher_one():
+  wrong = layers.upward_imports(_graph(), FOLDERS, FLAT)
+  assert not wrong, wrong
+
+
+def test_the_ranks_agree_with_the_folders():
+  """A module of a higher layer ranks above every module of a lower one."""
+  def layer(name):
+    return layers.layer(name, FOLDERS, FLAT)
+  wrong = [f"{low} (layer {layer(low)}, rank {RANKS[low]}) >= "
+           f"{high} (layer {layer(high)}, rank {RANKS[high]})"
+           for low in RANKS for high in RANKS
+           if layer(low) < layer(high) and RANKS[low] >= RANKS[high]]
+  assert not wrong, wrong
 
 
 def _python_files(*dirs):

@@ -11,7 +11,7 @@ import pytest
 
 import fedkrr
 import neural
-from neural._src.linearized import LinearizedError
+from neural._src.learners.linearized import LinearizedError
 
 SHAPE = (5,)
 RIDGE = 1e-2

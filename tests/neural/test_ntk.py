@@ -11,8 +11,8 @@ import pytest
 
 import fedkrr
 import neural
-from neural._src.ntk import ModelApply
-from neural._src.ntk import NTKError
+from neural._src.learners.ntk import ModelApply
+from neural._src.learners.ntk import NTKError
 
 INPUT_SHAPE = (2, 3, 1)
 
@@ -145,7 +145,7 @@ def test_neural_mlp_ntk_approaches_the_standard_parametrisation_kernel():
   fedkrr.ReluNTK / ReluNNGP(parametrization="standard", width=n): the empirical NTK and
   the read-out kernel <relu(h(x)), relu(h(x'))> + 1 approach them as n grows (the
   relative gap shrinks like n^-1/2: about 0.17 at n = 128, 0.02 at n = 8192 here)."""
-  from neural._src.compare import mlp_ntk
+  from neural._src.kd.compare import mlp_ntk
   x = np.random.default_rng(0).normal(size=(10, 16)).astype(np.float32)
   x64 = np.asarray(x, np.float64)
   gaps = {}

@@ -3,16 +3,16 @@
 import numpy as np
 import pytest
 
-from neural._src import partitions as partitions_lib
-from neural._src.partitions import PARTITIONS
-from neural._src.partitions import PartitionError
-from neural._src.partitions import dirichlet_classes
-from neural._src.partitions import dirichlet_clients
-from neural._src.partitions import iid
-from neural._src.partitions import label_counts
-from neural._src.partitions import label_split
-from neural._src.partitions import partition
-from neural._src.partitions import shards
+from neural._src.datasets import partitions as partitions_lib
+from neural._src.datasets.partitions import PARTITIONS
+from neural._src.datasets.partitions import PartitionError
+from neural._src.datasets.partitions import dirichlet_classes
+from neural._src.datasets.partitions import dirichlet_clients
+from neural._src.datasets.partitions import iid
+from neural._src.datasets.partitions import label_counts
+from neural._src.datasets.partitions import label_split
+from neural._src.datasets.partitions import partition
+from neural._src.datasets.partitions import shards
 
 PARAMS = {"iid": {}, "label-split": {"alpha": 0.3}, "dirichlet-clients": {"beta": 0.5},
           "dirichlet-classes": {"beta": 0.5}, "shards": {"shards_per_agent": 2}}

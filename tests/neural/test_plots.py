@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from fedkrr._src.paper import demo
-from neural._src import plots
-from neural._src.paper_units import unfinished_steps
+from neural._src.evidence.paper_units import unfinished_steps
+from neural._src.runtime import plots
 
 
 def _feddkc_rows(refinement, rounds=3):

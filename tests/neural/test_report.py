@@ -9,8 +9,8 @@ import fedkrr
 from fedkrr._src.cli import main as fedkrr_main
 from fedkrr._src.problem_io import load_problem
 from neural._src.cli import main
-from neural._src.report import MainJobSettings
-from neural._src.report import run_main_job
+from neural._src.figures.report import MainJobSettings
+from neural._src.figures.report import run_main_job
 
 
 def test_closed_form_part_through_the_command(tmp_path, x64, capsys):

@@ -9,20 +9,20 @@ import numpy as np
 import pytest
 
 import neural
-from neural._src.authors import control_table
-from neural._src.claims import ALL
-from neural._src.claims import CLAIMS
-from neural._src.claims import evaluate
 from neural._src.cli import main
-from neural._src.reproduce import shipped_figures
-from neural._src.reproduce_curves import figure_label
-from neural._src.reproduce_report import against_control
-from neural._src.reproduce_report import markdown
-from neural._src.rules import NOT_REPRODUCED
-from neural._src.rules import NOT_TESTABLE
-from neural._src.rules import REPRODUCED
-from neural._src.runs import run_one
-from neural._src.specs import load_spec
+from neural._src.evidence.authors import control_table
+from neural._src.evidence.claims import ALL
+from neural._src.evidence.claims import CLAIMS
+from neural._src.evidence.claims import evaluate
+from neural._src.evidence.rules import NOT_REPRODUCED
+from neural._src.evidence.rules import NOT_TESTABLE
+from neural._src.evidence.rules import REPRODUCED
+from neural._src.figures.reproduce import shipped_figures
+from neural._src.figures.reproduce_curves import figure_label
+from neural._src.figures.reproduce_report import against_control
+from neural._src.figures.reproduce_report import markdown
+from neural._src.jobs.runs import run_one
+from neural._src.jobs.specs import load_spec
 
 FIGURES = ("Fig. 4", "Fig. 5", "Fig. 6", "Fig. 8", "Fig. 9", "Fig. 10", "Fig. 11", "Fig. 12",
            "Fig. 13", "Fig. 14", "Fig. 15")

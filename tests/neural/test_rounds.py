@@ -7,14 +7,14 @@ from pathlib import Path
 
 import numpy as np
 
-from neural._src import rounds
-from neural._src.config import ExperimentConfig
-from neural._src.experiment import train_and_evaluate
+from neural._src.kd.experiment import train_and_evaluate
 from neural._src.methods.registry import Method
 from neural._src.methods.registry import MethodConfig
 from neural._src.methods.registry import register_method
 from neural._src.methods.registry import run_method
 from neural._src.methods.registry import test_scores as scores_of
+from neural._src.runtime import rounds
+from neural._src.runtime.config import ExperimentConfig
 
 SRC = Path(rounds.__file__).resolve().parent
 

@@ -8,29 +8,29 @@ from statistics import NormalDist
 import numpy as np
 import pytest
 
-from neural._src.curves import Curve
-from neural._src.curves import Group
-from neural._src.rules import INCONCLUSIVE
-from neural._src.rules import NO_DIFFERENCE
-from neural._src.rules import NOT_REPRODUCED
-from neural._src.rules import REPRODUCED
-from neural._src.rules import AgentsAlike
-from neural._src.rules import AgentsBenefit
-from neural._src.rules import BelowBaseline
-from neural._src.rules import BestAtRoundOne
-from neural._src.rules import Evidence
-from neural._src.rules import FasterDrop
-from neural._src.rules import Ordered
-from neural._src.rules import Oscillates
-from neural._src.rules import Outperforms
-from neural._src.rules import Steady
-from neural._src.rules import Trend
-from neural._src.rules import binomial_se
-from neural._src.rules import decide
-from neural._src.rules import decide_all
-from neural._src.rules import decide_any
-from neural._src.rules import noise_floor
-from neural._src.rules import seed_spreads
+from neural._src.evidence.curves import Curve
+from neural._src.evidence.curves import Group
+from neural._src.evidence.rules import INCONCLUSIVE
+from neural._src.evidence.rules import NO_DIFFERENCE
+from neural._src.evidence.rules import NOT_REPRODUCED
+from neural._src.evidence.rules import REPRODUCED
+from neural._src.evidence.rules import AgentsAlike
+from neural._src.evidence.rules import AgentsBenefit
+from neural._src.evidence.rules import BelowBaseline
+from neural._src.evidence.rules import BestAtRoundOne
+from neural._src.evidence.rules import Evidence
+from neural._src.evidence.rules import FasterDrop
+from neural._src.evidence.rules import Ordered
+from neural._src.evidence.rules import Oscillates
+from neural._src.evidence.rules import Outperforms
+from neural._src.evidence.rules import Steady
+from neural._src.evidence.rules import Trend
+from neural._src.evidence.rules import binomial_se
+from neural._src.evidence.rules import decide
+from neural._src.evidence.rules import decide_all
+from neural._src.evidence.rules import decide_any
+from neural._src.evidence.rules import noise_floor
+from neural._src.evidence.rules import seed_spreads
 
 BIG = 10_000        # test points: a binomial error of at most 0.005
 HUGE = 1_000_000    # test points: a binomial error of at most 0.0005 (crisp cases)

@@ -1,4 +1,5 @@
-"""The data of a run (``neural._src.run_data``): seeded subsets and the split among agents."""
+"""The data of a run (``neural._src.datasets.run_data``): seeded subsets and the split among
+agents."""
 
 import types
 

@@ -16,22 +16,22 @@ import pytest
 
 import fedkrr
 import neural
-from neural._src import rundir
-from neural._src.checkpoint import CheckpointError
-from neural._src.checkpoint import ModelSlot
-from neural._src.checkpoint import Node
-from neural._src.checkpoint import load_checkpoint
-from neural._src.checkpoint import read_checkpoint
-from neural._src.checkpoint import restore_checkpoint
-from neural._src.checkpoint import save_checkpoint
 from neural._src.cli import main
-from neural._src.config import ExperimentConfig
-from neural._src.experiment import train_and_evaluate
-from neural._src.learners import FlaxModel
-from neural._src.rundir import CHECKPOINT_FILE
-from neural._src.rundir import LOCK_FILE
-from neural._src.rundir import METRICS_FILE
-from neural._src.rundir import read_metrics
+from neural._src.kd.experiment import train_and_evaluate
+from neural._src.learners.learners import FlaxModel
+from neural._src.runtime import rundir
+from neural._src.runtime.checkpoint import CheckpointError
+from neural._src.runtime.checkpoint import ModelSlot
+from neural._src.runtime.checkpoint import Node
+from neural._src.runtime.checkpoint import load_checkpoint
+from neural._src.runtime.checkpoint import read_checkpoint
+from neural._src.runtime.checkpoint import restore_checkpoint
+from neural._src.runtime.checkpoint import save_checkpoint
+from neural._src.runtime.config import ExperimentConfig
+from neural._src.runtime.rundir import CHECKPOINT_FILE
+from neural._src.runtime.rundir import LOCK_FILE
+from neural._src.runtime.rundir import METRICS_FILE
+from neural._src.runtime.rundir import read_metrics
 
 TINY = dict(dataset="digits", train_subset=120, test_subset=60, models=("mlp",), tiny=True,
             epochs=1, batch_size=32, rounds=2, protocol="avgkd")
@@ -98,7 +98,7 @@ def _with_skeleton(path, edit):
   np.savez(path, **arrays)
 
 
-@pytest.mark.parametrize("name", ["neural._src.report:platform.uname_result", "os:system",
+@pytest.mark.parametrize("name", ["neural._src.figures.report:platform.uname_result", "os:system",
                                   "neural.__main__:X", "builtins:eval"])
 def test_a_type_named_by_a_checkpoint_is_never_looked_up(tmp_path, name):
   """The file names a type as a string: compared with the target's, never imported."""
@@ -289,8 +289,8 @@ def test_a_seed_beyond_32_bits_and_a_non_utf8_config_are_named(tmp_path, capsys)
 
 
 def test_a_cifar_batch_that_would_run_code_is_refused(tmp_path):
-  from neural._src.data import DataError
-  from neural._src.data import _read_cifar_batch
+  from neural._src.datasets.data import DataError
+  from neural._src.datasets.data import _read_cifar_batch
   proof = tmp_path / "pwned"
   (tmp_path / "test_batch").write_bytes(pickle.dumps({b"data": Exploit(proof), b"labels": [0]}))
   with pytest.raises(DataError, match="system"):
@@ -343,7 +343,8 @@ def _forest_for_network(top):
     ("avgkd", lambda top: top.update(round=7), "round 7 is not a round count in 0..2"),
     ("avgkd", lambda top: top.update(round=-1), "round -1 is not a round count"),
     ("backfit-gs", _forest_for_network, "a ForestModel in the file where a trained network"),
-    ("avgkd", lambda top: top["state"].update(type="neural._src.report:platform.uname_result"),
+    ("avgkd",
+     lambda top: top["state"].update(type="neural._src.figures.report:platform.uname_result"),
      "an uname_result of 2 fields in the file where an AveragedState"),
     ("avgkd", lambda top: top["state"].update(type="neural.__main__:X"),
      "a X of 2 fields in the file where an AveragedState"),
@@ -395,7 +396,7 @@ def test_a_run_that_diverges_stops_naming_round_agent_and_learning_rate(tmp_path
 
 def test_a_method_that_diverges_stops_before_writing_the_round(tmp_path):
   from neural._src.methods import mhd
-  from neural._src.rundir import DivergenceError
+  from neural._src.runtime.rundir import DivergenceError
   config = mhd.MHDConfig(method="mhd-isolated", dataset="digits", train_subset=120,
                          test_subset=30, agents=2, rounds=1, model="mlp", width=8, tiny=True,
                          aux_heads=1, public_fraction=0.25, labels_per_client=3,
@@ -420,8 +421,8 @@ def test_configs_refuse_numbers_that_are_not_finite(tmp_path, capsys, flags, mes
 
 
 def test_metric_rows_are_always_valid_json(tmp_path):
-  from neural._src.rundir import ExperimentError
-  from neural._src.rundir import append_metrics
+  from neural._src.runtime.rundir import ExperimentError
+  from neural._src.runtime.rundir import append_metrics
   with pytest.raises(ExperimentError, match="not finite"):
     append_metrics(tmp_path, [{"round": 0, "test_loss": float("nan")}])
   assert not (tmp_path / METRICS_FILE).exists()
@@ -437,7 +438,7 @@ def test_metric_rows_are_always_valid_json(tmp_path):
                                            ("empty", "expected a directory name, got ''")])
 def test_unusable_workdirs_are_refused_before_the_data_loads(tmp_path, capsys, monkeypatch, kind,
                                                              message):
-  from neural._src import run_data
+  from neural._src.datasets import run_data
   monkeypatch.setattr(run_data, "load_dataset", lambda *a, **k: pytest.fail("data loaded"))
   if kind == "under a file":
     (tmp_path / "file").write_text("x")

@@ -24,7 +24,7 @@ CHILD = textwrap.dedent("""
     import numpy as np
     import fedkrr
     import neural
-    from neural._src import training
+    from neural._src.training import training
 
     seen = {}
     plain_train_batch = training.train_batch
@@ -80,7 +80,7 @@ CHILD = textwrap.dedent("""
     except fedkrr.DeviceError as e:
       report["uneven"] = str(e)
     # config.devices = "all": each architecture's agents on the mesh of their number
-    from neural._src.experiment import build_learners
+    from neural._src.kd.experiment import build_learners
     mixed = neural.ExperimentConfig(models=("mlp", "cnn", "mlp", "mlp", "cnn", "forest"),
                                     agents=6, tiny=True, devices="all")
     report["meshes"] = [None if getattr(l, "mesh", None) is None else l.mesh.size

@@ -1,16 +1,16 @@
-"""Config files with sweeps (``neural._src.specs``), the shipped paper configs, run_configs."""
+"""Config files with sweeps (``neural._src.jobs.specs``), the shipped paper configs, run_configs."""
 
 import json
 import os
 
 import pytest
 
-from neural._src.config import ConfigError
-from neural._src.config import ExperimentConfig
-from neural._src.runs import run_configs
-from neural._src.specs import ConfigSpec
-from neural._src.specs import load_spec
-from neural._src.specs import shipped_configs
+from neural._src.jobs.runs import run_configs
+from neural._src.jobs.specs import ConfigSpec
+from neural._src.jobs.specs import load_spec
+from neural._src.jobs.specs import shipped_configs
+from neural._src.runtime.config import ConfigError
+from neural._src.runtime.config import ExperimentConfig
 
 FIGURES = ("Fig. 4", "Fig. 5", "Fig. 6", "Fig. 8", "Fig. 9", "Fig. 10", "Fig. 11", "Fig. 12",
            "Fig. 13", "Fig. 14", "Fig. 15")

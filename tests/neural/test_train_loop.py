@@ -13,7 +13,7 @@ import optax
 import pytest
 
 import neural
-from neural._src import train_loop as tl
+from neural._src.training import train_loop as tl
 
 SGD1 = neural.OptimizerConfig("sgd", 1.0)   # p <- p - grad: a loss -sum w p[id] counts uses
 

@@ -52,22 +52,22 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from neural._src import graphs
 from neural._src.choices import LOSSES
+from neural._src.datasets import graphs
+from neural._src.datasets.run_data import load_train_test
+from neural._src.datasets.run_data import split_agents
 from neural._src.methods.registry import Method
 from neural._src.methods.registry import MethodConfig
 from neural._src.methods.registry import register_method
 from neural._src.methods.registry import round_rng
 from neural._src.methods.registry import test_scores
-from neural._src.models import MODELS
-from neural._src.models import get_model
-from neural._src.optimizers import OptimizerConfig
-from neural._src.optimizers import make_optimizer
-from neural._src.run_data import load_train_test
-from neural._src.run_data import split_agents
-from neural._src.train_loop import train_loop
-from neural._src.training import init_variables
-from neural._src.training import per_example_loss
+from neural._src.models.models import MODELS
+from neural._src.models.models import get_model
+from neural._src.training.optimizers import OptimizerConfig
+from neural._src.training.optimizers import make_optimizer
+from neural._src.training.train_loop import train_loop
+from neural._src.training.training import init_variables
+from neural._src.training.training import per_example_loss
 
 METHODS = ("d-distillation", "d-sgd", "silo-sgd")
 Z_INITS = ("uniform", "model")

@@ -41,25 +41,25 @@ import jax.core
 import jax.numpy as jnp
 import numpy as np
 
+from neural._src.datasets.run_data import RunData
+from neural._src.datasets.run_data import load_run_data
 from neural._src.methods.registry import Method
 from neural._src.methods.registry import MethodConfig
 from neural._src.methods.registry import register_method
 from neural._src.methods.registry import round_rng
 from neural._src.methods.registry import test_scores
-from neural._src.models import NORMS
-from neural._src.models import SPLIT_RESNETS
-from neural._src.models import get_head
-from neural._src.models import get_model
-from neural._src.optimizers import OptimizerConfig
-from neural._src.optimizers import make_optimizer
-from neural._src.optimizers import optimizer_config
-from neural._src.run_data import RunData
-from neural._src.run_data import load_run_data
+from neural._src.models.models import NORMS
+from neural._src.models.models import SPLIT_RESNETS
+from neural._src.models.models import get_head
+from neural._src.models.models import get_model
 from neural._src.settings import MAX_EPOCHS
 from neural._src.settings import OptimizerChoice
-from neural._src.train_loop import train_loop
-from neural._src.train_loop import weighted_mean
-from neural._src.training import init_variables
+from neural._src.training.optimizers import OptimizerConfig
+from neural._src.training.optimizers import make_optimizer
+from neural._src.training.optimizers import optimizer_config
+from neural._src.training.train_loop import train_loop
+from neural._src.training.train_loop import weighted_mean
+from neural._src.training.training import init_variables
 
 Array = jax.Array
 

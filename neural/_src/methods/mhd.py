@@ -53,27 +53,27 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from neural._src.fedavg import average
-from neural._src.graphs import ALL_GRAPHS
-from neural._src.graphs import Graph
-from neural._src.graphs import hop_distances
-from neural._src.graphs import make_graph
+from neural._src.datasets.graphs import ALL_GRAPHS
+from neural._src.datasets.graphs import Graph
+from neural._src.datasets.graphs import hop_distances
+from neural._src.datasets.graphs import make_graph
+from neural._src.datasets.partitions import SKEWED_ASSIGNMENTS
+from neural._src.datasets.partitions import primary_labels
+from neural._src.datasets.partitions import skewed_label_split
+from neural._src.datasets.run_data import load_train_test
+from neural._src.learners.fedavg import average
 from neural._src.methods.registry import Method
 from neural._src.methods.registry import MethodConfig
 from neural._src.methods.registry import register_method
 from neural._src.methods.registry import round_rng
 from neural._src.methods.registry import test_scores
-from neural._src.models import MODELS
-from neural._src.models import get_model
-from neural._src.optimizers import OptimizerConfig
-from neural._src.optimizers import make_optimizer
-from neural._src.optimizers import optimizer_config
-from neural._src.partitions import SKEWED_ASSIGNMENTS
-from neural._src.partitions import primary_labels
-from neural._src.partitions import skewed_label_split
-from neural._src.run_data import load_train_test
+from neural._src.models.models import MODELS
+from neural._src.models.models import get_model
 from neural._src.settings import OptimizerChoice
-from neural._src.train_loop import train_loop
+from neural._src.training.optimizers import OptimizerConfig
+from neural._src.training.optimizers import make_optimizer
+from neural._src.training.optimizers import optimizer_config
+from neural._src.training.train_loop import train_loop
 
 Array = jax.Array
 ArrayLike = jax.typing.ArrayLike

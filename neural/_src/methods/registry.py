@@ -6,7 +6,7 @@ papers exchange more (soft decisions on public data, features, auxiliary heads, 
 server model), so each is a :class:`Method`: a typed config (a subclass of
 :class:`MethodConfig`), ``init(config, data) -> state`` and ``step(config, data,
 state, t) -> (state, rows)`` for one round. :func:`run_method` runs a method through
-the round loop of every run (``neural._src.rounds.run_rounds``, the KD protocols'
+the round loop of every run (``neural._src.runtime.rounds.run_rounds``, the KD protocols'
 too), so every method has the same run directory as the KD protocols::
 
   config.json      the method's config (with its "method" name)
@@ -36,12 +36,12 @@ from typing import NamedTuple
 import jax
 import numpy as np
 
-from neural._src.config import ConfigError
-from neural._src.config import RunConfig
-from neural._src.rounds import Step
-from neural._src.rounds import run_rounds
-from neural._src.run_data import load_run_data
-from neural._src.training import scores
+from neural._src.datasets.run_data import load_run_data
+from neural._src.runtime.config import ConfigError
+from neural._src.runtime.config import RunConfig
+from neural._src.runtime.rounds import Step
+from neural._src.runtime.rounds import run_rounds
+from neural._src.training.training import scores
 
 _REGISTRY: dict[str, Method] = {}
 
@@ -82,7 +82,7 @@ class Method(NamedTuple):
     config_cls: its config, a frozen subclass of :class:`MethodConfig`.
     init: ``init(config, data) -> state``: NamedTuples, dicts, tuples, lists, arrays and
       plain values. It is also the target a checkpoint is restored into (see
-      ``neural._src.checkpoint``): the state after any round must have the structure,
+      ``neural._src.runtime.checkpoint``): the state after any round must have the structure,
       shapes and dtypes of ``init``'s, and no type is ever read from a file.
     step: ``step(config, data, state, t) -> (state, rows)``: round t and its metric rows.
     load_data: ``load_data(config) -> data`` (default :func:`load_method_data`).

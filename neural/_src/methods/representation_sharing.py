@@ -61,20 +61,20 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from neural._src.fedavg import average
+from neural._src.datasets.run_data import load_run_data
+from neural._src.learners.fedavg import average
 from neural._src.methods.registry import Method
 from neural._src.methods.registry import MethodConfig
 from neural._src.methods.registry import register_method
 from neural._src.methods.registry import round_rng
 from neural._src.methods.registry import test_scores
-from neural._src.methods.repshare_models import BACKBONES
-from neural._src.methods.repshare_models import FeatureClassifier
-from neural._src.methods.repshare_models import RepShareError
-from neural._src.methods.repshare_models import make_client_model
-from neural._src.optimizers import make_optimizer
-from neural._src.run_data import load_run_data
+from neural._src.models.repshare_models import BACKBONES
+from neural._src.models.repshare_models import FeatureClassifier
+from neural._src.models.repshare_models import RepShareError
+from neural._src.models.repshare_models import make_client_model
 from neural._src.settings import EpochSettings
-from neural._src.train_loop import train_loop
+from neural._src.training.optimizers import make_optimizer
+from neural._src.training.train_loop import train_loop
 
 Array = jax.Array
 ArrayLike = jax.typing.ArrayLike

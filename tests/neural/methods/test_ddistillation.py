@@ -1,4 +1,4 @@
-"""Tests of D-Distillation, D-SGD and Silo-SGD (neural/_src/ddistillation.py)."""
+"""Tests of D-Distillation, D-SGD and Silo-SGD (neural/_src/methods/ddistillation.py)."""
 
 from typing import Any
 from typing import cast
@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 import neural
-from neural._src import graphs
-from neural._src.config import ConfigError
+from neural._src.datasets import graphs
 from neural._src.methods import ddistillation as dd
 from neural._src.methods.registry import get_method
 from neural._src.methods.registry import run_method
+from neural._src.runtime.config import ConfigError
 
 
 def _simplex(rng, shape):
@@ -201,7 +201,7 @@ def test_time_varying_graph_uses_one_part_of_the_edges_a_round(tmp_path):
 
 @pytest.mark.parametrize("name", ["ddist_small", "ddist_paper"])
 def test_shipped_configs_compare_the_three_methods(name):
-  from neural._src.specs import load_spec
+  from neural._src.jobs.specs import load_spec
   runs = [(label, cast(dd.DDistConfig, config)) for label, config in load_spec(name).expand()]
   assert sorted(config.method for _, config in runs) == sorted(dd.METHODS)
   assert all(config.agents == 16 and config.graph == "random" and config.graph_degree == 3
@@ -211,7 +211,7 @@ def test_shipped_configs_compare_the_three_methods(name):
 
 @pytest.mark.parametrize("name", ["ddist_fig3_small", "ddist_fig3_paper"])
 def test_fig3_configs_mix_two_and_four_architectures(name):
-  from neural._src.specs import load_spec
+  from neural._src.jobs.specs import load_spec
   runs = [(label, cast(dd.DDistConfig, config)) for label, config in load_spec(name).expand()]
   assert sorted(config.method for _, config in runs) == sorted(dd.METHODS * 2)
   sizes = {label.split("__")[0]: [len(d) for _, d in config.groups] for label, config in runs}
@@ -222,7 +222,7 @@ def test_fig3_configs_mix_two_and_four_architectures(name):
 
 
 def test_paper_config_draws_every_reference_point_many_times():
-  from neural._src.specs import load_spec
+  from neural._src.jobs.specs import load_spec
   _, config = load_spec("ddist_paper").expand()[0]
   config = cast(dd.DDistConfig, config)
   q = 0.4 * 60000    # MNIST's reference set

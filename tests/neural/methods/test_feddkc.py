@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 import neural
+from neural._src.jobs.specs import load_spec
 from neural._src.methods import feddkc
 from neural._src.methods.registry import load_method_data
-from neural._src.specs import load_spec
 
 C = 10
 

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from neural._src.cli import main
-from neural._src.config import ConfigError
+from neural._src.datasets.run_data import load_run_data
+from neural._src.jobs.specs import load_spec
 from neural._src.methods.registry import Method
 from neural._src.methods.registry import MethodConfig
 from neural._src.methods.registry import get_method
@@ -19,10 +20,9 @@ from neural._src.methods.registry import register_method
 from neural._src.methods.registry import round_rng
 from neural._src.methods.registry import run_method
 from neural._src.methods.registry import test_scores as scores_of
-from neural._src.run_data import load_run_data
-from neural._src.rundir import ExperimentError
-from neural._src.rundir import read_metrics
-from neural._src.specs import load_spec
+from neural._src.runtime.config import ConfigError
+from neural._src.runtime.rundir import ExperimentError
+from neural._src.runtime.rundir import read_metrics
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,7 +12,7 @@ from neural._src.methods import representation_sharing as rs
 from neural._src.methods.registry import method_config_from_dict
 from neural._src.methods.registry import round_rng
 from neural._src.methods.registry import run_method
-from neural._src.rundir import read_metrics
+from neural._src.runtime.rundir import read_metrics
 
 TINY: dict[str, Any] = dict(dataset="digits", train_subset=64, test_subset=40, agents=2,
                             rounds=2, backbone="mlp", feature_dim=6, width=8, batch_size=16,
@@ -229,7 +229,7 @@ def test_relay_sees_only_the_payload_and_means_are_one_round_stale(monkeypatch):
 
 
 def test_config_checks_its_fields():
-  from neural._src.config import ConfigError
+  from neural._src.runtime.config import ConfigError
   with pytest.raises(ConfigError, match="num_download"):
     _config(method="repshare", num_download=2)
   with pytest.raises(ConfigError, match="backbone"):
@@ -379,7 +379,7 @@ def test_fd_teacher_from_the_untrained_models_with_or_without_the_own_client(inc
 
 
 def test_one_client_is_the_centralised_baseline(tmp_path):
-  from neural._src.config import ConfigError
+  from neural._src.runtime.config import ConfigError
   config = _config(agents=1, method="repshare-independent")
   rows = run_method(config, tmp_path, max_rounds=1)
   assert len(rows) == 1 and rows[0]["agent"] == 0 and 0 <= rows[0]["test_accuracy"] <= 1

@@ -1,0 +1,1 @@
+"""Datasets, partitions, graphs, a run's data and downloads."""

@@ -1,0 +1,1 @@
+"""The paper's units, curves, rules, statements and the authors' curves."""

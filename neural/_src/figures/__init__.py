@@ -1,0 +1,1 @@
+"""The main job's report and the paper figures' runs."""

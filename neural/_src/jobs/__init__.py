@@ -1,0 +1,1 @@
+"""Config files, runs and worker processes."""

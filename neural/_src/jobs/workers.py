@@ -1,0 +1,250 @@
+"""Runs in worker processes: ``neural reproduce --jobs J`` runs J of a figure's runs at a time.
+
+One process keeps about 1.5 of 2 CPU cores busy when it trains the small configs
+(XLA:CPU's threads wait on each other between small kernels), so two processes side
+by side do more runs per hour. Each worker (``python -m neural._src.jobs.workers``) lives
+for the whole call and runs one run after another (the runs of a figure share their
+shapes, so a worker compiles its programs once). A run in a worker is the same call as
+in the command's own process (:func:`neural._src.jobs.runs.run_one`, the same config, the
+same directory, the same float64 setting of JAX), so its numbers are the same.
+
+The command and its workers speak JSON lines: a task (the run's config, its directory,
+``max_rounds``) on the worker's stdin, the run's metric rows (or its error) on its
+stdout. A worker prints everything else to stderr.
+
+Stopping: a signal to the command (Ctrl-C, ``kill``) stops the workers first, each
+after the round it is committing, and the command exits after them (exit status
+130 or 143, as without workers); a worker whose command is gone (killed outright)
+stops by itself within a second or two. A run that fails in a worker stops the
+others and raises its error, named by the run. Started again, every run resumes
+where it stopped, as without workers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+import json
+import os
+from pathlib import Path
+import selectors
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import IO
+from typing import Any
+from typing import cast
+import warnings
+
+from fedkrr.io import before_exit
+from fedkrr.io import end_process
+from fedkrr.io import signals_exit
+from neural._src.datasets.data import DataError
+from neural._src.jobs.runs import run_one
+from neural._src.jobs.specs import config_from_dict
+from neural._src.runtime.config import ConfigError
+from neural._src.runtime.config import RunConfig
+from neural._src.runtime.rundir import DivergenceError
+from neural._src.runtime.rundir import ExperimentError
+from neural._src.runtime.rundir import show_warning
+
+# --jobs auto: worker processes per GPU (3 on one H200 ran Fig. 6's 72 small runs in 1.6
+# minutes, each worker's small kernels leaving the GPU idle most of the time) and on a CPU
+# (2 on 2 cores did 1.25-1.4x the runs per hour of 1; larger CPUs were not measured).
+AUTO_JOBS_GPU = 3
+AUTO_JOBS_CPU = 2
+STOP_SECONDS = 60.0   # the longest the command waits for a stopped worker's last commit
+_PARENT_POLL = 1.0    # seconds between a worker's looks at its parent
+# The errors a worker sends back by name (the others arrive as ExperimentError).
+_ERRORS: dict[str, type[ValueError]] = {e.__name__: e for e in (
+    ConfigError, DataError, ExperimentError, DivergenceError)}
+
+
+# ---------------------------------------------------------------------------
+# The worker
+
+
+def _watch_parent(parent: int) -> None:
+  """A worker's thread: ends the worker (cleanly) once the command that started it is gone."""
+  while True:
+    time.sleep(_PARENT_POLL)
+    if os.getppid() != parent:
+      end_process(signal.SIGTERM)
+
+
+def _serve(tasks: IO[str], replies: IO[str]) -> None:
+  """Runs each task line of ``tasks`` and writes its reply line to ``replies``."""
+  for line in tasks:
+    task = json.loads(line)
+    try:
+      config = config_from_dict(task["config"])
+      rows = run_one(config, task["workdir"], "paper", progress=False,
+                     max_rounds=task["max_rounds"])
+      reply: dict[str, Any] = {"rows": rows}
+    except Exception as e:   # sent back: the command stops the others and raises it
+      reply = {"error": type(e).__name__, "message": str(e)}
+    replies.write(json.dumps(reply) + "\n")
+    replies.flush()
+
+
+def main() -> int:
+  """A worker process: signals end it as they end a command (quietly), so does its
+  command's end, and a GPU's memory is taken as needed, not all at once per process."""
+  os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+  replies = os.fdopen(os.dup(sys.stdout.fileno()), "w")
+  sys.stdout = sys.stderr   # the runs' own prints must not reach the reply stream
+  with signals_exit("neural", quiet=True):
+    threading.Thread(target=_watch_parent, args=(int(sys.argv[1]),), name="watch-parent",
+                     daemon=True).start()
+    with warnings.catch_warnings():
+      warnings.showwarning = show_warning
+      _serve(sys.stdin, replies)
+  return 0
+
+
+# ---------------------------------------------------------------------------
+# The command's side
+
+
+def _rounds(config: RunConfig) -> int:
+  """A run's rounds (AKD's and EKD's count twice): the longest runs start first, so that
+  no long run is left to run alone at the end."""
+  return int(getattr(config, "total_rounds", getattr(config, "rounds", 1)))
+
+
+def on_gpu() -> bool:
+  """Whether JAX's default backend is a GPU (starting it, without preallocating its
+  memory unless ``XLA_PYTHON_CLIENT_PREALLOCATE`` says otherwise)."""
+  os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+  import jax  # deferred: the backend starts only when asked for
+
+  return jax.default_backend() in ("gpu", "cuda", "rocm")
+
+
+def auto_jobs() -> int:
+  """``--jobs auto``: :data:`AUTO_JOBS_GPU` workers where JAX's default backend is a GPU,
+  else :data:`AUTO_JOBS_CPU` (at most one per CPU core this process may use).
+
+  Asks JAX for its backend, which starts it in this process; on a GPU without memory
+  preallocation (``XLA_PYTHON_CLIENT_PREALLOCATE=false`` unless set), so that the
+  workers find the memory free.
+  """
+  if on_gpu():
+    return AUTO_JOBS_GPU
+  cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+  return max(1, min(AUTO_JOBS_CPU, cores or 1))
+
+
+def _worker_env() -> dict[str, str]:
+  """This process's environment, with its JAX float64 setting: a caller that turned on
+  ``jax_enable_x64`` gets workers that compute as it would. On a GPU the workers share
+  its memory: each allocates as it goes (``XLA_PYTHON_CLIENT_PREALLOCATE=false``, unless
+  the variable is set) instead of the first reserving three quarters of it."""
+  env = dict(os.environ)
+  env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+  if "jax" in sys.modules:
+    env["JAX_ENABLE_X64"] = "1" if sys.modules["jax"].config.read("jax_enable_x64") else "0"
+  return env
+
+
+def stop_workers(workers: Sequence[subprocess.Popen], timeout: float = STOP_SECONDS) -> None:
+  """Sends SIGTERM to the workers and waits (at most ``timeout`` seconds in all) until they
+  have ended, each after the commit it is inside."""
+  for worker in workers:
+    if worker.poll() is None:
+      worker.send_signal(signal.SIGTERM)
+  deadline = time.monotonic() + timeout
+  for worker in workers:
+    try:
+      worker.wait(timeout=max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+      worker.kill()
+
+
+def _error(name: str, reply: dict[str, Any] | None) -> ValueError:
+  """The run's error as the command raises it, the run's name in front."""
+  if reply is None:
+    return ExperimentError(f"{name}: a worker process ended before finishing the run "
+                           "(killed, or out of memory?); run the same command again to resume")
+  return _ERRORS.get(reply["error"], ExperimentError)(
+      f"{name}: {reply['message']}" + ("" if reply["error"] in _ERRORS
+                                       else f" ({reply['error']})"))
+
+
+def run_in_workers(tasks: Sequence[tuple[str, RunConfig, Path]], jobs: int, *,
+                   max_rounds: int | None = None, progress: bool = False,
+                   label: str = "runs") -> list[list[dict[str, Any]]]:
+  """Runs (or resumes) every ``(name, config, directory)`` of ``tasks``, ``jobs`` at a time.
+
+  Args:
+    tasks: the runs; ``name`` names the run in the progress bar and in errors.
+    jobs: how many worker processes (at most one per task).
+    max_rounds: do at most this many rounds of each run (as ``neural run --max-rounds``).
+    progress: a bar over the finished runs (the runs themselves show none).
+    label: the bar's description.
+
+  Returns:
+    Each task's metric rows, in the order of ``tasks``.
+
+  Raises:
+    ExperimentError: the first failed run's error (or ``ConfigError``, ``DataError``
+      where it was one), its message starting with the run's name; the other workers
+      are stopped first.
+  """
+  from tqdm.auto import tqdm
+
+  results: list[list[dict[str, Any]] | None] = [None] * len(tasks)
+  queue = sorted(range(len(tasks)), key=lambda i: -_rounds(tasks[i][1]))
+  workers: list[subprocess.Popen] = []
+  busy: dict[subprocess.Popen, int] = {}
+  selector = selectors.DefaultSelector()
+  bar = tqdm(total=len(tasks), desc=label, unit="run", disable=not progress, dynamic_ncols=True)
+
+  def give(worker: subprocess.Popen) -> None:
+    i = queue.pop(0)
+    task = {"config": tasks[i][1].to_dict(), "workdir": str(tasks[i][2]),
+            "max_rounds": max_rounds}
+    assert worker.stdin is not None
+    worker.stdin.write(json.dumps(task) + "\n")
+    worker.stdin.flush()
+    busy[worker] = i
+
+  with before_exit(lambda signum: stop_workers(workers)):
+    try:
+      for _ in range(max(1, min(jobs, len(tasks)))):
+        worker = subprocess.Popen(
+            [sys.executable, "-P", "-m", "neural._src.jobs.workers", str(os.getpid())],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=_worker_env())
+        workers.append(worker)
+        selector.register(worker.stdout, selectors.EVENT_READ, worker)   # type: ignore[arg-type]
+        give(worker)
+      while busy:
+        for key, _ in selector.select():
+          worker = key.data
+          line = worker.stdout.readline()
+          i = busy.pop(worker)
+          reply = json.loads(line) if line else None
+          if reply is None or "error" in reply:
+            raise _error(tasks[i][0], reply)
+          results[i] = reply["rows"]
+          bar.update(1)
+          bar.set_postfix_str(tasks[i][0], refresh=True)
+          if queue:
+            give(worker)
+    except BaseException:
+      stop_workers(workers)
+      raise
+    finally:
+      for worker in workers:
+        if worker.stdin is not None:
+          worker.stdin.close()   # end of tasks: an idle worker exits
+      for worker in workers:
+        worker.wait()
+      selector.close()
+      bar.close()
+  return cast(list[list[dict[str, Any]]], results)   # every task replied (else raised)
+
+
+if __name__ == "__main__":
+  sys.exit(main())

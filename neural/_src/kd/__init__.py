@@ -1,0 +1,1 @@
+"""The KD experiment and its bridge to fedkrr."""

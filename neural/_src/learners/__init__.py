@@ -1,0 +1,1 @@
+"""Learners: networks, forests, NTK, linearised networks, FedAvg."""

@@ -1,0 +1,1 @@
+"""Flax models and their convolutions."""

@@ -1,0 +1,1 @@
+"""Configs, checkpoints, plots, run directories and the round loop."""

@@ -1,0 +1,1 @@
+"""Optimisers and the training loops."""
