@@ -327,30 +327,29 @@ def _model_heterogeneity(f: str, same: str, where: str, quote: str) -> tuple[Cla
   )
 
 
-def _fedavg_both_ways(claims: tuple[Claim, ...]) -> tuple[Claim, ...]:
-  """Each claim comparing with FedAvg (scored, as in the paper, by its clients after local
-  training), then the same claim against FedAvg's averaged model (``<run>:server``)."""
+def _with_twins(claims: tuple[Claim, ...], run: str, twin: str, note: str) -> tuple[Claim, ...]:
+  """Each claim, then, where it compares a run ending in ``run``, the same claim with that
+  run's name extended by ``twin`` and ``note`` added to the statement."""
   out: list[Claim] = []
   for claim in claims:
     out.append(claim)
-    if any(r.endswith("__fedavg") for r in claim.runs):
-      runs = tuple(r + ":server" if r.endswith("__fedavg") else r for r in claim.runs)
-      out.append(dataclasses.replace(claim, runs=runs, statement=(
-          f"{claim.statement} (FedAvg's averaged model; the paper scored its clients)")))
+    if any(r.endswith(run) for r in claim.runs):
+      runs = tuple(r + twin if r.endswith(run) else r for r in claim.runs)
+      out.append(dataclasses.replace(claim, runs=runs, statement=f"{claim.statement} ({note})"))
   return tuple(out)
+
+
+def _fedavg_both_ways(claims: tuple[Claim, ...]) -> tuple[Claim, ...]:
+  """Each claim comparing with FedAvg (scored, as in the paper, by its clients after local
+  training), then the same claim against FedAvg's averaged model (``<run>:server``)."""
+  return _with_twins(claims, "__fedavg", ":server",
+                     "FedAvg's averaged model; the paper scored its clients")
 
 
 def _authors_pkd(claims: tuple[Claim, ...]) -> tuple[Claim, ...]:
   """Each claim about PKD, then the same claim about ``pkd-mean``, the PKD of the authors'
   code (which drew the figures; ``pkd`` follows the paper's equations)."""
-  out: list[Claim] = []
-  for claim in claims:
-    out.append(claim)
-    if any(r.endswith("__pkd") for r in claim.runs):
-      runs = tuple(r + "-mean" if r.endswith("__pkd") else r for r in claim.runs)
-      out.append(dataclasses.replace(claim, runs=runs,
-                                     statement=f"{claim.statement} (pkd-mean)"))
-  return tuple(out)
+  return _with_twins(claims, "__pkd", "-mean", "pkd-mean")
 
 
 CLAIMS: tuple[Claim, ...] = _fedavg_both_ways(_authors_pkd((

@@ -336,9 +336,11 @@ def _relative_drop(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 class Trend:
   """A curve's direction over the rounds, for every curve of the first group.
 
-  ``kind``: "degrades" (drop from the peak > 0), "no-degradation" (drop from the
-  peak <= ``TOL``), "improves" (gain over round 1 > 0) or "no-improvement" (gain
-  <= ``TOL``). ``per_agent``: each agent's curve instead of the agents' mean.
+  ``kind``: "degrades" (some level before the end above the end: round 1 and each
+  two-round mean, tested one by one with widened intervals, :func:`decide_any`),
+  "no-degradation" (every such level minus the end <= ``TOL``, :func:`decide_all`),
+  "improves" (gain over round 1 > 0) or "no-improvement" (gain <= ``TOL``).
+  ``per_agent``: each agent's curve instead of the agents' mean.
   """
 
   kind: str
@@ -411,7 +413,8 @@ class Steady:
 @dataclasses.dataclass(frozen=True)
 class Oscillates:
   """Each curve swings between consecutive rounds within paper rounds ``first..last``:
-  the largest |v[t+1] - v[t]| there exceeds ``swing`` beyond the noise."""
+  some |v[t+1] - v[t]| there exceeds ``swing`` (pair by pair, the intervals widened for
+  the number of pairs: :func:`decide_any`)."""
 
   first: int = 2
   last: int = 6
@@ -441,7 +444,8 @@ class Oscillates:
 @dataclasses.dataclass(frozen=True)
 class BelowBaseline:
   """Every round of every curve of the first group below the second group's value (the
-  centralised run: one round, the mean of its agents' models)."""
+  centralised run: one round, the mean of its agents' models), round by round
+  (:func:`decide_all`)."""
 
   @property
   def text(self) -> str:
@@ -618,10 +622,11 @@ class Outperforms:
 class AgentsBenefit:
   """Every agent gains over its local model in the early rounds.
 
-  For each curve of the first group and each agent: the agent's best value over
-  paper rounds 2..``EARLY`` exceeds its round 1 (its model on its own labels) beyond
-  the noise. EKD has no per-agent curve: its ensemble's best over rounds 1..``EARLY``
-  must exceed each agent's local model.
+  For each curve of the first group and each agent: some paper round of 2..``EARLY``
+  exceeds the agent's round 1 (its model on its own labels), round by round with the
+  intervals widened for the number of rounds (:func:`decide_any`; the best of them is
+  shown). EKD has no per-agent curve: some round of its ensemble's 1..``EARLY`` must
+  exceed each agent's local model.
   """
 
   @property
@@ -661,7 +666,7 @@ class AgentsBenefit:
 @dataclasses.dataclass(frozen=True)
 class BestAtRoundOne:
   """Agent ``agent``'s round-1 value above every other agent's value at every round and its
-  own later rounds, beyond the noise."""
+  own later rounds, each comparison its own (:func:`decide_all`)."""
 
   agent: int = 0
 
