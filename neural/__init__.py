@@ -79,6 +79,12 @@ if TYPE_CHECKING:
   from neural._src.evidence.claims import Claim
   from neural._src.evidence.curves import Curve
   from neural._src.evidence.paper_units import paper_rounds
+  from neural._src.evidence.seeded import Effect
+  from neural._src.evidence.seeded import Judgement
+  from neural._src.evidence.seeded import count_verdicts
+  from neural._src.evidence.seeded import difference
+  from neural._src.evidence.seeded import judge
+  from neural._src.evidence.seeded import judgement_table
   from neural._src.figures.report import MainJobSettings
   from neural._src.figures.report import run_main_job
   from neural._src.figures.reproduce import figure_configs
