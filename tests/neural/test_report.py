@@ -49,12 +49,40 @@ def test_every_part_at_tiny_scale(tmp_path, x64):
   assert "partition iid " not in report and "iid ," not in report
   assert "per cycle of 2 rounds" in report and "spectral radius per round" in report
   assert "fitted rate" not in report   # 2 rounds: too few to fit a rate, so none is shown
+  # FedAvg on AvgKD's split, scored by its clients and by its averaged model
+  fedavg = [json.loads(line) for line in
+            (tmp_path / "mnist" / "fedavg" / "metrics.jsonl").read_text().splitlines()]
+  server = {r["round"]: r["test_accuracy"] for r in fedavg if r["agent"] == "server"}
+  assert sorted(server) == [0, 1]
+  assert "| 2 | " in report and f" {server[1]:.3f} |" in report
+  assert "**AvgKD vs FedAvg, scored both ways**" in report
+  assert "scored by its clients (the paper's way)" in report
+  assert "scored by its averaged model (what FedAvg deploys)" in report
   timings = json.loads((tmp_path / "timings.json").read_text())
   assert set(timings) == {"verify", "toy", "mnist", "total", "cpu_seconds", "cores",
                           "load_average"}
   assert f"{timings['cpu_seconds']:.0f} s of CPU time" in report
   assert np.isclose(timings["total"], sum(timings[p] for p in ("verify", "toy", "mnist")),
                     rtol=0.05)
+
+
+def test_fedavg_both_ways_reads_the_margins_from_the_rows():
+  from neural._src.figures.report import _fedavg_both_ways
+  avgkd = [{"round": t, "agent": a, "test_accuracy": acc}
+           for t, acc in enumerate([0.50, 0.70, 0.72]) for a in (0, 1)]
+  clients = [{"round": t, "agent": a, "test_accuracy": acc}
+             for t, acc in enumerate([0.50, 0.55, 0.56]) for a in (0, 1)]
+  server = [{"round": t, "agent": "server", "test_accuracy": acc}
+            for t, acc in enumerate([0.60, 0.80, 0.82])]
+  table, text = _fedavg_both_ways(avgkd, clients + server, num_test=10_000)
+  assert "| 3 | 0.720 | 0.560 | 0.820 |" in table
+  # rounds 2-3: AvgKD 0.71 against clients 0.555 (+0.155) and server 0.81 (-0.100)
+  assert "scored by its clients (the paper's way), AvgKD is ahead (+0.155)" in text
+  assert "scored by its averaged model (what FedAvg deploys), AvgKD is behind (-0.100)" in text
+  assert "Which FedAvg model is scored decides the comparison here." in text
+  same = [dict(r, test_accuracy=0.56 if r["round"] else 0.6) for r in server]
+  _, text = _fedavg_both_ways(avgkd, clients + same, num_test=10_000)
+  assert "Both scorings agree here." in text
 
 
 def test_bad_settings_are_refused_naming_the_argument(tmp_path, capsys):

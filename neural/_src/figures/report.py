@@ -11,13 +11,16 @@ Four parts, each in its own subdirectory of ``DIR``, then ``DIR/report.md``:
 4. ``mnist/``: AKD, AvgKD and EKD replayed with neural networks on the embedded
    MNIST subset on the CPU, each next to its closed-form twin with the networks'
    neural tangent kernels (``neural.compare``; ``mnist/<protocol>/compare.png``
-   and ``mnist/side_by_side.png``).
+   and ``mnist/side_by_side.png``), and FedAvg on AvgKD's split, scored both ways:
+   by its clients after local training (as the paper scores it) and by its
+   averaged model (``mnist/fedavg/``).
 
 The report ends with a reading generated from the numbers, not written in advance.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 import dataclasses
 import json
 import os
@@ -40,7 +43,9 @@ from neural._src.choices import MAIN_JOB_PARTS
 from neural._src.jobs.specs import load_spec
 from neural._src.kd.compare import MIN_FIT_ROUNDS
 from neural._src.kd.compare import compare
+from neural._src.kd.experiment import train_and_evaluate
 from neural._src.runtime.config import ExperimentConfig
+from neural._src.runtime.rundir import read_metrics
 
 PARTS = MAIN_JOB_PARTS
 MNIST_CONFIG = "compare_small"
@@ -61,6 +66,9 @@ class MainJobSettings:
       is replaced by each of ``protocols``.
     mnist_overrides: config fields changed for the MNIST replay (tests use it).
     kernel: the theory's kernel option of ``neural.compare``.
+    fedavg: with AvgKD among ``protocols``, also run FedAvg on its split and score
+      it both ways (its clients after local training, as the paper does, and its
+      averaged model) beside AvgKD.
     seed: the seed of every part.
   """
 
@@ -72,6 +80,7 @@ class MainJobSettings:
   mnist_config: str = MNIST_CONFIG
   mnist_overrides: tuple[tuple[str, Any], ...] = ()
   kernel: str = "ntk"
+  fedavg: bool = True
   seed: int = 0
 
   def __post_init__(self):
@@ -351,7 +360,62 @@ def _mnist(out: Path, settings: MainJobSettings, progress: bool):
             f"direction on one seed is an observation, not a test.", "",
             "Per-round tables: " + ", ".join(f"[{p}](mnist/{p}/compare.md)" for p in results)
             + "."]
+  if settings.fedavg and "avgkd" in results:
+    print("      fedavg: on AvgKD's split, scored by its clients and by its averaged model",
+          flush=True)
+    fedavg_rows = train_and_evaluate(base.replace(protocol="fedavg"), out / "fedavg",
+                                     progress=progress)
+    table, line = _fedavg_both_ways(read_metrics(out / "avgkd"), fedavg_rows, num_test)
+    lines += ["", table]
+    reading.append(line)
   return "\n".join(lines), reading
+
+
+def _mean_by_round(rows: list[dict[str, Any]], keep: Callable[[Any], bool]) -> dict[int, float]:
+  """Round -> the mean test accuracy of the rows whose agent ``keep`` accepts."""
+  by: dict[int, list[float]] = {}
+  for r in rows:
+    if keep(r["agent"]):
+      by.setdefault(int(r["round"]), []).append(float(r["test_accuracy"]))
+  return {t: float(np.mean(v)) for t, v in sorted(by.items())}
+
+
+def _fedavg_both_ways(avgkd_rows: list[dict[str, Any]], fedavg_rows: list[dict[str, Any]],
+                      num_test: int) -> tuple[str, str]:
+  """The table of AvgKD's agents beside FedAvg's clients and averaged model per round,
+  and the reading: AvgKD's margin over FedAvg scored each way over the rounds after the
+  first exchange (one seed: an observation; a margin under two standard errors of a
+  difference counts as level)."""
+  is_agent = lambda a: isinstance(a, int)
+  avgkd = _mean_by_round(avgkd_rows, is_agent)
+  clients = _mean_by_round(fedavg_rows, is_agent)
+  server = _mean_by_round(fedavg_rows, lambda a: a == "server")
+  rounds = [t for t in avgkd if t in clients and t in server]
+  lines = ["AvgKD beside FedAvg on the same split (`mnist/fedavg/`), scored both ways: "
+           "FedAvg's clients after local training (as the paper scores FedAvg in Figs. 6 "
+           "and 8) and its averaged model (the server's, what FedAvg deploys).", "",
+           "| paper round | AvgKD (agents' mean) | FedAvg: clients after local training | "
+           "FedAvg: averaged model |", "| --- | --- | --- | --- |"]
+  lines += [f"| {t + 1} | {avgkd[t]:.3f} | {clients[t]:.3f} | {server[t]:.3f} |"
+            for t in rounds]
+  later = [t for t in rounds if t >= 1] or rounds   # after the first exchange
+  level = 2 * _standard_error(num_test)
+  margins = {way: float(np.mean([avgkd[t] - ref[t] for t in later]))
+             for way, ref in (("clients", clients), ("averaged model", server))}
+  side = lambda m: "ahead" if m > level else ("behind" if m < -level else "level")
+  span = (f"paper rounds {later[0] + 1}-{later[-1] + 1}" if len(later) > 1
+          else f"paper round {later[0] + 1}")
+  why = {"clients": "the paper's way", "averaged model": "what FedAvg deploys"}
+  ways = "; ".join(f"scored by its {way} ({why[way]}), AvgKD is {side(m)} ({m:+.3f})"
+                   for way, m in margins.items())
+  agree = len({side(m) for m in margins.values()}) == 1
+  text = (f"**AvgKD vs FedAvg, scored both ways** (mean over {span}, one seed, "
+          f"{num_test} test points; a margin under {level:.3f} counts as level): {ways}. "
+          + ("Both scorings agree here." if agree else
+             "Which FedAvg model is scored decides the comparison here.")
+          + " `neural reproduce --figure 6` decides the paper's \"AvgKD consistently "
+          "outperforms FedAvg\" both ways over seeds.")
+  return "\n".join(lines), text
 
 
 def _num(value: Any) -> str:
