@@ -295,8 +295,8 @@ def reproduce_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
   parser = argparse.ArgumentParser(
       prog="neural reproduce",
       usage="neural reproduce [-h] --figure N [--scale small|paper] --workdir DIR "
-            "[--seeds K] [--with DIR] [--FIELD VALUE ...] [--set FIELD=VALUE] "
-            "[--max-rounds K] [--progress | --no-progress]",
+            "[--seeds K] [--with DIR] [--paper-rounds K] [--FIELD VALUE ...] "
+            "[--set FIELD=VALUE] [--max-rounds K] [--progress | --no-progress]",
       description="Runs (or resumes) every run of the shipped config(s) of Fig. N (small: "
                   "the *_small config, embedded data, a CPU; paper: the full-size config, "
                   "and for Figs. 9-10 the *_text variant too, with the MNIST / CIFAR-10 "
@@ -325,6 +325,11 @@ def reproduce_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
                            "(default 1; on a 2-core CPU 2 does 1.25-1.4x the runs per hour); "
                            "'auto': 3 on a GPU, 2 on a CPU of 2 cores or more (the measured "
                            "best), 1 otherwise")
+  parser.add_argument("--paper-rounds", type=_count(1), metavar="K",
+                      help="give every run K paper rounds, keeping its steps per paper round "
+                           "(AKD M, EKD 2): the small configs have 5; 20, the paper's, "
+                           "decides the statements about the long run (minutes on a GPU; "
+                           "use a new --workdir)")
   fields = add_field_flags(parser, [(ExperimentConfig, [])])
   _set_arg(parser)
   _max_rounds_arg(parser)
@@ -587,7 +592,7 @@ def _reproduce(args: argparse.Namespace) -> int:
   result = reproduce(args.figure, args.workdir, scale=args.scale,
                      overrides=overrides_from_args(args), seeds=args.seeds,
                      others=args.others, progress=args.progress, max_rounds=args.max_rounds,
-                     jobs=args.jobs)
+                     jobs=args.jobs, paper_rounds=args.paper_rounds)
   counts = result.counts()
   apart = result.apart()
   print(f"{result.paths['md']}: {result.figure} at {result.scale} scale, "

@@ -423,6 +423,33 @@ def test_bad_seeds_and_an_unreadable_other_figure_are_one_line(tmp_path, capsys)
   assert not list(tmp_path.iterdir())
 
 
+def test_paper_rounds_keep_each_runs_steps_per_paper_round(tmp_path, capsys):
+  from neural._src.evidence.paper_units import paper_round_count
+  from neural._src.evidence.paper_units import steps_for_paper_rounds
+  from neural._src.figures.reproduce import with_paper_rounds
+  from neural._src.jobs.specs import load_spec
+  for protocol in ("akd", "avgkd", "pkd", "ekd", "fedavg", "central"):
+    for agents in (2, 3, 5):
+      for k in (1, 5, 20):
+        assert paper_round_count(protocol, steps_for_paper_rounds(protocol, k, agents),
+                                 agents) == k, (protocol, agents, k)
+  runs = load_spec("fig06_alpha_same_model_small").expand()
+  assert {c.rounds for n, c in runs if n.endswith("__ekd")} == {10}   # 5 paper rounds
+  longer = dict(with_paper_rounds(runs, 20))
+  assert {n: c.rounds for n, c in longer.items() if n.startswith("alpha=0.0__")} == {
+      "alpha=0.0__avgkd": 20, "alpha=0.0__pkd": 20, "alpha=0.0__pkd-mean": 20,
+      "alpha=0.0__ekd": 40, "alpha=0.0__fedavg": 20, "alpha=0.0__central": 20}
+  assert with_paper_rounds(runs, None) is runs
+  with pytest.raises(SystemExit) as exit_:
+    main(["reproduce", "--figure", "6", "--workdir", str(tmp_path), "--paper-rounds", "0"])
+  assert exit_.value.code == 2
+  assert "argument --paper-rounds: expected an integer >= 1" in capsys.readouterr().err
+  assert main(["reproduce", "--figure", "6", "--workdir", str(tmp_path), "--paper-rounds", "20",
+               "--rounds", "3"]) == 2
+  assert "set either paper_rounds" in capsys.readouterr().err
+  assert not list(tmp_path.iterdir())
+
+
 def test_paper_scale_without_data_is_the_data_error(tmp_path, capsys):
   assert main(["reproduce", "--figure", "5", "--scale", "paper", "--no-progress",
                "--workdir", str(tmp_path)]) == 2

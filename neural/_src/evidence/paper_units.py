@@ -145,6 +145,16 @@ def paper_round_count(protocol: str, steps: int, agents: int) -> int:
   return steps
 
 
+def steps_for_paper_rounds(protocol: str, paper_rounds: int, agents: int) -> int:
+  """The logged rounds a run needs for ``paper_rounds`` paper rounds (the inverse of
+  :func:`paper_round_count`: AKD M steps each, EKD two, the rest one)."""
+  if _combine(protocol) == "single":
+    return paper_rounds * agents
+  if _combine(protocol) == "alternating-sum":
+    return 2 * paper_rounds
+  return paper_rounds
+
+
 def in_units(rows: Sequence[Mapping[str, Any]], units: str, accuracy: str = "last"
              ) -> list[dict[str, Any]]:
   """``rows`` in ``units``: "paper" (:func:`paper_rounds`) or "steps" (as logged).

@@ -46,6 +46,7 @@ from neural._src.evidence.claims import evaluate
 from neural._src.evidence.claims import figure_claims
 from neural._src.evidence.curves import Curve
 from neural._src.evidence.curves import curves_from_mapping
+from neural._src.evidence.paper_units import steps_for_paper_rounds
 from neural._src.figures.reproduce_curves import figure_label
 from neural._src.figures.reproduce_curves import merge_seeds
 from neural._src.figures.reproduce_curves import paper_curves
@@ -142,10 +143,21 @@ def default_seeds(scale: str, auto_jobs: bool) -> int:
   return SEEDS[scale]
 
 
+def with_paper_rounds(runs: list[tuple[str, Any]], paper_rounds: int | None
+                      ) -> list[tuple[str, Any]]:
+  """``runs`` with ``paper_rounds`` paper rounds each (:func:`reproduce`'s ``paper_rounds``;
+  ``None``: as they are)."""
+  if paper_rounds is None:
+    return runs
+  return [(name, config.replace(rounds=steps_for_paper_rounds(
+      config.protocol, paper_rounds, config.agents))) for name, config in runs]
+
+
 def reproduce(figure: int | str, workdir: str | os.PathLike, scale: str = "small",
               overrides: Mapping[str, Any] | None = None, *, seeds: int | None = None,
               others: Sequence[str | os.PathLike] = (), progress: bool = False,
-              max_rounds: int | None = None, jobs: int | str = 1) -> Reproduction:
+              max_rounds: int | None = None, jobs: int | str = 1,
+              paper_rounds: int | None = None) -> Reproduction:
   """Runs (or resumes) a figure's shipped config(s), draws it and checks its statements.
 
   Args:
@@ -169,6 +181,11 @@ def reproduce(figure: int | str, workdir: str | os.PathLike, scale: str = "small
       the same numbers as one at a time). On a 2-core CPU 2 does 1.25-1.4x the runs
       per hour of 1; on one H200, 3 ran Fig. 6's 72 small runs in 1.6 minutes. "auto":
       :func:`neural._src.jobs.workers.auto_jobs` (3 on a GPU, 2 on a CPU of 2 cores or more).
+    paper_rounds: give every run this many paper rounds, each keeping its steps per paper
+      round (AKD M, EKD 2, the rest 1): the small configs have 5, and 20 (the paper's)
+      decides the statements about the long run that 5 rounds leave beyond the horizon.
+      ``None``: the configs' own. Use a new ``workdir`` (a run of other rounds there is
+      an error).
 
   Returns:
     The :class:`neural.Reproduction`; ``reproduce.md``, ``reproduce.json`` and
@@ -186,6 +203,12 @@ def reproduce(figure: int | str, workdir: str | os.PathLike, scale: str = "small
   overrides = dict(overrides or {})
   if max_rounds is not None and max_rounds < 1:
     raise ConfigError(f"max_rounds: expected an integer >= 1, got {max_rounds}")
+  if paper_rounds is not None:
+    if isinstance(paper_rounds, bool) or not isinstance(paper_rounds, int) or paper_rounds < 1:
+      raise ConfigError(f"paper_rounds: expected an integer >= 1, got {paper_rounds!r}")
+    if "rounds" in overrides:
+      raise ConfigError("paper_rounds: set either paper_rounds (every run's paper rounds) or "
+                        "the rounds override (every run's logged rounds), not both")
   auto = jobs == "auto"
   if auto:
     jobs = auto_jobs()
@@ -200,7 +223,8 @@ def reproduce(figure: int | str, workdir: str | os.PathLike, scale: str = "small
   workdir = Path(workdir)
   specs = [(name, load_spec(name)) for name in names]
   base = int(overrides.get("seed", 0))
-  planned = [(name, spec, [spec.expand({**overrides, "seed": base + k}) for k in range(count)])
+  planned = [(name, spec, [with_paper_rounds(spec.expand({**overrides, "seed": base + k}),
+                                             paper_rounds) for k in range(count)])
              for name, spec in specs]   # validates every run before any starts
   seed_values = tuple(base + k for k in range(count))
 
