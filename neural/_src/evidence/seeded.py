@@ -74,6 +74,7 @@ class Judgement(NamedTuple):
 
   @property
   def seeds(self) -> int:
+    """The fewest seeds any of its effects is measured over."""
     return min((e.seeds for _, e, _ in self.effects), default=0)
 
   def measured(self) -> str:
