@@ -365,7 +365,8 @@ def _mnist(out: Path, settings: MainJobSettings, progress: bool):
           flush=True)
     fedavg_rows = train_and_evaluate(base.replace(protocol="fedavg"), out / "fedavg",
                                      progress=progress)
-    table, line = _fedavg_both_ways(read_metrics(out / "avgkd"), fedavg_rows, num_test)
+    table, line = _fedavg_both_ways(read_metrics(out / "avgkd"), fedavg_rows, num_test,
+                                    _partition(c))
     lines += ["", table]
     reading.append(line)
   return "\n".join(lines), reading
@@ -381,7 +382,7 @@ def _mean_by_round(rows: list[dict[str, Any]], keep: Callable[[Any], bool]) -> d
 
 
 def _fedavg_both_ways(avgkd_rows: list[dict[str, Any]], fedavg_rows: list[dict[str, Any]],
-                      num_test: int) -> tuple[str, str]:
+                      num_test: int, split: str = "") -> tuple[str, str]:
   """The table of AvgKD's agents beside FedAvg's clients and averaged model per round,
   and the reading: AvgKD's margin over FedAvg scored each way over the rounds after the
   first exchange (one seed: an observation; a margin under two standard errors of a
@@ -410,7 +411,9 @@ def _fedavg_both_ways(avgkd_rows: list[dict[str, Any]], fedavg_rows: list[dict[s
                    for way, m in margins.items())
   agree = len({side(m) for m in margins.values()}) == 1
   text = (f"**AvgKD vs FedAvg, scored both ways** (mean over {span}, one seed, "
-          f"{num_test} test points; a margin under {level:.3f} counts as level): {ways}. "
+          f"{num_test} test points; a margin under {level:.3f} counts as level"
+          + (f"; split {split}, where the paper's statement is about high data "
+             f"heterogeneity" if split else "") + f"): {ways}. "
           + ("Both scorings agree here." if agree else
              "Which FedAvg model is scored decides the comparison here.")
           + " `neural reproduce --figure 6` decides the paper's \"AvgKD consistently "
