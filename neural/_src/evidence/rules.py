@@ -9,8 +9,10 @@ over the seeds lies beyond a threshold ``theta`` (0 for a direction: "degrades",
 - *the interval*: mean +- q * sqrt(s^2 / S + se^2), with S seeds, s their sample
   standard deviation of the statistic (training randomness), se the test set's
   binomial standard error sqrt(p (1 - p) / n) of an accuracy p near the ones
-  compared on n test points (the same test set for every seed, so the seeds'
-  spread does not hold it), and q the two-sided ``CONFIDENCE`` quantile of
+  compared on n test points (for the test images the seeds share: at paper scale
+  all of them, and the control's one seed has no spread; at small scale each seed
+  draws its own test subset, so s holds that noise too and the term makes the
+  interval conservative), and q the two-sided ``CONFIDENCE`` quantile of
   Student's t with the Welch-Satterthwaite degrees of freedom (S - 1 when the
   seeds' term dominates, towards the normal's as se does; the normal's for one seed);
 - *one seed* (the control: the authors ran one) has no spread of its own: s is
