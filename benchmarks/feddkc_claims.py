@@ -1,7 +1,7 @@
 """FedDKC's claims (Wu et al. 2023, Sec. 4.2) at CPU scale: KKR and SKR against FedGKT.
 
     python benchmarks/feddkc_claims.py --config feddkc_small --seeds 0 1 2
-    python benchmarks/feddkc_claims.py --config feddkc_mnist_small --seeds 0
+    python benchmarks/feddkc_claims.py --config feddkc_mnist_small --seeds 0 1 2
 
 Runs every run of a shipped FedDKC config (its grid: Dirichlet beta x {kkr, skr,
 fedgkt}) once per seed (``seed``, ``data_seed`` and ``init_seed`` all set to it),
@@ -9,24 +9,40 @@ in one process so that XLA compiles each program once, into ``--workdir`` (a
 temporary directory by default; a run already finished there is read back, not
 run again). It then prints, per non-iid level, the clients' mean Top-1 and Top-5
 test accuracy after the last round (the paper's "average" rows of Tables 5-7),
-mean and standard deviation over the seeds, and the paper's claims with what
-was measured:
+mean and sample standard deviation over the seeds, and decides each of the paper's
+claims with ``neural.judge`` (docs/reproduce.md, "How a statement is decided": the
+95% t-interval over the seeds with the test set's binomial error, the minimum
+effect of one point, and the verdicts "reproduced", "not reproduced", "no
+difference", "inconclusive"; a claim of several effects holds when all hold).
+Each claim's effects, per seed, in points of accuracy (``scale=100``):
 
 - KKR beats FedGKT in average Top-1, averaged over the levels (paper: +1.31,
-  +1.03, +1.29 points on MNIST, CIFAR-10, CINIC-10), and in Top-5 (+3.72, +3.88, +3.41);
+  +1.03, +1.29 points on MNIST, CIFAR-10, CINIC-10), and in Top-5 (+3.72, +3.88,
+  +3.41): the gain over FedGKT of the clients' mean accuracy, mean over the levels;
 - SKR likewise (Top-1 +0.99, +1.05, +1.30; Top-5 +1.45, +1.86, +1.88);
-- FedDKC beats FedGKT at every level, the most heterogeneous included (Fig. 4);
+- FedDKC beats FedGKT at every level, the most heterogeneous included (Fig. 4):
+  one Top-1 gain per level, each of which must hold;
 - the gain grows with heterogeneity: the Top-1 gain at the config's most
-  heterogeneous level exceeds that at its least (derived from the average rows of
+  heterogeneous level minus that at its least (derived from the average rows of
   Tables 5-7, averaged over the datasets: KKR +1.02 at alpha 3.0, +1.47 at 0.5,
   +1.52 at 0.1; SKR +0.52, +1.52, +1.59);
-- FedDKC improves most clients' Top-1 (55 and 57 of 60 groups): here the
-  (client, level) groups where the seed-mean Top-1 is higher than FedGKT's.
+- FedDKC improves most clients' Top-1 (55 and 57 of 60 groups): the fraction of
+  (client, level) groups whose Top-1 beats FedGKT's, minus 1/2. A fraction of
+  clients, not an accuracy: no binomial term (n = 0); each seed redraws the
+  Dirichlet split and the initialisations, so the seeds' spread holds the groups'
+  variability.
+
+The binomial error's n (:func:`count_test_points`): every client is scored on the same
+test set, the config's ``test_subset`` of the dataset's test split (300 points in
+the small configs), so a mean over the clients is an accuracy on that many points.
 """
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
+from collections.abc import Sequence
+import dataclasses
 from pathlib import Path
 import tempfile
 import time
@@ -44,12 +60,18 @@ PAPER_GAIN_BY_ALPHA = {"kkr": {3.0: 1.02, 1.0: 0.81, 0.5: 1.47, 0.1: 1.52},
                        "skr": {3.0: 0.52, 1.0: 0.81, 0.5: 1.52, 0.1: 1.59}}
 PAPER_GAINS = {("kkr", 1): "+1.31 / +1.03 / +1.29", ("kkr", 5): "+3.72 / +3.88 / +3.41",
                ("skr", 1): "+0.99 / +1.05 / +1.30", ("skr", 5): "+1.45 / +1.86 / +1.88"}
+PAPER_CLIENTS = {"kkr": "55 of 60 (client, alpha, dataset) groups",
+                 "skr": "57 of 60 (client, alpha, dataset) groups"}
+
+# One seed's results: (beta, variant) -> {k: the clients' Top-k test accuracies (%)}.
+Summary = dict[tuple[float, str], dict[int, np.ndarray]]
 
 
 def final_client_rows(rows):
-  """The client rows of the last round (the server row left out)."""
+  """The client rows of the last round (the server row left out), in the clients' order."""
   last = max(r["round"] for r in rows)
-  return [r for r in rows if r["round"] == last and r["agent"] != "server"]
+  return sorted((r for r in rows if r["round"] == last and r["agent"] != "server"),
+                key=lambda r: int(r["agent"]))
 
 
 def run_all(config_name: str, seeds, workdir: Path):
@@ -70,59 +92,132 @@ def run_all(config_name: str, seeds, workdir: Path):
   return out
 
 
-def mean_accuracy(rows, k: int) -> float:
-  """Clients' mean Top-k accuracy (k = 1 or 5) in percent."""
+def count_test_points(config: neural.methods.feddkc.FedDKCConfig) -> int:
+  """The test points every client is scored on (the config's test subset of the split)."""
+  return int(len(neural.load_train_test(config)[3]))
+
+
+def client_accuracies(rows, k: int) -> np.ndarray:
+  """Each client's Top-k accuracy (k = 1 or 5) in percent, in the rows' order."""
   key = "test_accuracy" if k == 1 else f"test_top{k}_accuracy"
-  return 100.0 * float(np.mean([r[key] for r in rows]))
+  return 100.0 * np.array([r[key] for r in rows], dtype=float)
 
 
-def report(config_name: str, results, seeds) -> None:
-  betas = sorted({b for b, _, _ in results}, reverse=True)
+def summarise(results, seeds: Sequence[int]) -> list[Summary]:
+  """One :data:`Summary` per seed of :func:`run_all`'s results."""
+  return [{(b, v): {k: client_accuracies(rows, k) for k in (1, 5)}
+           for (b, v, s), rows in results.items() if s == seed} for seed in seeds]
+
+
+def _levels(summaries: Sequence[Summary]) -> list[float]:
+  """The config's betas, least heterogeneous (largest) first."""
+  return sorted({b for b, _ in summaries[0]}, reverse=True)
+
+
+def _means(summaries: Sequence[Summary], beta: float, variant: str, k: int) -> np.ndarray:
+  """The clients' mean Top-k (%) per seed."""
+  return np.array([s[beta, variant][k].mean() for s in summaries])
+
+
+Effects = Callable[[Sequence[Summary], int], list[neural.Effect]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Claim:
+  """A claim of the paper, its numbers there, and the effects (per seed) it says are > 0."""
+
+  text: str
+  paper: str
+  effects: Effects
+
+
+def _average_gain(v: str, k: int) -> Effects:
+  def effects(summaries, n):
+    betas = _levels(summaries)
+    mine = np.array([_means(summaries, b, v, k) for b in betas])        # (levels, seeds)
+    base = np.array([_means(summaries, b, "fedgkt", k) for b in betas])
+    return [neural.Effect(f"{v.upper()} - FedGKT, Top-{k}, mean over the levels",
+                          (mine - base).mean(axis=0), np.concatenate([mine, base]).ravel() / 100,
+                          n, scale=100)]
+  return effects
+
+
+def _every_level(v: str) -> Effects:
+  return lambda summaries, n: [
+      neural.difference(f"{v.upper()} - FedGKT, Top-1, beta {float(b)}", _means(summaries, b, v, 1),
+                        _means(summaries, b, "fedgkt", 1), n, scale=100)
+      for b in _levels(summaries)]
+
+
+def _gain_grows(v: str) -> Effects:
+  def effects(summaries, n):
+    low, high = _levels(summaries)[0], _levels(summaries)[-1]   # least, most heterogeneous
+    acc = [_means(summaries, b, u, 1) for b in (high, low) for u in (v, "fedgkt")]
+    return [neural.Effect(f"gain at beta {float(high)} - gain at beta {float(low)}",
+                          (acc[0] - acc[1]) - (acc[2] - acc[3]),
+                          np.concatenate(acc) / 100, n, scale=100)]
+  return effects
+
+
+def _most_clients(v: str) -> Effects:
+  def effects(summaries, n):
+    del n   # a fraction of clients: no binomial term
+    share = [np.mean(np.concatenate([s[b, v][1] > s[b, "fedgkt"][1] for b in _levels([s])]))
+             for s in summaries]
+    return [neural.Effect("share of (client, beta) groups with a higher Top-1 - 1/2",
+                          np.array(share) - 0.5)]
+  return effects
+
+
+def claims(betas: Sequence[float]) -> list[Claim]:
+  """The paper's claims, KKR's then SKR's (``betas``: the config's levels)."""
+  low, high = max(betas), min(betas)
+  out = []
+  for v in ("kkr", "skr"):
+    name = v.upper()
+    grows = " -> ".join(f"{PAPER_GAIN_BY_ALPHA[v].get(b, float('nan')):+.2f} at alpha {float(b)}"
+                        for b in (low, high))
+    out += [
+        Claim(f"{name} beats FedGKT in average Top-1, averaged over the levels",
+              f"{PAPER_GAINS[v, 1]} points (MNIST / CIFAR-10 / CINIC-10)", _average_gain(v, 1)),
+        Claim(f"{name} beats FedGKT in average Top-5, averaged over the levels",
+              f"{PAPER_GAINS[v, 5]} points", _average_gain(v, 5)),
+        Claim(f"{name} beats FedGKT (Top-1) at every level, \"regardless of data "
+              f"heterogeneity\" (Fig. 4)", "at all 4 alpha on all 3 datasets",
+              _every_level(v)),
+        Claim(f"{name}'s Top-1 gain grows with heterogeneity (beta {float(low)} -> {float(high)})",
+              f"{grows} (Tables 5-7, mean over the datasets)", _gain_grows(v)),
+        Claim(f"{name} improves most clients' Top-1", PAPER_CLIENTS[v], _most_clients(v)),
+    ]
+  return out
+
+
+def judge_claims(summaries: Sequence[Summary], n: int) -> list[tuple[str, str, neural.Judgement]]:
+  """``(claim, paper, Judgement)`` for every claim, over the seeds' summaries."""
+  return [(c.text, c.paper, neural.judge(c.effects(summaries, n)))
+          for c in claims(_levels(summaries))]
+
+
+def report(config_name: str, results, seeds, n: int) -> None:
+  summaries = summarise(results, seeds)
+  betas = _levels(summaries)
   print(f"\n{config_name}: clients' mean test accuracy after the last round (%), "
-        f"mean +- sd over seeds {list(seeds)}")
+        f"mean +- sample sd over seeds {list(seeds)}, {n} test points")
   print(f"{'beta':>6} {'top':>4}" + "".join(f"{v:>16}" for v in VARIANTS)
         + f"{'KKR-GKT':>10}{'SKR-GKT':>10}")
-  gains = {(v, k): [] for v in ("kkr", "skr") for k in (1, 5)}
-  per_level = {(v, b): 0.0 for v in ("kkr", "skr") for b in betas}
   for beta in betas:
     for k in (1, 5):
-      acc = {v: np.array([mean_accuracy(results[beta, v, s], k) for s in seeds])
-             for v in VARIANTS}
+      acc = {v: _means(summaries, beta, v, k) for v in VARIANTS}
       line = f"{beta:>6g} {k:>4}" + "".join(
-          f"{acc[v].mean():>10.2f} +-{acc[v].std():>4.2f}" for v in VARIANTS)
-      for v in ("kkr", "skr"):
-        gain = float((acc[v] - acc["fedgkt"]).mean())
-        gains[v, k].append(gain)
-        if k == 1:
-          per_level[v, beta] = gain
-        line += f"{gain:>+10.2f}"
+          f"{acc[v].mean():>10.2f} +-{_sd(acc[v]):>4.2f}" for v in VARIANTS)
+      line += "".join(f"{(acc[v] - acc['fedgkt']).mean():>+10.2f}" for v in ("kkr", "skr"))
       print(line)
-  print("\nclaim | paper | measured | reproduces")
-  for v in ("kkr", "skr"):
-    for k in (1, 5):
-      gain = float(np.mean(gains[v, k]))
-      print(f"{v.upper()} beats FedGKT, average Top-{k} over the levels | "
-            f"{PAPER_GAINS[v, k]} | {gain:+.2f} | {'yes' if gain > 0 else 'no'}")
-    levels = ", ".join(f"beta {b:g}: {per_level[v, b]:+.2f}" for b in betas)
-    every = all(per_level[v, b] > 0 for b in betas)
-    print(f"{v.upper()} beats FedGKT (Top-1) at every level | yes | {levels} | "
-          f"{'yes' if every else 'no'}")
-    low, high = betas[0], betas[-1]   # least and most heterogeneous
-    paper = " -> ".join(f"{PAPER_GAIN_BY_ALPHA[v].get(b, float('nan')):+.2f}" for b in (low, high))
-    grows = per_level[v, high] > per_level[v, low]
-    print(f"{v.upper()}'s Top-1 gain grows with heterogeneity (beta {low:g} -> {high:g}) | "
-          f"{paper} | {per_level[v, low]:+.2f} -> {per_level[v, high]:+.2f} | "
-          f"{'yes' if grows else 'no'}")
-    wins = total = 0
-    for beta in betas:
-      n_clients = len(results[beta, v, seeds[0]])
-      for agent in range(n_clients):
-        mine = np.mean([results[beta, v, s][agent]["test_accuracy"] for s in seeds])
-        base = np.mean([results[beta, "fedgkt", s][agent]["test_accuracy"] for s in seeds])
-        wins, total = wins + int(mine > base), total + 1
-    paper = "55 of 60" if v == "kkr" else "57 of 60"
-    print(f"{v.upper()} improves most clients' Top-1 | {paper} | {wins} of {total} | "
-          f"{'yes' if wins > total / 2 else 'no'}")
+  print()
+  print(neural.judgement_table(judge_claims(summaries, n)))
+
+
+def _sd(values: np.ndarray) -> float:
+  return float(values.std(ddof=1)) if values.size > 1 else 0.0
 
 
 def main() -> None:
@@ -139,7 +234,8 @@ def main() -> None:
   with tempfile.TemporaryDirectory() as tmp:
     workdir = args.workdir if args.workdir is not None else Path(tmp)
     results = run_all(args.config, args.seeds, workdir)
-  report(args.config, results, args.seeds)
+  runs = neural.load_spec(args.config).expand()
+  report(args.config, results, args.seeds, count_test_points(runs[0][1]))
   print(f"\n{time.perf_counter() - start:.0f} s wall, {time.process_time():.0f} s CPU in all")
 
 
