@@ -11,8 +11,8 @@ over the seeds lies beyond a threshold ``theta`` (0 for a direction: "degrades",
   binomial standard error sqrt(p (1 - p) / n) of an accuracy p near the ones
   compared on n test points (for the test images the seeds share: at paper scale
   all of them, and the control's one seed has no spread; at small scale each seed
-  draws its own test subset, so s holds that noise too and the term makes the
-  interval conservative), and q the two-sided ``CONFIDENCE`` quantile of
+  draws its own test subset, so s holds that noise too and the term counts it
+  twice), and q the two-sided ``CONFIDENCE`` quantile of
   Student's t with the Welch-Satterthwaite degrees of freedom (S - 1 when the
   seeds' term dominates, towards the normal's as se does; the normal's for one seed);
 - *one seed* (the control: the authors ran one) has no spread of its own: s is
