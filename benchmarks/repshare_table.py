@@ -201,10 +201,11 @@ def lambda_claims(final: Mapping[tuple[float, float], Sequence[float]], n: int) 
   return rows
 
 
-def _cell(values: np.ndarray) -> str:
+def _cell(values: np.ndarray, sign: str = "") -> str:
+  """Mean ± sd over the seeds (one seed: the value, in the width of one seed's table)."""
   if values.size == 1:
-    return f"{values[0]:>14.3f}"
-  return f"{values.mean():>8.3f} ±{values.std(ddof=1):>5.3f}"
+    return f"{values[0]:>{sign}8.3f}"
+  return f"{values.mean():>{sign}8.3f} ±{values.std(ddof=1):>5.3f}"
 
 
 def print_lambdas(final: Mapping[tuple[float, float], np.ndarray]) -> None:
@@ -212,41 +213,36 @@ def print_lambdas(final: Mapping[tuple[float, float], np.ndarray]) -> None:
   base = final.get((0.0, 0.0))
   if base is None:
     return
+  width = 8 if base.size == 1 else 14
   print(f"final mean test accuracy minus lambda_KD = lambda_disc = 0 ({_cell(base).strip()}),"
         f" rows lambda_KD, columns lambda_disc")
-  print(f"{'':<8}" + "".join(f"{d:>14g}" for d in discs))
+  print(f"{'':<8}" + "".join(f"{d:>{width}g}" for d in discs))
   for k in kds:
-    cells = []
-    for d in discs:
-      if (k, d) not in final:
-        cells.append(f"{'-':>14}")
-        continue
-      gain = final[k, d] - base
-      cells.append(f"{gain[0]:>+14.3f}" if gain.size == 1 else
-                   f"{gain.mean():>+8.3f} ±{gain.std(ddof=1):>5.3f}")
-    print(f"{k:<8g}" + "".join(cells))
+    print(f"{k:<8g}" + "".join(_cell(final[k, d] - base, "+") if (k, d) in final
+                               else f"{'-':>{width}}" for d in discs))
 
 
 def print_table(label: str, table: Mapping[tuple[str, int], np.ndarray], reach: float) -> None:
   sizes = sorted({n for _, n in table if n > 1})
   methods = [m for m in ORDER if any((m, n) in table for n in sizes)]
+  seeds = len(next(iter(table.values())))
+  width = 8 if seeds == 1 else 14
 
   def cell(key, kind):
     if key not in table:
-      return f"{'-':>14}"
+      return f"{'-':>{width}}"
     curves = table[key]
     if kind == "acc":
       return _cell(curves[:, -1])
     hits = [np.flatnonzero(c >= reach) for c in curves]
-    never = "never" if len(hits) == 1 else "-"
-    return f"{'/'.join(str(int(h[0])) if h.size else never for h in hits):>14}"
+    never = "never" if seeds == 1 else "-"
+    return f"{'/'.join(str(int(h[0])) if h.size else never for h in hits):>{width}}"
 
   for kind, title in (("acc", "mean test accuracy after the last round"),
                       ("reach", f"first round with mean test accuracy >= {reach}"
-                       + (", per seed ('-': never)" if len(next(iter(table.values()))) > 1
-                          else ""))):
+                       + (", per seed ('-': never)" if seeds > 1 else ""))):
     print(f"{label}: {title}")
-    print(f"{'':<11}" + "".join(f"{'N=' + str(n):>14}" for n in sizes))
+    print(f"{'':<11}" + "".join(f"{'N=' + str(n):>{width}}" for n in sizes))
     if ("cl", 1) in table:
       print(f"{'cl (N=1)':<11}{cell(('cl', 1), kind)}")
     for m in methods:
@@ -263,8 +259,8 @@ def main() -> None:
                       help="test points each client is scored on (the embedded digits: 360)")
   args = parser.parse_args()
   seeds, curves = read_curves(args.workdir)
-  print(f"seeds: {', '.join(seeds) if seeds != [''] else 'one (no seed=S folders)'}; "
-        "mean ± sd over the seeds\n")
+  print(f"seeds: {', '.join(seeds)}; mean ± sd over the seeds\n" if seeds != [""] else
+        "one seed (no seed=S folders)\n")
   grid = {}
   for name, c in curves.items():
     match = re.fullmatch(r"lambda_kd=([\d.]+)__lambda_disc=([\d.]+)", name)
