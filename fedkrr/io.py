@@ -1,10 +1,11 @@
-"""fedkrr's file helpers: atomic writes, bounded readers, signal exits.
+"""fedkrr's file and process helpers: atomic writes, bounded readers, signal exits, cores.
 
 Everything ``fedkrr`` and ``neural`` write goes through :func:`atomic_write` and its
 kin (a temporary file, then a rename; nothing half-written after a signal), and
 everything they read through the bounded readers (:func:`read_json`, :func:`read_npz`:
 no pickle, sizes checked before reading). Commands exit on SIGINT/SIGTERM after the
-write they are committing (:func:`exits_on_signals`).
+write they are committing (:func:`exits_on_signals`). Processes started side by side
+take their own share of the CPU cores (:func:`core_shares`, :func:`use_cores`).
 """
 
 from typing import TYPE_CHECKING
@@ -32,6 +33,9 @@ if TYPE_CHECKING:
   from fedkrr._src.io.reading import read_bytes
   from fedkrr._src.io.reading import read_json
   from fedkrr._src.io.reading import read_npz
+  from fedkrr._src.platform.cores import allowed_cores
+  from fedkrr._src.platform.cores import core_shares
+  from fedkrr._src.platform.cores import use_cores
 else:
   from fedkrr._src.lazy import lazy_exports as _lazy_exports
   __getattr__, __dir__ = _lazy_exports(__name__, __file__)

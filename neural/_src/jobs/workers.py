@@ -8,6 +8,11 @@ shapes, so a worker compiles its programs once). A run in a worker is the same c
 in the command's own process (:func:`neural._src.jobs.runs.run_one`, the same config, the
 same directory, the same float64 setting of JAX), so its numbers are the same.
 
+Each worker keeps to its own share of the CPU cores (:func:`fedkrr.io.core_shares`), so
+that XLA's threads in one worker do not wait on cores the other workers keep busy, and
+on a machine with several GPUs the workers take the GPUs in turn (``CUDA_VISIBLE_DEVICES``
+of one GPU each): ``--jobs auto`` is :data:`AUTO_JOBS_GPU` workers per GPU.
+
 The command and its workers speak JSON lines: a task (the run's config, its directory,
 ``max_rounds``) on the worker's stdin, the run's metric rows (or its error) on its
 stdout. A worker prints everything else to stderr.
@@ -37,9 +42,12 @@ from typing import Any
 from typing import cast
 import warnings
 
+from fedkrr.io import allowed_cores
 from fedkrr.io import before_exit
+from fedkrr.io import core_shares
 from fedkrr.io import end_process
 from fedkrr.io import signals_exit
+from fedkrr.io import use_cores
 from neural._src.datasets.data import DataError
 from neural._src.jobs.runs import run_one
 from neural._src.jobs.specs import config_from_dict
@@ -90,8 +98,13 @@ def _serve(tasks: IO[str], replies: IO[str]) -> None:
 
 def main() -> int:
   """A worker process: signals end it as they end a command (quietly), so does its
-  command's end, and a GPU's memory is taken as needed, not all at once per process."""
+  command's end, and a GPU's memory is taken as needed, not all at once per process.
+
+  Arguments: the command's process id, then the worker's CPU cores (``0,1``; empty: all),
+  which it keeps to before JAX starts (:func:`fedkrr.io.use_cores`)."""
   os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+  if len(sys.argv) > 2 and sys.argv[2]:
+    use_cores(int(core) for core in sys.argv[2].split(","))
   replies = os.fdopen(os.dup(sys.stdout.fileno()), "w")
   sys.stdout = sys.stderr   # the runs' own prints must not reach the reply stream
   with signals_exit("neural", quiet=True):
@@ -113,6 +126,20 @@ def _rounds(config: RunConfig) -> int:
   return int(getattr(config, "total_rounds", getattr(config, "rounds", 1)))
 
 
+def gpu_ids() -> list[str]:
+  """The GPUs the workers spread over: the entries of ``CUDA_VISIBLE_DEVICES`` where it is
+  set, else one per GPU that JAX sees; none where JAX's default backend is no GPU (this
+  starts JAX's backend, see :func:`on_gpu`)."""
+  if not on_gpu():
+    return []
+  import jax  # deferred: the backend starts only when asked for
+
+  visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
+  if visible:
+    return [d.strip() for d in visible.split(",") if d.strip()]
+  return [str(d.id) for d in jax.local_devices()]
+
+
 def on_gpu() -> bool:
   """Whether JAX's default backend is a GPU (starting it, without preallocating its
   memory unless ``XLA_PYTHON_CLIENT_PREALLOCATE`` says otherwise)."""
@@ -123,25 +150,29 @@ def on_gpu() -> bool:
 
 
 def auto_jobs() -> int:
-  """``--jobs auto``: :data:`AUTO_JOBS_GPU` workers where JAX's default backend is a GPU,
-  else :data:`AUTO_JOBS_CPU` (at most one per CPU core this process may use).
+  """``--jobs auto``: :data:`AUTO_JOBS_GPU` workers per GPU where JAX's default backend is
+  a GPU (every GPU of the machine, :func:`gpu_ids`), else :data:`AUTO_JOBS_CPU` (at most one
+  per CPU core this process may use).
 
   Asks JAX for its backend, which starts it in this process; on a GPU without memory
   preallocation (``XLA_PYTHON_CLIENT_PREALLOCATE=false`` unless set), so that the
   workers find the memory free.
   """
-  if on_gpu():
-    return AUTO_JOBS_GPU
-  cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-  return max(1, min(AUTO_JOBS_CPU, cores or 1))
+  gpus = gpu_ids()
+  if gpus:
+    return AUTO_JOBS_GPU * len(gpus)
+  return max(1, min(AUTO_JOBS_CPU, len(allowed_cores())))
 
 
-def _worker_env() -> dict[str, str]:
+def _worker_env(gpu: str | None = None) -> dict[str, str]:
   """This process's environment, with its JAX float64 setting: a caller that turned on
   ``jax_enable_x64`` gets workers that compute as it would. On a GPU the workers share
   its memory: each allocates as it goes (``XLA_PYTHON_CLIENT_PREALLOCATE=false``, unless
-  the variable is set) instead of the first reserving three quarters of it."""
+  the variable is set) instead of the first reserving three quarters of it. ``gpu``: the
+  one GPU the worker sees (``CUDA_VISIBLE_DEVICES``)."""
   env = dict(os.environ)
+  if gpu is not None:
+    env["CUDA_VISIBLE_DEVICES"] = gpu
   env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
   if "jax" in sys.modules:
     env["JAX_ENABLE_X64"] = "1" if sys.modules["jax"].config.read("jax_enable_x64") else "0"
@@ -179,7 +210,11 @@ def run_in_workers(tasks: Sequence[tuple[str, RunConfig, Path]], jobs: int, *,
 
   Args:
     tasks: the runs; ``name`` names the run in the progress bar and in errors.
-    jobs: how many worker processes (at most one per task).
+    jobs: how many worker processes (at most one per task). Each keeps to its own share
+      of the CPU cores (:func:`fedkrr.io.core_shares`: XLA's threads then hold up beside
+      the other workers; ``NEURAL_WORKER_CORES=all`` in the environment lets each use
+      every core, for comparison) and, on a machine with GPUs, sees one GPU, the workers taking
+      the GPUs in turn (worker i the GPU i mod G): every GPU of the machine is used.
     max_rounds: do at most this many rounds of each run (as ``neural run --max-rounds``).
     progress: a bar over the finished runs (the runs themselves show none).
     label: the bar's description.
@@ -212,10 +247,15 @@ def run_in_workers(tasks: Sequence[tuple[str, RunConfig, Path]], jobs: int, *,
 
   with before_exit(lambda signum: stop_workers(workers)):
     try:
-      for _ in range(max(1, min(jobs, len(tasks)))):
+      count = max(1, min(jobs, len(tasks)))
+      gpus = gpu_ids()
+      shares = (core_shares(count) if os.environ.get("NEURAL_WORKER_CORES", "own") != "all"
+                else [[]] * count)
+      for i, cores in enumerate(shares):
         worker = subprocess.Popen(
-            [sys.executable, "-P", "-m", "neural._src.jobs.workers", str(os.getpid())],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=_worker_env())
+            [sys.executable, "-P", "-m", "neural._src.jobs.workers", str(os.getpid()),
+             ",".join(map(str, cores))], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            text=True, env=_worker_env(gpus[i % len(gpus)] if gpus else None))
         workers.append(worker)
         selector.register(worker.stdout, selectors.EVENT_READ, worker)   # type: ignore[arg-type]
         give(worker)
