@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import subprocess
 
+from fedkrr.io import core_shares
 from neural._src.jobs import workers
 from neural._src.runtime.config import ExperimentConfig
-
-from fedkrr.io import core_shares
 
 TINY = dict(dataset="digits", rounds=1, epochs=1, train_subset=60, test_subset=30,
             batch_size=32, tiny=True, models=("mlp",), protocol="avgkd")
