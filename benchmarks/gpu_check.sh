@@ -21,6 +21,11 @@
 #                its verdicts mean nothing (PAPER_MAX_ROUNDS to time the first rounds; 540 s)
 #   determinism  one small run twice as it is and twice with --deterministic: whether the
 #                metrics agree to the byte, and what the flag costs (240 s)
+#   scaleout     Fig. 6 small with 3 seeds by the local pool (--jobs auto) and by batched
+#                runs (--batch auto), then Fig. 6 at paper scale on synthetic MNIST-shaped
+#                data, its first round of every run and one more by workers and batched,
+#                extrapolated to the whole figure (benchmarks/scale_out.py; SCALEOUT_EPOCHS
+#                epochs a round, the figure's time scaled to its 20; 540 s)
 #
 # It writes OUT/report.md (every step's command, output, exit code and wall time) and the
 # steps' folders under OUT. Each step has its own time limit (`timeout`), so one slow or
@@ -30,8 +35,8 @@ cd "$(dirname "$0")/.."
 out="${1:-gpu_check}"
 shift || true
 parts=("$@")
-[ ${#parts[@]} -eq 0 ] && parts=(bench suite figures configs scale paper determinism)
-known=" bench suite figures configs scale paper determinism "
+[ ${#parts[@]} -eq 0 ] && parts=(scaleout bench suite figures configs scale paper determinism)
+known=" scaleout bench suite figures configs scale paper determinism "
 for part in "${parts[@]}"; do
   if [[ "$known" != *" $part "* ]]; then
     echo "gpu_check.sh: unknown part '$part' (expected some of:$known)" >&2
@@ -183,6 +188,20 @@ print(f"round 0 (local training) of avgkd == of pkd: "
       f"{r0(rows(mode + '-avgkd-1')) == r0(rows(mode + '-pkd-1'))}")
 EOF
   done
+}
+
+part_scaleout() {
+  # The goals on one H100: Fig. 6 small with 3 seeds in 20 s; a paper-scale seed of Fig. 6
+  # in under 30 minutes.
+  step "Fig. 6 small, 3 seeds, the local pool (--jobs auto)" 200 "$py" -m neural reproduce \
+    --figure 6 --seeds 3 --jobs auto --no-progress --workdir "$out/scaleout/workers"
+  step "Fig. 6 small, 3 seeds, batched runs (--batch auto)" 200 "$py" -m neural reproduce \
+    --figure 6 --seeds 3 --batch auto --no-progress --workdir "$out/scaleout/batched"
+  step "Synthetic MNIST-shaped data" 60 "$py" benchmarks/fake_mnist.py "$out/fake_mnist"
+  step "Fig. 6 at paper scale, first rounds, workers vs batched (extrapolated)" 300 \
+    "$py" benchmarks/scale_out.py --scale paper --data-dir "$out/fake_mnist" --seeds 1 \
+    --ways batch,workers --jobs auto --set "epochs=${SCALEOUT_EPOCHS:-2}" --rounds-timed 1 \
+    --epochs-of-figure 20
 }
 
 for part in "${parts[@]}"; do

@@ -27,8 +27,9 @@ trained), divided by the runs.
 ``--rounds-timed K`` (paper scale): each way does only the first K rounds of every run
 (``--max-rounds K``), and again K + 1 rounds into another fresh directory; the difference
 is one more round, start-up and compilation cancelled, and the figure's time is
-extrapolated as (first K rounds) + (rounds left) x (one more round), with the logged
-rounds of the longest run.
+extrapolated as (first K rounds less K rounds: start-up, data, compilation) + (the logged
+rounds of the longest run) x (one more round); ``--epochs-of-figure E`` scales a round to
+E epochs where ``--set epochs=e`` shortened them (a GPU check's time limit).
 """
 
 from __future__ import annotations
@@ -95,6 +96,12 @@ def _logged_rounds(workdir: Path) -> int:
   return max(rounds, default=1)
 
 
+def _epochs(workdir: Path) -> int:
+  """The epochs a round of the runs in ``workdir`` trains (their config.json)."""
+  epochs = [json.loads(p.read_text()).get("epochs", 1) for p in workdir.rglob("config.json")]
+  return max(max(epochs, default=1), 1)
+
+
 def main() -> int:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--figure", default="6", help="the figure (default 6)")
@@ -110,6 +117,9 @@ def main() -> int:
   parser.add_argument("--batch", default="auto", help="runs per batch (default auto)")
   parser.add_argument("--rounds-timed", type=int, metavar="K",
                       help="time the first K rounds and one more, extrapolate the figure")
+  parser.add_argument("--epochs-of-figure", type=int, metavar="E",
+                      help="with --rounds-timed and --set epochs=e: extrapolate to E epochs a "
+                           "round (a round's training time scaled by E / e)")
   args = parser.parse_args()
   ways = [w.strip() for w in args.ways.split(",") if w.strip()]
   unknown = [w for w in ways if w not in WAYS]
@@ -134,10 +144,14 @@ def main() -> int:
         longer = _reproduce(Path(tmp) / f"{way}-longer", flags, env, common,
                             args.rounds_timed + 1)
         more = max(0.0, longer - first)
-        left = max(0, _logged_rounds(workdir) - args.rounds_timed)
-        seconds = first + left * more
+        rounds = _logged_rounds(workdir)
+        scale = (args.epochs_of_figure / _epochs(workdir)) if args.epochs_of_figure else 1.0
+        # start-up, data and compilation once, then every round at the figure's epochs
+        seconds = max(0.0, first - args.rounds_timed * more) + rounds * more * scale
         print(f"  {way:18s} first {args.rounds_timed} rounds {first:8.1f} s, one more "
-              f"{more:7.1f} s: the figure about {seconds / 60:6.1f} min", flush=True)
+              f"{more:7.1f} s: the figure ({rounds} rounds"
+              f"{f', x{scale:g} epochs' if scale != 1 else ''}) about {seconds / 60:6.1f} min",
+              flush=True)
       else:
         seconds = _reproduce(workdir, flags, env, common)
       metrics = _metrics(workdir)
