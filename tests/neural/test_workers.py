@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import subprocess
 
+import pytest
+
 from fedkrr.io import core_shares
 from neural._src.jobs import workers
 from neural._src.runtime.config import ExperimentConfig
+from neural._src.runtime.rundir import ExperimentError
 
 TINY = dict(dataset="digits", rounds=1, epochs=1, train_subset=60, test_subset=30,
             batch_size=32, tiny=True, models=("mlp",), protocol="avgkd")
@@ -28,9 +31,20 @@ def test_auto_jobs_counts_every_gpu(monkeypatch):
   assert 1 <= workers.auto_jobs() <= workers.AUTO_JOBS_CPU
 
 
+def test_workers_use_every_core_unless_told_to_keep_to_their_own(monkeypatch):
+  monkeypatch.delenv("NEURAL_WORKER_CORES", raising=False)
+  assert workers.worker_cores(2) == [[], []]
+  monkeypatch.setenv("NEURAL_WORKER_CORES", "own")
+  assert workers.worker_cores(3) == core_shares(3)
+  monkeypatch.setenv("NEURAL_WORKER_CORES", "half")
+  with pytest.raises(ExperimentError, match="NEURAL_WORKER_CORES"):
+    workers.worker_cores(2)
+
+
 def test_workers_take_the_gpus_in_turn_and_their_own_cores(monkeypatch, tmp_path):
   """Three workers on a machine of two GPUs: GPU 0, 1, 0, each worker its share of the
-  cores; the runs' rows are those of the runs in this process."""
+  cores (``NEURAL_WORKER_CORES=own``); the runs' rows (an MLP's: a dense network's numbers
+  do not depend on the cores) are those of the runs in this process."""
   started = []
   real = subprocess.Popen
 
@@ -39,6 +53,7 @@ def test_workers_take_the_gpus_in_turn_and_their_own_cores(monkeypatch, tmp_path
     return real(args, **kwargs)
 
   monkeypatch.setattr(workers, "gpu_ids", lambda: ["0", "1"])
+  monkeypatch.setenv("NEURAL_WORKER_CORES", "own")
   monkeypatch.setattr(workers.subprocess, "Popen", spy)
   configs = [ExperimentConfig(**TINY, seed=s) for s in range(3)]
   tasks = [(f"seed={s}", c, tmp_path / f"w{s}") for s, c in enumerate(configs)]

@@ -9,15 +9,16 @@ thread, which the operating system has pushed off the CPU: on a 2-core machine
 allowed onto one core took 0.08, 0.08 and 0.12 s (``benchmarks/busy_cores.py``). A
 process restricted to fewer cores sizes its pool (and OpenBLAS its threads) to them.
 
-So the processes that this project starts side by side (``neural reproduce --jobs J``'s
-workers, the test suite's pytest-xdist workers) each take their own share of the cores
-(:func:`core_shares`) before JAX starts (:func:`use_cores`). A single process keeps every
-core: on an idle machine the large programs (factorisations of thousands of points) use
-them. On a machine busy with other work, run a small job on fewer cores yourself
-(``taskset -c 0 fedkrr ...``).
+So processes started side by side can each take their own share of the cores
+(:func:`core_shares`) before JAX starts (:func:`use_cores`): the test suite's pytest-xdist
+workers do, and ``neural reproduce --jobs J``'s workers with ``NEURAL_WORKER_CORES=own``.
+A single process keeps every core: on an idle machine the large programs (factorisations
+of thousands of points) use them. On a machine busy with other work, run a small job on
+fewer cores yourself (``taskset -c 0 fedkrr ...``).
 
-The numbers do not change: XLA:CPU's results do not depend on the number of threads of
-its pool (the tests compare worker processes with the command's own, byte for byte).
+The numbers can change: XLA:CPU compiles some operations for the cores its process has.
+Fig. 6's CNN trained on one core and on two gave metrics that differ in their last digits
+(an MLP's agreed to the byte), so the worker pool keeps every core unless told otherwise.
 """
 
 from __future__ import annotations

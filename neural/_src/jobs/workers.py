@@ -8,10 +8,13 @@ shapes, so a worker compiles its programs once). A run in a worker is the same c
 in the command's own process (:func:`neural._src.jobs.runs.run_one`, the same config, the
 same directory, the same float64 setting of JAX), so its numbers are the same.
 
-Each worker keeps to its own share of the CPU cores (:func:`fedkrr.io.core_shares`), so
-that XLA's threads in one worker do not wait on cores the other workers keep busy, and
-on a machine with several GPUs the workers take the GPUs in turn (``CUDA_VISIBLE_DEVICES``
-of one GPU each): ``--jobs auto`` is :data:`AUTO_JOBS_GPU` workers per GPU.
+On a machine with several GPUs the workers take the GPUs in turn (``CUDA_VISIBLE_DEVICES``
+of one GPU each): ``--jobs auto`` is :data:`AUTO_JOBS_GPU` workers per GPU. With
+``NEURAL_WORKER_CORES=own`` each worker keeps to its own share of the CPU cores
+(:func:`fedkrr.io.core_shares`), so that XLA's threads in one worker do not wait on cores
+the other workers keep busy; not by default, since XLA:CPU compiles a convolution for the
+cores its process has, and the numbers then differ (in their last digits) from the runs
+in the command's own process (:func:`worker_cores`).
 
 The command and its workers speak JSON lines: a task (the run's config, its directory,
 ``max_rounds``) on the worker's stdin, the run's metric rows (or its error) on its
@@ -164,6 +167,32 @@ def auto_jobs() -> int:
   return max(1, min(AUTO_JOBS_CPU, len(allowed_cores())))
 
 
+WORKER_CORES = ("all", "own")
+
+
+def worker_cores(count: int) -> list[list[int]]:
+  """The CPU cores of each of ``count`` workers (``[]``: every core), as the environment
+  variable ``NEURAL_WORKER_CORES`` says.
+
+  ``all`` (the default): every worker may use every core, and its numbers are those of the
+  same run in the command's own process, byte for byte. ``own``: each worker its own share
+  (:func:`fedkrr.io.core_shares`). XLA:CPU then gives each worker a thread pool of its own
+  cores, which holds up where the workers outnumber the cores' spare capacity (on 2 cores
+  a small program beside two busy processes: 0.71 s with every core, 0.12 s on one core,
+  ``benchmarks/busy_cores.py``), but XLA compiles convolutions for the cores a process
+  has, so a convolutional network's numbers then differ in their last digits from the run
+  in the command's own process (Fig. 6's CNN on one core and on two, measured; the MLP's
+  agreed).
+
+  Raises:
+    ExperimentError: ``NEURAL_WORKER_CORES`` is set to something else.
+  """
+  setting = os.environ.get("NEURAL_WORKER_CORES", "all") or "all"
+  if setting not in WORKER_CORES:
+    raise ExperimentError(f"NEURAL_WORKER_CORES: expected all or own, got {setting!r}")
+  return core_shares(count) if setting == "own" else [[] for _ in range(count)]
+
+
 def _worker_env(gpu: str | None = None) -> dict[str, str]:
   """This process's environment, with its JAX float64 setting: a caller that turned on
   ``jax_enable_x64`` gets workers that compute as it would. On a GPU the workers share
@@ -210,11 +239,9 @@ def run_in_workers(tasks: Sequence[tuple[str, RunConfig, Path]], jobs: int, *,
 
   Args:
     tasks: the runs; ``name`` names the run in the progress bar and in errors.
-    jobs: how many worker processes (at most one per task). Each keeps to its own share
-      of the CPU cores (:func:`fedkrr.io.core_shares`: XLA's threads then hold up beside
-      the other workers; ``NEURAL_WORKER_CORES=all`` in the environment lets each use
-      every core, for comparison) and, on a machine with GPUs, sees one GPU, the workers taking
-      the GPUs in turn (worker i the GPU i mod G): every GPU of the machine is used.
+    jobs: how many worker processes (at most one per task). On a machine with GPUs each
+      sees one GPU, the workers taking the GPUs in turn (worker i the GPU i mod G): every
+      GPU of the machine is used. Their CPU cores: :func:`worker_cores`.
     max_rounds: do at most this many rounds of each run (as ``neural run --max-rounds``).
     progress: a bar over the finished runs (the runs themselves show none).
     label: the bar's description.
@@ -249,9 +276,7 @@ def run_in_workers(tasks: Sequence[tuple[str, RunConfig, Path]], jobs: int, *,
     try:
       count = max(1, min(jobs, len(tasks)))
       gpus = gpu_ids()
-      shares = (core_shares(count) if os.environ.get("NEURAL_WORKER_CORES", "own") != "all"
-                else [[]] * count)
-      for i, cores in enumerate(shares):
+      for i, cores in enumerate(worker_cores(count)):
         worker = subprocess.Popen(
             [sys.executable, "-P", "-m", "neural._src.jobs.workers", str(os.getpid()),
              ",".join(map(str, cores))], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
