@@ -28,6 +28,7 @@ Ray is an optional extra (``pip install "fedkrr[ray]"``), imported only here, wh
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from collections.abc import Mapping
 from collections.abc import Sequence
 import contextlib
@@ -36,6 +37,7 @@ import os
 from pathlib import Path
 import socket
 import sys
+import threading
 from typing import Any
 from typing import cast
 import uuid
@@ -59,6 +61,10 @@ EXECUTORS = ("local", "ray")
 INSTALL = 'pip install "fedkrr[ray]"'
 MAX_RETRIES = 3          # a task's runs again after its worker or node died
 CONNECT_SECONDS = 5.0    # how long --address HOST:PORT may take to answer
+SHUTDOWN_SECONDS = 10.0  # the longest a signal waits for Ray to stop what the command started
+# Seconds between the command's looks at its tasks: its main thread returns from Ray that
+# often, so that a signal is handled there (ray.wait does not return for one by itself).
+_POLL = 0.1
 MARKER_PREFIX = ".ray-workdir-"
 _OPTIONS = ("num_cpus", "num_gpus", "memory")   # resources taken as Ray's own options
 # Ray's errors of a task whose worker process or node died (after its retries).
@@ -264,8 +270,6 @@ def run_in_ray(tasks: Sequence[tuple[str, RunConfig, str | os.PathLike]], *,
       the first failed run's error (or ``ConfigError``, ``DataError`` where it was one),
       its message starting with the run's name; the other tasks are cancelled first.
   """
-  from tqdm.auto import tqdm
-
   ray = import_ray()
   tasks = [(name, config, Path(os.path.abspath(path))) for name, config, path in tasks]
   if not tasks:
@@ -273,48 +277,72 @@ def run_in_ray(tasks: Sequence[tuple[str, RunConfig, str | os.PathLike]], *,
   if address not in (None, "auto"):
     _host_port(cast(str, address))   # a malformed address: before anything starts
   started = _connect(ray, address)
-  refs: dict[Any, int] = {}
-  pending: list[Any] = []
+  # A signal ends the process without the finally below: Ray is stopped before.
+  stop = before_exit(lambda signum: _shutdown(ray)) if started else contextlib.nullcontext()
   try:
-    options = _options(ray, resources)
-    remote = ray.remote(max_retries=MAX_RETRIES, runtime_env={"env_vars": _task_env()},
-                        **options)(_run_task)
-    where = _workdir_of([path for _, _, path in tasks])
-    where.mkdir(parents=True, exist_ok=True)
-    token = uuid.uuid4().hex
-    marker = where / f"{MARKER_PREFIX}{token}"
-    results: list[list[dict[str, Any]] | None] = [None] * len(tasks)
-    bar = tqdm(total=len(tasks), desc=label, unit="run", disable=not progress,
-               dynamic_ncols=True)
-    with before_exit(lambda signum: _cancel(ray, pending)):
-      try:
-        atomic_write(marker, token)
-        for i in sorted(range(len(tasks)), key=lambda i: -rounds_of(tasks[i][1])):
-          ref = remote.remote(tasks[i][1].to_dict(), str(tasks[i][2]), str(marker), token,
-                              max_rounds)
-          refs[ref] = i
-          pending.append(ref)
-        while pending:
-          ready, rest = ray.wait(pending, num_returns=1)
-          pending[:] = rest
-          for ref in ready:
-            i = refs[ref]
-            reply = _reply(ray, ref)
-            if reply is None or "error" in reply:
-              raise run_error(tasks[i][0], reply)
-            results[i] = reply["rows"]
-            bar.update(1)
-            bar.set_postfix_str(tasks[i][0], refresh=True)
-      except BaseException:
-        _cancel(ray, pending)
-        raise
-      finally:
-        bar.close()
-        marker.unlink(missing_ok=True)
-    return cast(list[list[dict[str, Any]]], results)   # every task replied (else raised)
+    with stop:
+      remote = ray.remote(max_retries=MAX_RETRIES, runtime_env={"env_vars": _task_env()},
+                          **_options(ray, resources))(_run_task)
+      with _marker(_workdir_of([path for _, _, path in tasks])) as (marker, token):
+        order = sorted(range(len(tasks)), key=lambda i: -rounds_of(tasks[i][1]))
+        refs = {remote.remote(tasks[i][1].to_dict(), str(tasks[i][2]), str(marker), token,
+                              max_rounds): i for i in order}
+        return _gather(ray, refs, [name for name, _, _ in tasks], progress, label)
   finally:
     if started:
       ray.shutdown()
+
+
+def _shutdown(ray: Any) -> None:
+  """``ray.shutdown`` before a signal ends the process (else the local instance's agents
+  outlive it), waited for at most :data:`SHUTDOWN_SECONDS`."""
+  thread = threading.Thread(target=ray.shutdown, name="ray-shutdown", daemon=True)
+  thread.start()
+  thread.join(SHUTDOWN_SECONDS)
+
+
+@contextlib.contextmanager
+def _marker(where: Path) -> Iterator[tuple[Path, str]]:
+  """While inside, ``where`` holds a marker file with a new token: ``(its path, token)``."""
+  token = uuid.uuid4().hex
+  marker = where / f"{MARKER_PREFIX}{token}"
+  where.mkdir(parents=True, exist_ok=True)
+  atomic_write(marker, token)
+  try:
+    with before_exit(lambda signum: marker.unlink(missing_ok=True)):
+      yield marker, token
+  finally:
+    marker.unlink(missing_ok=True)
+
+
+def _gather(ray: Any, refs: dict[Any, int], names: Sequence[str], progress: bool,
+            label: str) -> list[list[dict[str, Any]]]:
+  """The replies of the tasks ``refs`` (task index by reference) as they finish, under a
+  progress bar; the first failed run's error raised after the others are cancelled."""
+  from tqdm.auto import tqdm
+
+  results: list[list[dict[str, Any]] | None] = [None] * len(names)
+  pending = list(refs)
+  bar = tqdm(total=len(names), desc=label, unit="run", disable=not progress,
+             dynamic_ncols=True)
+  with before_exit(lambda signum: _cancel(ray, pending)):
+    try:
+      while pending:
+        ready, pending[:] = ray.wait(pending, num_returns=1, timeout=_POLL)
+        for ref in ready:
+          i = refs[ref]
+          reply = _reply(ray, ref)
+          if reply is None or "error" in reply:
+            raise run_error(names[i], reply)
+          results[i] = reply["rows"]
+          bar.update(1)
+          bar.set_postfix_str(names[i], refresh=True)
+    except BaseException:
+      _cancel(ray, pending)
+      raise
+    finally:
+      bar.close()
+  return cast(list[list[dict[str, Any]]], results)   # every task replied (else raised)
 
 
 def run_sweep(runs: Sequence[tuple[str, RunConfig]], workdir: str | os.PathLike, *,
