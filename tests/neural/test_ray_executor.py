@@ -7,8 +7,10 @@ another in this process.
 """
 
 import importlib.util
+import shutil
 import socket
 import sys
+import tempfile
 import threading
 import time
 
@@ -38,13 +40,16 @@ FAST_HEALTH_CHECKS = {"health_check_initial_delay_ms": 0, "health_check_period_m
 
 
 @pytest.fixture(scope="module", autouse=True)
-def ray_files_and_addresses(tmp_path_factory):
-  """Ray's files under a temporary directory, and every node on 127.0.0.1 (set before
-  Ray is first imported: Ray reads them then)."""
+def ray_files_and_addresses():
+  """Ray's files under a temporary directory of a short name (its sockets' paths must fit
+  in 107 bytes: not under pytest's), and every node on 127.0.0.1; set before Ray is first
+  imported, as Ray reads them then."""
+  files = tempfile.mkdtemp(prefix="ray", dir="/tmp")
   with pytest.MonkeyPatch.context() as patch:
-    patch.setenv("RAY_TMPDIR", str(tmp_path_factory.mktemp("ray")))
+    patch.setenv("RAY_TMPDIR", files)
     patch.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     yield
+  shutil.rmtree(files, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
