@@ -59,7 +59,7 @@ from neural._src.runtime.rundir import show_warning
 
 EXECUTORS = ("local", "ray")
 INSTALL = 'pip install "fedkrr[ray]"'
-MAX_RETRIES = 3          # a task's runs again after its worker or node died
+MAX_RETRIES = 3          # times a task runs again after its worker process or node died
 CONNECT_SECONDS = 5.0    # how long --address HOST:PORT may take to answer
 SHUTDOWN_SECONDS = 10.0  # the longest a signal waits for Ray to stop what the command started
 # Seconds between the command's looks at its tasks: its main thread returns from Ray that
