@@ -185,6 +185,22 @@ def _progress_arg(parser: argparse.ArgumentParser) -> None:
                            "(docs/devices.md); a CPU is deterministic already")
 
 
+def _executor_args(parser: argparse.ArgumentParser) -> None:
+  parser.add_argument("--executor", choices=("local", "ray"), default="local",
+                      help="where the runs run: local (this machine; default) or ray (each "
+                           "run a Ray task on a cluster, the workdir on storage every node "
+                           "mounts; Ray is an optional extra: pip install \"fedkrr[ray]\")")
+  parser.add_argument("--address", metavar="ADDR",
+                      help="with --executor ray: the cluster's head, HOST:PORT or auto (the "
+                           "cluster `ray start` made here); default: start Ray on this "
+                           "machine")
+
+
+def _check_executor(args: argparse.Namespace) -> None:
+  if args.address is not None and args.executor != "ray":
+    raise ValueError("--address: the Ray cluster to run on; add --executor ray")
+
+
 def _max_rounds_arg(parser: argparse.ArgumentParser) -> None:
   parser.add_argument("--max-rounds", type=int, metavar="K",
                       help="stop after K rounds in this call (resume later)")
@@ -234,7 +250,7 @@ def run_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
       prog="neural run",
       usage="neural run [-h] [--config FILE|NAME] [--method NAME] --workdir DIR "
             "[--FIELD VALUE ...] [--set FIELD=VALUE] [--max-rounds K] "
-            "[--progress | --no-progress]",
+            "[--executor local|ray] [--address ADDR] [--progress | --no-progress]",
       description="Runs an experiment into --workdir (config.json, metrics.jsonl, "
                   "checkpoint.npz, accuracy.png). Started again with the same command, a "
                   "killed run resumes after its last finished round, and a finished one is "
@@ -259,6 +275,7 @@ def run_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
   else:
     parser.set_defaults(units="steps")
   _max_rounds_arg(parser)
+  _executor_args(parser)
   _progress_arg(parser)
   parser.set_defaults(fields=fields)
   return parser
@@ -296,7 +313,8 @@ def reproduce_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
       prog="neural reproduce",
       usage="neural reproduce [-h] --figure N [--scale small|paper] --workdir DIR "
             "[--seeds K] [--with DIR] [--paper-rounds K] [--FIELD VALUE ...] "
-            "[--set FIELD=VALUE] [--max-rounds K] [--progress | --no-progress]",
+            "[--set FIELD=VALUE] [--max-rounds K] [--executor local|ray] [--address ADDR] "
+            "[--progress | --no-progress]",
       description="Runs (or resumes) every run of the shipped config(s) of Fig. N (small: "
                   "the *_small config, embedded data, a CPU; paper: the full-size config, "
                   "and for Figs. 9-10 the *_text variant too, with the MNIST / CIFAR-10 "
@@ -334,6 +352,7 @@ def reproduce_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
   fields = add_field_flags(parser, [(ExperimentConfig, [])])
   _set_arg(parser)
   _max_rounds_arg(parser)
+  _executor_args(parser)
   _progress_arg(parser)
   parser.set_defaults(fields=fields)
   return parser
@@ -516,9 +535,15 @@ def _run(args: argparse.Namespace) -> int:
   runs = spec.expand(overrides_from_args(args))
   if args.max_rounds is not None and args.max_rounds < 1:
     raise ValueError(f"--max-rounds: expected an integer >= 1, got {args.max_rounds}")
+  _check_executor(args)
+  done = None
+  if args.executor == "ray":
+    from neural._src.jobs.ray_executor import run_sweep  # deferred: Ray, an optional extra
+    done = run_sweep(runs, args.workdir, description=spec.description, address=args.address,
+                     max_rounds=args.max_rounds, progress=args.progress)
   results = run_configs(runs, args.workdir, progress=args.progress,
                         description=spec.description, max_rounds=args.max_rounds,
-                        units=args.units)
+                        units=args.units, done=done)
   for name, rows in results.items():
     if not rows:
       continue
@@ -590,10 +615,12 @@ def _compare(args: argparse.Namespace) -> int:
 def _reproduce(args: argparse.Namespace) -> int:
   from neural._src.figures.reproduce import reproduce  # deferred: JAX, Flax, the runs
 
+  _check_executor(args)
   result = reproduce(args.figure, args.workdir, scale=args.scale,
                      overrides=overrides_from_args(args), seeds=args.seeds,
                      others=args.others, progress=args.progress, max_rounds=args.max_rounds,
-                     jobs=args.jobs, paper_rounds=args.paper_rounds)
+                     jobs=args.jobs, paper_rounds=args.paper_rounds, executor=args.executor,
+                     address=args.address)
   counts = result.counts()
   apart = result.apart()
   print(f"{result.paths['md']}: {result.figure} at {result.scale} scale, "

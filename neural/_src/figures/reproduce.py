@@ -54,6 +54,9 @@ from neural._src.figures.reproduce_plot import plot_reproduction
 from neural._src.figures.reproduce_report import ConfigReproduction
 from neural._src.figures.reproduce_report import Reproduction
 from neural._src.figures.reproduce_report import markdown
+from neural._src.jobs.ray_executor import EXECUTORS
+from neural._src.jobs.ray_executor import import_ray
+from neural._src.jobs.ray_executor import run_in_ray
 from neural._src.jobs.runs import run_configs
 from neural._src.jobs.runs import run_dirs
 from neural._src.jobs.runs import write_sweep
@@ -157,7 +160,8 @@ def reproduce(figure: int | str, workdir: str | os.PathLike, scale: str = "small
               overrides: Mapping[str, Any] | None = None, *, seeds: int | None = None,
               others: Sequence[str | os.PathLike] = (), progress: bool = False,
               max_rounds: int | None = None, jobs: int | str = 1,
-              paper_rounds: int | None = None) -> Reproduction:
+              paper_rounds: int | None = None, executor: str = "local",
+              address: str | None = None) -> Reproduction:
   """Runs (or resumes) a figure's shipped config(s), draws it and checks its statements.
 
   Args:
@@ -186,6 +190,12 @@ def reproduce(figure: int | str, workdir: str | os.PathLike, scale: str = "small
       decides the statements about the long run that 5 rounds leave beyond the horizon.
       ``None``: the configs' own. Use a new ``workdir`` (a run of other rounds there is
       an error).
+    executor: "local" (this machine: ``jobs`` at a time) or "ray": every run a Ray task
+      (``neural._src.jobs.ray_executor``; Ray, an optional extra, decides how many run at
+      a time from the cluster's resources; the same numbers). ``workdir`` must then be
+      on storage every node mounts at the same path.
+    address: with "ray": ``None`` starts Ray on this machine; ``"auto"`` or
+      ``"HOST:PORT"`` (the head's) joins a running cluster.
 
   Returns:
     The :class:`neural.Reproduction`; ``reproduce.md``, ``reproduce.json`` and
@@ -209,6 +219,15 @@ def reproduce(figure: int | str, workdir: str | os.PathLike, scale: str = "small
     if "rounds" in overrides:
       raise ConfigError("paper_rounds: set either paper_rounds (every run's paper rounds) or "
                         "the rounds override (every run's logged rounds), not both")
+  if executor not in EXECUTORS:
+    raise ConfigError(f"executor: expected one of {', '.join(EXECUTORS)}, got {executor!r}")
+  if address is not None and executor != "ray":
+    raise ConfigError("address: a Ray cluster's address, for executor 'ray' only")
+  if executor == "ray" and jobs != 1:
+    raise ConfigError("jobs: runs at a time on this machine; with executor 'ray' the "
+                      "cluster's resources decide (leave jobs at 1)")
+  if executor == "ray":
+    import_ray()   # not installed: said before anything is written
   auto = jobs == "auto"
   if auto:
     jobs = auto_jobs()
@@ -231,18 +250,20 @@ def reproduce(figure: int | str, workdir: str | os.PathLike, scale: str = "small
   def seed_dir(name: str, k: int) -> Path:
     return workdir / f"seed={k}" / ("" if len(planned) == 1 else name)
 
-  done = {} if jobs == 1 else _run_in_workers(
+  alone = jobs == 1 and executor == "local"   # every run in this process
+  done = {} if alone else _run_in_workers(
       label, [(name, spec, per_seed, [seed_dir(name, k) for k in range(count)])
-              for name, spec, per_seed in planned], jobs, max_rounds, progress)
+              for name, spec, per_seed in planned], jobs, max_rounds, progress,
+      executor=executor, address=address)
   results = []
   for name, spec, per_seed in planned:
     where = workdir if len(planned) == 1 else workdir / name
     seed_curves = []
     for k, runs in enumerate(per_seed):
-      if progress and jobs == 1:
+      if progress and alone:
         print(f"{label}: {name}, seed {k + 1} of {count} ({len(runs)} runs) in "
               f"{seed_dir(name, k)}", flush=True)
-      rows = run_configs(runs, seed_dir(name, k), progress=progress and jobs == 1,
+      rows = run_configs(runs, seed_dir(name, k), progress=progress and alone,
                          description=spec.description, max_rounds=max_rounds,
                          done=done.get((name, k)))
       seed_curves.append(paper_curves(rows, dict(runs)))
@@ -264,10 +285,12 @@ def reproduce(figure: int | str, workdir: str | os.PathLike, scale: str = "small
 
 
 def _run_in_workers(label: str, planned: Sequence[tuple[str, Any, Sequence[Any], Sequence[Path]]],
-                    jobs: int, max_rounds: int | None, progress: bool
+                    jobs: int, max_rounds: int | None, progress: bool, *,
+                    executor: str = "local", address: str | None = None
                     ) -> dict[tuple[str, int], dict[str, list[dict[str, Any]]]]:
-  """Every run of every config and seed in ``jobs`` worker processes: their rows by
-  (config, seed), then by run. Each seed's directory is checked and claimed first."""
+  """Every run of every config and seed in ``jobs`` worker processes (executor "ray":
+  as Ray tasks): their rows by (config, seed), then by run. Each seed's directory is
+  checked and claimed first."""
   tasks, keys = [], []
   for name, spec, per_seed, dirs in planned:
     for k, (runs, where) in enumerate(zip(per_seed, dirs, strict=True)):
@@ -279,9 +302,15 @@ def _run_in_workers(label: str, planned: Sequence[tuple[str, Any, Sequence[Any],
       for (run, config), path in zip(runs, paths, strict=True):
         tasks.append((prefix + run, config, path))
         keys.append((name, k, run))
-  if progress:
-    print(f"{label}: {len(tasks)} runs, {jobs} at a time in worker processes", flush=True)
-  rows = run_in_workers(tasks, jobs, max_rounds=max_rounds, progress=progress, label=label)
+  if executor == "ray":
+    if progress:
+      print(f"{label}: {len(tasks)} runs as Ray tasks", flush=True)
+    rows = run_in_ray(tasks, address=address, max_rounds=max_rounds, progress=progress,
+                      label=label)
+  else:
+    if progress:
+      print(f"{label}: {len(tasks)} runs, {jobs} at a time in worker processes", flush=True)
+    rows = run_in_workers(tasks, jobs, max_rounds=max_rounds, progress=progress, label=label)
   done: dict[tuple[str, int], dict[str, list[dict[str, Any]]]] = {}
   for (name, k, run), run_rows in zip(keys, rows, strict=True):
     done.setdefault((name, k), {})[run] = run_rows

@@ -123,7 +123,7 @@ def main() -> int:
 # The command's side
 
 
-def _rounds(config: RunConfig) -> int:
+def rounds_of(config: RunConfig) -> int:
   """A run's rounds (AKD's and EKD's count twice): the longest runs start first, so that
   no long run is left to run alone at the end."""
   return int(getattr(config, "total_rounds", getattr(config, "rounds", 1)))
@@ -222,8 +222,9 @@ def stop_workers(workers: Sequence[subprocess.Popen], timeout: float = STOP_SECO
       worker.kill()
 
 
-def _error(name: str, reply: dict[str, Any] | None) -> ValueError:
-  """The run's error as the command raises it, the run's name in front."""
+def run_error(name: str, reply: dict[str, Any] | None) -> ValueError:
+  """The run's error as the command raises it, the run's name in front (``reply``: the
+  worker's, ``{"error": class name, "message": ...}``; ``None``: the worker ended first)."""
   if reply is None:
     return ExperimentError(f"{name}: a worker process ended before finishing the run "
                            "(killed, or out of memory?); run the same command again to resume")
@@ -257,7 +258,7 @@ def run_in_workers(tasks: Sequence[tuple[str, RunConfig, Path]], jobs: int, *,
   from tqdm.auto import tqdm
 
   results: list[list[dict[str, Any]] | None] = [None] * len(tasks)
-  queue = sorted(range(len(tasks)), key=lambda i: -_rounds(tasks[i][1]))
+  queue = sorted(range(len(tasks)), key=lambda i: -rounds_of(tasks[i][1]))
   workers: list[subprocess.Popen] = []
   busy: dict[subprocess.Popen, int] = {}
   selector = selectors.DefaultSelector()
@@ -291,7 +292,7 @@ def run_in_workers(tasks: Sequence[tuple[str, RunConfig, Path]], jobs: int, *,
           i = busy.pop(worker)
           reply = json.loads(line) if line else None
           if reply is None or "error" in reply:
-            raise _error(tasks[i][0], reply)
+            raise run_error(tasks[i][0], reply)
           results[i] = reply["rows"]
           bar.update(1)
           bar.set_postfix_str(tasks[i][0], refresh=True)
