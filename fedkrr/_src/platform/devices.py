@@ -8,6 +8,12 @@ is sharding that axis with ``jax.sharding`` (DESIGN.md, "Beyond one machine").
 D devices, device d holds agents ``d * M / D .. (d + 1) * M / D - 1``. Nothing
 here changes JAX's configuration; to try several devices on one CPU, start the
 process with ``XLA_FLAGS=--xla_force_host_platform_device_count=4``.
+
+Across processes (``jax.distributed``, :func:`fedkrr.initialize_distributed`)
+``jax.devices()`` lists every process's devices, so the same mesh spans them;
+:func:`shard_agents` places host data that every process holds alike, and
+:func:`host_arrays` brings arrays sharded over other processes' devices to each
+host.
 """
 
 from __future__ import annotations
@@ -16,9 +22,11 @@ from collections.abc import Sequence
 from typing import Any
 
 import jax
+from jax.experimental import multihost_utils
 from jax.sharding import Mesh
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec
+import numpy as np
 
 AGENT_AXIS = "agents"
 
@@ -111,7 +119,9 @@ def shard_agents(tree: Any, mesh: Mesh) -> Any:
   """Places a stacked per-agent PyTree on ``mesh``: every leaf's axis 0 is the agent axis.
 
   Each device receives only its agents' slices. Leaves must share the length M
-  of their leading axis, which the mesh's size must divide.
+  of their leading axis, which the mesh's size must divide. On a mesh over
+  several processes (:func:`spans_processes`) every process must pass the same
+  values: each places its own devices' slices of its copy.
 
   Raises:
     DeviceError: a leaf is a scalar, the leaves' leading lengths differ, or the
@@ -130,4 +140,44 @@ def shard_agents(tree: Any, mesh: Mesh) -> Any:
                       f"leading lengths {sorted(lengths)} (-1: a scalar)")
   if lengths:
     check_mesh(mesh, lengths.pop())
+  if spans_processes(mesh):   # each process places its own devices' slices of its host copy
+    return jax.tree.map(lambda leaf: _global_array(np.asarray(leaf), mesh), tree)
   return jax.tree.map(lambda leaf: jax.device_put(leaf, agent_sharding(mesh, leaf.ndim)), tree)
+
+
+def _global_array(host: np.ndarray, mesh: Mesh) -> jax.Array:
+  return jax.make_array_from_callback(host.shape, agent_sharding(mesh, host.ndim),
+                                      lambda index: host[index])
+
+
+def spans_processes(mesh: Mesh) -> bool:
+  """Whether ``mesh`` holds devices of other processes (``jax.distributed``): then arrays
+  sharded over it are not whole on any one process.
+
+  Example:
+    >>> fedkrr.spans_processes(fedkrr.agent_mesh(2))   # one process
+    False
+  """
+  return any(d.process_index != jax.process_index() for d in mesh.devices.flat)
+
+
+def host_arrays(tree: Any) -> Any:
+  """Every leaf of ``tree`` whole on this process's host, as a NumPy array.
+
+  A leaf held whole by this process's devices (one process, or replicated) is
+  read as it is; a leaf sharded over devices of other processes
+  (:func:`spans_processes`) is gathered from all of them with
+  ``jax.experimental.multihost_utils.process_allgather``, a collective: then every
+  process must call this with the same tree, in the same order.
+
+  Example:
+    >>> fedkrr.host_arrays({"w": jnp.ones(2)})["w"]
+    array([1., 1.], dtype=float32)
+  """
+  def one(leaf):
+    if isinstance(leaf, jax.Array) and not (leaf.is_fully_addressable
+                                            or leaf.is_fully_replicated):
+      return np.asarray(multihost_utils.process_allgather(leaf, tiled=True))
+    return np.asarray(leaf)
+
+  return jax.tree.map(one, tree)

@@ -1,0 +1,129 @@
+"""Agents across processes: ``jax.distributed`` on 127.0.0.1, two processes of 2 CPU devices.
+
+Two child processes connect through :func:`fedkrr.initialize_distributed` (the
+environment variables of its convention; tests/multi_device.py starts them), build
+the same problem, and run :func:`fedkrr.sharded_trajectory` on one agent mesh over
+their 4 devices. Each reports its numbers as JSON; they must agree with each other
+and, bit for bit, with one process of 4 devices running the same program (and with
+the single-device closed form up to float64 rounding, as tests/fedkrr/test_sharded.py
+allows). A hang fails the test after the children's timeout.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+import textwrap
+
+import multi_device  # tests/ is no package: pytest puts its folders on sys.path
+import pytest
+
+import fedkrr
+
+HERE = Path(__file__).resolve().parent
+
+CHILD = textwrap.dedent("""
+    import json
+    import fedkrr
+    fedkrr.avoid_cpu_eigh_deadlock()
+    connected = fedkrr.initialize_distributed()   # $JAX_COORDINATOR_ADDRESS, ... if set
+    import jax
+    import numpy as np
+    jax.config.update("jax_enable_x64", True)
+
+    rng = np.random.default_rng(0)            # every process: the same host data
+    sizes = (5, 7, 5, 7)                      # unequal: agents 0 and 2 are padded
+    xs = [rng.normal(size=(n, 2)) for n in sizes]
+    ys = [np.stack([np.sin(2.0 * x[:, 0]), x[:, 1]], axis=1) for x in xs]   # C = 2
+    kernels = [fedkrr.RBF(0.5), fedkrr.Laplace(0.3), fedkrr.RBF(1.0), fedkrr.Laplace(0.6)]
+    x_eval = rng.normal(size=(6, 2))
+    problem = fedkrr.make_problem(xs, ys, kernels, ridge=0.05)
+    mesh = fedkrr.agent_mesh(4)
+    blocks = fedkrr.shard_blocks(problem, mesh)
+    report = {"connected": connected, "process": jax.process_index(),
+              "processes": jax.process_count(), "mesh_size": mesh.size,
+              "spans": fedkrr.spans_processes(mesh),
+              "mesh_processes": [d.process_index for d in mesh.devices.flat],
+              # the agents whose labels this process's devices hold
+              "own_agents": sorted(s.index[0].start for s in blocks.labels.addressable_shards),
+              "labels": fedkrr.host_arrays(blocks.labels).tolist()}
+    report["out"], report["reference_error"] = {}, {}
+    for protocol in fedkrr.SHARDED_PROTOCOLS:
+      out = fedkrr.sharded_trajectory(problem, protocol, 4, x_eval, start=1, blocks=blocks)
+      out = np.asarray(out)   # whole on every process (per-agent outputs gathered)
+      report["out"][protocol] = out.tolist()
+      expected = np.asarray(fedkrr.trajectory(problem, protocol, 4, x_eval, start=1))
+      report["reference_error"][protocol] = float(np.max(np.abs(out - expected))
+                                                  / np.max(np.abs(expected)))
+    print(json.dumps(report))
+""")
+
+
+@functools.cache
+def _reports() -> tuple[list[dict], dict]:
+  """The two connected processes' reports and that of one process with 4 devices."""
+  two = multi_device.distributed_reports(CHILD, processes=2, devices=2, timeout=100)
+  one = multi_device.child_report(CHILD, devices=4, timeout=100)
+  return two, one
+
+
+def test_one_mesh_spans_both_processes_and_each_holds_its_own_agents():
+  two, one = _reports()
+  assert [r["process"] for r in two] == [0, 1]
+  for r in two:
+    assert r["connected"] and r["processes"] == 2 and r["mesh_size"] == 4 and r["spans"]
+    assert r["mesh_processes"] == [0, 0, 1, 1]
+  assert two[0]["own_agents"] == [0, 1] and two[1]["own_agents"] == [2, 3]
+  # host_arrays gathers the labels sharded over both processes, whole on each
+  assert two[0]["labels"] == two[1]["labels"] == one["labels"]
+  assert not one["connected"] and not one["spans"] and one["processes"] == 1
+
+
+def test_every_process_gets_the_numbers_of_one_process():
+  two, one = _reports()
+  assert set(one["out"]) == set(fedkrr.SHARDED_PROTOCOLS)
+  for protocol in fedkrr.SHARDED_PROTOCOLS:
+    # the same program on the same 4 devices: the same bits, wherever the devices live
+    assert two[0]["out"][protocol] == two[1]["out"][protocol] == one["out"][protocol], protocol
+    for r in (*two, one):   # float64 rounding against the single-device closed form
+      assert r["reference_error"][protocol] < 1e-12, (protocol, r["reference_error"])
+
+
+def test_distributed_settings_read_arguments_then_variables(monkeypatch):
+  for name in ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID"):
+    monkeypatch.delenv(name, raising=False)
+  assert fedkrr.distributed_settings() is None
+  assert fedkrr.initialize_distributed() is False   # nothing set: one process, no change
+  assert fedkrr.distributed_settings("h:1", 1) is None   # one process: nothing to connect
+  assert fedkrr.distributed_settings("h:1", 2, 1) == ("h:1", 2, 1)
+  monkeypatch.setenv("JAX_COORDINATOR_ADDRESS", "10.0.0.1:1234")
+  monkeypatch.setenv("JAX_NUM_PROCESSES", "4")
+  monkeypatch.setenv("JAX_PROCESS_ID", "3")
+  assert fedkrr.distributed_settings() == ("10.0.0.1:1234", 4, 3)
+  assert fedkrr.distributed_settings(process_id=0) == ("10.0.0.1:1234", 4, 0)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(num_processes=2, process_id=0), r"coordinator: missing \(pass it or set "
+                                          r"\$JAX_COORDINATOR_ADDRESS\)"),
+    (dict(coordinator="h:1", process_id=0), r"num_processes: missing"),
+    (dict(coordinator="h:1", num_processes=2), r"process_id: missing"),
+    (dict(coordinator="h:1", num_processes=2, process_id=2), r"process_id: expected 0 .. 1"),
+    (dict(coordinator="h:1", num_processes=0, process_id=0), r"num_processes: expected an "
+                                                             r"integer >= 1"),
+    (dict(coordinator="h", num_processes=2, process_id=0), r"coordinator: expected HOST:PORT"),
+    (dict(coordinator="h:1", num_processes=2.0, process_id=0), r"num_processes: expected an "
+                                                               r"integer, got 2.0"),
+])
+def test_bad_distributed_settings_name_the_argument(monkeypatch, kwargs, match):
+  for name in ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID"):
+    monkeypatch.delenv(name, raising=False)
+  with pytest.raises(fedkrr.DeviceError, match=match):
+    fedkrr.distributed_settings(**kwargs)
+
+
+def test_a_bad_variable_names_it(monkeypatch):
+  monkeypatch.setenv("JAX_NUM_PROCESSES", "two")
+  with pytest.raises(fedkrr.DeviceError, match=r"num_processes: expected an integer in "
+                                               r"\$JAX_NUM_PROCESSES, got 'two'"):
+    fedkrr.distributed_settings("h:1", process_id=0)
