@@ -171,8 +171,8 @@ def host_arrays(tree: Any) -> Any:
   process must call this with the same tree, in the same order.
 
   Example:
-    >>> fedkrr.host_arrays({"w": jnp.ones(2)})["w"]
-    array([1., 1.], dtype=float32)
+    >>> fedkrr.host_arrays({"w": jnp.arange(3)})["w"].tolist()
+    [0, 1, 2]
   """
   def one(leaf):
     if isinstance(leaf, jax.Array) and not (leaf.is_fully_addressable

@@ -128,9 +128,9 @@ def initialize_distributed(coordinator: str | None = None, num_processes: int | 
     RuntimeError: from JAX, if a computation ran before or it was called twice.
 
   Example:
-    >>> # in every process, first thing (process_id 0 and 1):
-    >>> fedkrr.initialize_distributed("10.0.0.1:1234", num_processes=2, process_id=0)
-    ... # doctest: +SKIP
+    >>> # in every process, first thing; here process 0 of 2
+    >>> fedkrr.initialize_distributed("10.0.0.1:1234", 2, 0)  # doctest: +SKIP
+    True
   """
   settings = distributed_settings(coordinator, num_processes, process_id)
   if settings is None:

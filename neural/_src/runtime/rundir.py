@@ -516,11 +516,8 @@ def process_workdir(workdir: str | os.PathLike, process: int) -> Path:
   Every process of a ``jax.distributed`` run computes the same rounds and writes
   the same files into its own directory (docs/devices.md, "Across hosts"), so each
   resumes from its own checkpoint without a shared file system, and processes on
-  one machine, or on one shared file system, never write one directory together.
-
-  Example:
-    >>> str(process_workdir("runs/a/", 1))
-    'runs/a.process-1'
+  one machine, or on one shared file system, never write one directory together:
+  ``runs/a`` becomes ``runs/a.process-1`` for process 1.
   """
   path = Path(workdir)
   if process == 0:
