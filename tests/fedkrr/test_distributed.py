@@ -118,12 +118,12 @@ def test_distributed_settings_read_arguments_then_variables(monkeypatch):
 def test_bad_distributed_settings_name_the_argument(monkeypatch, kwargs, match):
   for name in ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID"):
     monkeypatch.delenv(name, raising=False)
-  with pytest.raises(fedkrr.DeviceError, match=match):
+  with pytest.raises(ValueError, match=match):
     fedkrr.distributed_settings(**kwargs)
 
 
 def test_a_bad_variable_names_it(monkeypatch):
   monkeypatch.setenv("JAX_NUM_PROCESSES", "two")
-  with pytest.raises(fedkrr.DeviceError, match=r"num_processes: expected an integer in "
+  with pytest.raises(ValueError, match=r"num_processes: expected an integer in "
                                                r"\$JAX_NUM_PROCESSES, got 'two'"):
     fedkrr.distributed_settings("h:1", process_id=0)

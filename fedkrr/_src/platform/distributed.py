@@ -30,10 +30,6 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import jax
-
-from fedkrr._src.platform.devices import DeviceError
-
 # The environment variables read where an argument is None (the first is JAX's own).
 COORDINATOR_ENV = "JAX_COORDINATOR_ADDRESS"
 NUM_PROCESSES_ENV = "JAX_NUM_PROCESSES"
@@ -48,9 +44,9 @@ def _env_int(value: Any, env: str, name: str) -> int | None:
     try:
       value = int(text)
     except ValueError:
-      raise DeviceError(f"{name}: expected an integer in ${env}, got {text!r}") from None
+      raise ValueError(f"{name}: expected an integer in ${env}, got {text!r}") from None
   if isinstance(value, bool) or not isinstance(value, int):
-    raise DeviceError(f"{name}: expected an integer, got {value!r}")
+    raise ValueError(f"{name}: expected an integer, got {value!r}")
   return value
 
 
@@ -58,15 +54,15 @@ def distributed_settings(coordinator: str | None = None, num_processes: int | No
                          process_id: int | None = None) -> tuple[str, int, int] | None:
   """The checked ``(coordinator, num_processes, process_id)``, arguments before variables.
 
-  Reads nothing but the arguments and the environment: the command lines check
-  their flags with it before they start.
+  Reads nothing but the arguments and the environment (imports no JAX): the
+  command lines check their flags with it before they start.
 
   Returns:
     ``None`` where none of the three is given or set, or the number of processes
     is 1 (one process: nothing to connect); else the three values.
 
   Raises:
-    DeviceError: one is missing while another is given, the number of processes is
+    ValueError: one is missing while another is given, the number of processes is
       below 1, the process id is outside 0 .. N - 1, or the coordinator is no
       HOST:PORT.
 
@@ -82,21 +78,21 @@ def distributed_settings(coordinator: str | None = None, num_processes: int | No
   if all(v is None for v in given.values()):
     return None
   if num_processes is not None and num_processes < 1:
-    raise DeviceError(f"num_processes: expected an integer >= 1, got {num_processes}")
+    raise ValueError(f"num_processes: expected an integer >= 1, got {num_processes}")
   if num_processes == 1 and process_id in (None, 0):
     return None
   missing = [name for name, v in given.items() if v is None]
   if missing:
     env = {"coordinator": COORDINATOR_ENV, "num_processes": NUM_PROCESSES_ENV,
            "process_id": PROCESS_ID_ENV}
-    raise DeviceError(f"{missing[0]}: missing (pass it or set ${env[missing[0]]}); several "
+    raise ValueError(f"{missing[0]}: missing (pass it or set ${env[missing[0]]}); several "
                       f"processes need the coordinator, their number and each one's id")
   if not 0 <= process_id < num_processes:
-    raise DeviceError(f"process_id: expected 0 .. {num_processes - 1} for {num_processes} "
+    raise ValueError(f"process_id: expected 0 .. {num_processes - 1} for {num_processes} "
                       f"processes, got {process_id}")
   host, _, port = coordinator.rpartition(":")
   if not host or not port.isdigit() or not 0 < int(port) < 65536:
-    raise DeviceError(f"coordinator: expected HOST:PORT (e.g. 10.0.0.1:1234), got "
+    raise ValueError(f"coordinator: expected HOST:PORT (e.g. 10.0.0.1:1234), got "
                       f"{coordinator!r}")
   return coordinator, num_processes, process_id
 
@@ -123,7 +119,7 @@ def initialize_distributed(coordinator: str | None = None, num_processes: int | 
     or for one process (nothing happens then).
 
   Raises:
-    DeviceError: the settings are incomplete or invalid
+    ValueError: the settings are incomplete or invalid
       (:func:`distributed_settings`).
     RuntimeError: from JAX, if a computation ran before or it was called twice.
 
@@ -135,6 +131,8 @@ def initialize_distributed(coordinator: str | None = None, num_processes: int | 
   settings = distributed_settings(coordinator, num_processes, process_id)
   if settings is None:
     return False
+  import jax  # deferred: a command line that connects nothing loads no JAX (its --help)
+
   if jax.config.jax_cpu_collectives_implementation is None:
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
   coordinator, num_processes, process_id = settings
