@@ -47,6 +47,19 @@ CHILD = textwrap.dedent("""
               # the agents whose labels this process's devices hold
               "own_agents": sorted(s.index[0].start for s in blocks.labels.addressable_shards),
               "labels": fedkrr.host_arrays(blocks.labels).tolist()}
+
+    def error(fn):
+      try:
+        fn()
+      except fedkrr.DeviceError as e:
+        return str(e)
+      return None
+    # default meshes take as many devices of every process; a mesh on another process's
+    # devices alone is refused there
+    report["mesh2_processes"] = [d.process_index for d in fedkrr.agent_mesh(2).devices.flat]
+    report["mesh3"] = error(lambda: fedkrr.agent_mesh(3))
+    first = jax.sharding.Mesh(jax.devices()[:2], (fedkrr.AGENT_AXIS,))   # process 0's
+    report["first_two"] = error(lambda: fedkrr.check_mesh(first, 2))
     report["out"], report["reference_error"] = {}, {}
     for protocol in fedkrr.SHARDED_PROTOCOLS:
       out = fedkrr.sharded_trajectory(problem, protocol, 4, x_eval, start=1, blocks=blocks)
@@ -77,6 +90,16 @@ def test_one_mesh_spans_both_processes_and_each_holds_its_own_agents():
   # host_arrays gathers the labels sharded over both processes, whole on each
   assert two[0]["labels"] == two[1]["labels"] == one["labels"]
   assert not one["connected"] and not one["spans"] and one["processes"] == 1
+
+
+def test_default_meshes_take_devices_of_every_process_and_foreign_meshes_are_refused():
+  two, one = _reports()
+  assert two[0]["mesh2_processes"] == two[1]["mesh2_processes"] == [0, 1]
+  assert one["mesh2_processes"] == [0, 0] and one["mesh3"] is None
+  for r in two:
+    assert "num_agents: 3 agents cannot spread evenly over 2 processes" in r["mesh3"]
+  assert two[0]["first_two"] is None and one["first_two"] is None   # its own devices
+  assert "mesh: holds devices of processes [0] only" in two[1]["first_two"]
 
 
 def test_every_process_gets_the_numbers_of_one_process():

@@ -48,14 +48,17 @@ def agent_mesh(num_agents: int, devices: Sequence[Any] | None = None) -> Mesh:
     num_agents: the number of agents M.
     devices: the devices to use, all of them (each then holds M / D agents, so D
       must divide M). ``None``: the largest number D of ``jax.devices()`` that
-      divides M, taken in order (6 agents on 4 devices use 3 of them).
+      divides M, taken in order (6 agents on 4 devices use 3 of them). Across P
+      processes (``jax.distributed``) D is also a multiple of P, with D / P of each
+      process's devices, so that every process holds agents.
 
   Returns:
     A ``jax.sharding.Mesh`` of shape ``{"agents": D}``.
 
   Raises:
     DeviceError: ``num_agents`` is not an integer >= 1, ``devices`` is empty or
-      repeats a device, or its length does not divide ``num_agents``.
+      repeats a device, or its length does not divide ``num_agents``; across
+      processes, ``devices=None`` and M is no multiple of the number of processes.
 
   Example:
     >>> mesh = fedkrr.agent_mesh(4)
@@ -63,7 +66,9 @@ def agent_mesh(num_agents: int, devices: Sequence[Any] | None = None) -> Mesh:
     (('agents',), 0)
   """
   m = _check_count(num_agents)
-  if devices is None:
+  if devices is None and jax.process_count() > 1:
+    devices = _across_processes(m)
+  elif devices is None:
     available = jax.devices()
     count = max(d for d in range(1, len(available) + 1) if m % d == 0)
     devices = available[:count]
@@ -78,8 +83,25 @@ def agent_mesh(num_agents: int, devices: Sequence[Any] | None = None) -> Mesh:
   return Mesh(devices, (AGENT_AXIS,))
 
 
+def _across_processes(m: int) -> list[Any]:
+  """The default devices of ``agent_mesh(m)`` over several processes: k of each process's
+  local devices (the most that lets P k divide m), process by process."""
+  processes = jax.process_count()
+  local = [[d for d in jax.devices() if d.process_index == p] for p in range(processes)]
+  per = [k for k in range(1, min(map(len, local)) + 1) if m % (processes * k) == 0]
+  if not per:
+    raise DeviceError(f"num_agents: {m} agents cannot spread evenly over {processes} processes "
+                      f"(each holds as many); use a multiple of {processes} agents, or pass "
+                      f"devices")
+  return [d for devices in local for d in devices[:max(per)]]
+
+
 def check_mesh(mesh: Any, num_agents: int, name: str = "mesh") -> Mesh:
-  """``mesh`` if it is a 1-D agent mesh whose size divides ``num_agents``, else DeviceError."""
+  """``mesh`` if it is a 1-D agent mesh whose size divides ``num_agents``, else DeviceError.
+
+  Across processes the mesh must hold this process's devices alone, or devices of
+  every process (a mesh on some other processes' devices only is refused).
+  """
   m = _check_count(num_agents)
   if not isinstance(mesh, Mesh):
     raise DeviceError(f"{name}: expected a jax.sharding.Mesh (see fedkrr.agent_mesh), got "
@@ -90,6 +112,11 @@ def check_mesh(mesh: Any, num_agents: int, name: str = "mesh") -> Mesh:
   if m % mesh.size:
     raise DeviceError(f"{name}: {m} agents cannot spread evenly over its {mesh.size} devices "
                       f"(the number of devices must divide the number of agents)")
+  owners = {d.process_index for d in mesh.devices.flat}
+  if owners != {jax.process_index()} and len(owners) < jax.process_count():
+    raise DeviceError(f"{name}: holds devices of processes {sorted(owners)} only; a mesh "
+                      f"holds either this process's devices alone or devices of all "
+                      f"{jax.process_count()} processes (fedkrr.agent_mesh picks these)")
   return mesh
 
 
@@ -147,7 +174,7 @@ def shard_agents(tree: Any, mesh: Mesh) -> Any:
 
 def _global_array(host: np.ndarray, mesh: Mesh) -> jax.Array:
   return jax.make_array_from_callback(host.shape, agent_sharding(mesh, host.ndim),
-                                      lambda index: host[index])
+                                      lambda index: host[index], dtype=host.dtype)
 
 
 def spans_processes(mesh: Mesh) -> bool:
