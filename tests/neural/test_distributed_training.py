@@ -1,12 +1,13 @@
 """``neural run --devices all`` across processes: two processes of 2 CPU devices on 127.0.0.1.
 
 Two child processes run the same command with ``--coordinator``, ``--num-processes``
-and ``--process-id`` (tests/multi_device.py gives them a free port); the agents'
-training mesh spans both. Each writes its own run directory (process 0 ``--workdir``,
-process 1 ``WORKDIR.process-1``) and reports its metric rows as JSON: they must equal
-each other and those of one process with 4 devices, and those of one device up to
-float32 rounding as tests/neural/test_sharded_training.py allows. A hang fails the
-test after the children's timeout.
+and ``--process-id`` (tests/multi_device.py gives them a free port), stopped after
+round 0 (``--max-rounds 1``) and resumed; the agents' training mesh spans both. Each
+writes its own run directory (process 0 ``--workdir``, process 1 ``WORKDIR.process-1``)
+and reports its metric rows as JSON: they must equal each other and those of one
+process with 4 devices, and those of one device up to float32 rounding as
+tests/neural/test_sharded_training.py allows. A hang fails the test after the
+children's timeout.
 """
 
 from __future__ import annotations
@@ -40,7 +41,10 @@ CHILD = textwrap.dedent("""
     report = {{"runs": {{}}}}
     for devices in {devices}:
       workdir = Path({workdir!r}) / devices
-      status = main(["run", *{flags!r}, "--devices", devices, *flags, "--workdir", str(workdir)])
+      command = ["run", *{flags!r}, "--devices", devices, *flags, "--workdir", str(workdir)]
+      if {resume!r}:   # stopped after round 0, then resumed by the same command
+        assert main([*command, "--max-rounds", "1"]) == 0
+      status = main(command)
       index = jax.process_index()
       mine = workdir if index == 0 else workdir.with_name(f"{{workdir.name}}.process-{{index}}")
       rows = [json.loads(line) for line in (mine / "metrics.jsonl").read_text().splitlines()]
@@ -53,17 +57,19 @@ CHILD = textwrap.dedent("""
 """)
 
 
-def _child(workdir: str, devices: tuple[str, ...]) -> str:
-  return CHILD.format(workdir=workdir, devices=devices, flags=FLAGS)
+def _child(workdir: str, devices: tuple[str, ...], resume: bool) -> str:
+  return CHILD.format(workdir=workdir, devices=devices, flags=FLAGS, resume=resume)
 
 
 @functools.cache
 def _reports() -> tuple[list[dict], dict]:
-  """The two connected processes' reports and that of one process (4 devices, then one)."""
+  """The two connected processes' reports (a run stopped after round 0 and resumed) and
+  that of one process (uninterrupted runs on 4 devices, then on one)."""
   with tempfile.TemporaryDirectory() as two_dir, tempfile.TemporaryDirectory() as one_dir:
-    two = multi_device.distributed_reports(_child(two_dir, ("all",)), processes=2, devices=2,
-                                           timeout=110)
-    one = multi_device.child_report(_child(one_dir, ("all", "one")), devices=4, timeout=110)
+    two = multi_device.distributed_reports(_child(two_dir, ("all",), resume=True), processes=2,
+                                           devices=2, timeout=110)
+    one = multi_device.child_report(_child(one_dir, ("all", "one"), resume=False), devices=4,
+                                    timeout=110)
   return two, one
 
 
@@ -82,7 +88,7 @@ def test_each_process_writes_its_own_run_directory():
   assert two[0]["siblings"] == ["all", "all.process-1"]
 
 
-def test_two_processes_give_the_rows_of_one_process_with_four_devices():
+def test_two_processes_resumed_give_the_rows_of_one_process_with_four_devices():
   two, one = _reports()
   rows = [_numbers(r["runs"]["all"]["rows"]) for r in two]
   assert len(rows[0]) == 8   # 2 rounds x 4 agents

@@ -115,13 +115,14 @@ def initialize_distributed(coordinator: str | None = None, num_processes: int | 
     process_id: this process's index (``None``: ``$JAX_PROCESS_ID``).
 
   Returns:
-    True if the processes were connected; False where nothing was given or set,
-    or for one process (nothing happens then).
+    True if the processes are connected (by this call, or by an earlier one in
+    this process: then nothing happens); False where nothing was given or set, or
+    for one process (nothing happens then).
 
   Raises:
     ValueError: the settings are incomplete or invalid
       (:func:`distributed_settings`).
-    RuntimeError: from JAX, if a computation ran before or it was called twice.
+    RuntimeError: from JAX, if a computation ran before.
 
   Example:
     >>> # in every process, first thing; here process 0 of 2
@@ -133,6 +134,8 @@ def initialize_distributed(coordinator: str | None = None, num_processes: int | 
     return False
   import jax  # deferred: a command line that connects nothing loads no JAX (its --help)
 
+  if jax.distributed.is_initialized():   # connected already (a second command in-process)
+    return True
   if jax.config.jax_cpu_collectives_implementation is None:
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
   coordinator, num_processes, process_id = settings
