@@ -60,6 +60,14 @@ CHILD = textwrap.dedent("""
     report["mesh3"] = error(lambda: fedkrr.agent_mesh(3))
     first = jax.sharding.Mesh(jax.devices()[:2], (fedkrr.AGENT_AXIS,))   # process 0's
     report["first_two"] = error(lambda: fedkrr.check_mesh(first, 2))
+    # typed PRNG keys and an array already spread over the processes place too
+    keys = jax.random.split(jax.random.key(0), 4)
+    placed = fedkrr.shard_agents({"keys": keys, "x": np.arange(8.0).reshape(4, 2)}, mesh)
+    draw = jax.vmap(lambda k: jax.random.normal(k, ()))
+    report["draws"] = fedkrr.host_arrays(jax.jit(draw)(placed["keys"])).tolist()
+    report["draws_here"] = np.asarray(draw(keys)).tolist()
+    report["moved"] = fedkrr.host_arrays(
+        fedkrr.shard_agents(placed["x"], fedkrr.agent_mesh(2))).tolist()
     report["out"], report["reference_error"] = {}, {}
     for protocol in fedkrr.SHARDED_PROTOCOLS:
       out = fedkrr.sharded_trajectory(problem, protocol, 4, x_eval, start=1, blocks=blocks)
@@ -100,6 +108,13 @@ def test_default_meshes_take_devices_of_every_process_and_foreign_meshes_are_ref
     assert "num_agents: 3 agents cannot spread evenly over 2 processes" in r["mesh3"]
   assert two[0]["first_two"] is None and one["first_two"] is None   # its own devices
   assert "mesh: holds devices of processes [0] only" in two[1]["first_two"]
+
+
+def test_keys_and_spread_arrays_are_placed_across_processes():
+  two, one = _reports()
+  for r in (*two, one):
+    assert r["draws"] == r["draws_here"] == one["draws_here"]
+    assert r["moved"] == [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0], [6.0, 7.0]]
 
 
 def test_every_process_gets_the_numbers_of_one_process():

@@ -168,13 +168,18 @@ def shard_agents(tree: Any, mesh: Mesh) -> Any:
   if lengths:
     check_mesh(mesh, lengths.pop())
   if spans_processes(mesh):   # each process places its own devices' slices of its host copy
-    return jax.tree.map(lambda leaf: _global_array(np.asarray(leaf), mesh), tree)
+    return jax.tree.map(lambda leaf: _global_array(leaf, mesh), tree)
   return jax.tree.map(lambda leaf: jax.device_put(leaf, agent_sharding(mesh, leaf.ndim)), tree)
 
 
-def _global_array(host: np.ndarray, mesh: Mesh) -> jax.Array:
-  return jax.make_array_from_callback(host.shape, agent_sharding(mesh, host.ndim),
-                                      lambda index: host[index], dtype=host.dtype)
+def _global_array(leaf: Any, mesh: Mesh) -> jax.Array:
+  """``leaf`` (the same on every process) sharded over a mesh that spans processes."""
+  if isinstance(leaf, jax.Array) and jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+    data = _global_array(jax.random.key_data(leaf), mesh)   # typed keys: place their data
+    return jax.random.wrap_key_data(data, impl=jax.random.key_impl(leaf))
+  host = host_arrays(leaf)   # a global array already: gathered (JAX reshards across
+  return jax.make_array_from_callback(   # processes only onto the same devices)
+      host.shape, agent_sharding(mesh, host.ndim), lambda index: host[index], dtype=host.dtype)
 
 
 def spans_processes(mesh: Mesh) -> bool:
