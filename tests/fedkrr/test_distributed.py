@@ -16,9 +16,11 @@ from pathlib import Path
 import textwrap
 
 import multi_device  # tests/ is no package: pytest puts its folders on sys.path
+import numpy as np
 import pytest
 
 import fedkrr
+from fedkrr._src.cli import main
 
 HERE = Path(__file__).resolve().parent
 
@@ -78,6 +80,33 @@ CHILD = textwrap.dedent("""
                                                   / np.max(np.abs(expected)))
     print(json.dumps(report))
 """)
+
+
+CLI_CHILD = textwrap.dedent("""
+    import json
+    import os
+    from fedkrr._src.cli import main
+
+    flags = []   # the convention's variables, passed on as the command's flags
+    for flag, var in (("--coordinator", "JAX_COORDINATOR_ADDRESS"),
+                      ("--num-processes", "JAX_NUM_PROCESSES"),
+                      ("--process-id", "JAX_PROCESS_ID")):
+      if var in os.environ:
+        flags += [flag, os.environ.pop(var)]
+    status = main(["run", "--problem", {problem!r}, "--protocol", "avgkd", "--rounds", "3",
+                   "--method", "sharded", "--no-progress", "--out", {out!r}, *flags])
+    import jax
+    print(json.dumps({{"status": status, "process": jax.process_index(),
+                      "devices": len(jax.devices())}}))
+""")
+
+
+def _cli_problem():
+  rng = np.random.default_rng(1)
+  xs = [rng.normal(size=(n, 2)) for n in (4, 6, 4, 6)]
+  ys = [np.sin(x[:, 0]) + x[:, 1] for x in xs]
+  kernels = [fedkrr.RBF(0.5), fedkrr.Laplace(0.3), fedkrr.RBF(1.0), fedkrr.Laplace(0.6)]
+  return fedkrr.make_problem(xs, ys, kernels, ridge=0.1), rng.normal(size=(5, 2))
 
 
 @functools.cache
@@ -165,3 +194,34 @@ def test_a_bad_variable_names_it(monkeypatch):
   with pytest.raises(ValueError, match=r"num_processes: expected an integer in "
                                                r"\$JAX_NUM_PROCESSES, got 'two'"):
     fedkrr.distributed_settings("h:1", process_id=0)
+
+
+def test_fedkrr_run_sharded_across_processes_writes_the_closed_form_s_rounds_once(tmp_path, x64):
+  problem, x_eval = _cli_problem()
+  fedkrr.save_problem(tmp_path / "p.npz", problem, x_eval)
+  out = tmp_path / "out.npz"
+  code = CLI_CHILD.format(problem=str(tmp_path / "p.npz"), out=str(out))
+  reports = multi_device.distributed_reports(code, processes=2, devices=2, timeout=100)
+  assert [(r["status"], r["process"], r["devices"]) for r in reports] == [(0, 0, 4), (0, 1, 4)]
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["out.npz", "p.npz"]   # process 0's
+  predictions = np.load(out)["predictions"]
+  expected = fedkrr.run(problem, "avgkd", 3, x_eval, method="closed-form").predictions
+  assert predictions.shape == expected.shape == (3, 4, 5)
+  assert np.max(np.abs(predictions - expected)) / np.max(np.abs(expected)) < 1e-12
+
+
+def test_fedkrr_run_refuses_processes_without_the_sharded_method(tmp_path, x64, capsys,
+                                                                  monkeypatch):
+  for name in ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID"):
+    monkeypatch.delenv(name, raising=False)
+  problem, x_eval = _cli_problem()
+  fedkrr.save_problem(tmp_path / "p.npz", problem, x_eval)
+  run = ["run", "--problem", str(tmp_path / "p.npz"), "--protocol", "avgkd", "--rounds", "2",
+         "--out", str(tmp_path / "out.npz")]
+  assert main([*run, "--coordinator", "127.0.0.1:1", "--num-processes", "2",
+               "--process-id", "0"]) == 2
+  assert ("fedkrr: error: --coordinator: only --method sharded runs across processes, not "
+          "--method closed-form") in capsys.readouterr().err
+  assert main([*run, "--method", "sharded", "--num-processes", "2", "--process-id", "0"]) == 2
+  assert "fedkrr: error: --coordinator: missing" in capsys.readouterr().err
+  assert not (tmp_path / "out.npz").exists()
