@@ -89,7 +89,11 @@ if TYPE_CHECKING:
   from fedkrr._src.platform.devices import agent_mesh
   from fedkrr._src.platform.devices import agent_sharding
   from fedkrr._src.platform.devices import check_mesh
+  from fedkrr._src.platform.devices import host_arrays
   from fedkrr._src.platform.devices import shard_agents
+  from fedkrr._src.platform.devices import spans_processes
+  from fedkrr._src.platform.distributed import distributed_settings
+  from fedkrr._src.platform.distributed import initialize_distributed
   from fedkrr._src.platform.memory import TILE_ELEMENTS
   from fedkrr._src.platform.memory import exact_bytes
   from fedkrr._src.platform.memory import matfree_bytes

@@ -16,6 +16,8 @@ import textwrap
 
 from fedkrr._src import names
 from fedkrr._src.io.interrupts import exits_on_signals
+from fedkrr._src.platform.distributed import distributed_settings
+from fedkrr._src.platform.distributed import initialize_distributed
 from fedkrr._src.platform.xla_env import avoid_cpu_eigh_deadlock
 from fedkrr._src.version import installed_version
 
@@ -47,8 +49,10 @@ def _parser() -> argparse.ArgumentParser:
   run.add_argument("--method", choices=names.RUN_METHODS, default="closed-form",
                    help="closed form (default), literal round-by-round simulation, the "
                         "matrix-free path (rounds by conjugate gradients, no N x N matrix; "
-                        "ridge > 0), or auto: closed form if it fits in half the memory, "
-                        "else matrix-free (fedkrr.choose_method)")
+                        "ridge > 0), sharded (each agent on its own device, across "
+                        "processes with --coordinator; every round, no --limit), or auto: "
+                        "closed form if it fits in half the memory, else matrix-free "
+                        "(fedkrr.choose_method)")
   run.add_argument("--limit", action="store_true",
                    help="also write the t -> infinity limit where it exists")
   run.add_argument("--every", type=int, default=1, metavar="K",
@@ -60,6 +64,15 @@ def _parser() -> argparse.ArgumentParser:
   run.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
                    help="a progress bar over the rounds of --method simulate and matfree "
                         "(default on)")
+  group = run.add_argument_group(
+      "across hosts (--method sharded; docs/scale.md)",
+      "one process per host, each started with the same command but its own --process-id; "
+      "unset flags read $JAX_COORDINATOR_ADDRESS, $JAX_NUM_PROCESSES, $JAX_PROCESS_ID. "
+      "Process 0 writes --out")
+  group.add_argument("--coordinator", metavar="HOST:PORT",
+                     help="address of process 0, where it listens (the same for every process)")
+  group.add_argument("--num-processes", type=int, metavar="N", help="the number of processes")
+  group.add_argument("--process-id", type=int, metavar="I", help="this process: 0 .. N - 1")
 
   # The main job moved to `neural demo` (it trains networks); the old command says so.
   sub.add_parser("demo", help="moved: the main job is `neural demo --out DIR`", add_help=False,
@@ -140,6 +153,24 @@ def _demo_moved(rest: Sequence[str]) -> int:
   return 2
 
 
+def _connect(args: argparse.Namespace) -> None:
+  """``fedkrr run --method sharded`` across processes: connects them (``jax.distributed``)."""
+  if args.command != "run":
+    return
+  try:
+    settings = distributed_settings(args.coordinator, args.num_processes, args.process_id)
+  except ValueError as e:   # fedkrr names the argument; the flag is that name
+    name, _, rest = str(e).partition(":")
+    raise ValueError(f"--{name.replace('_', '-')}:{rest}") from None
+  if settings is None:
+    return
+  if args.method != "sharded":
+    raise ValueError(f"--coordinator: only --method sharded runs across processes, not "
+                     f"--method {args.method} (or unset $JAX_COORDINATOR_ADDRESS, "
+                     f"$JAX_NUM_PROCESSES and $JAX_PROCESS_ID)")
+  initialize_distributed(*settings)
+
+
 def _enable_x64(float32: bool) -> None:
   avoid_cpu_eigh_deadlock()
   import jax
@@ -154,6 +185,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     return _demo_moved(argv[1:])
   parser = _parser()
   args = parser.parse_args(argv)
+  try:
+    _connect(args)   # before any JAX computation
+  except ValueError as e:
+    print(f"fedkrr: error: {e}", file=sys.stderr)
+    return 2
   _enable_x64(getattr(args, "float32", False))
   from fedkrr._src import commands  # deferred: JAX and the mathematics, once a command runs
 

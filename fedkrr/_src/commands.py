@@ -179,6 +179,10 @@ def run_command(args: argparse.Namespace) -> int:
   if result.limit is not None:
     out["limit"] = result.limit
   out["predictions"] = result.predictions
+  if jax.process_index() > 0:   # --method sharded across processes: process 0 writes
+    print(f"process {jax.process_index()}: predictions {out['predictions'].shape} computed; "
+          f"process 0 writes {args.out}")
+    return 0
   atomic_savez(args.out, **out)
   print(f"wrote {args.out}: predictions {out['predictions'].shape}"
         + (f" (rounds 0, {args.every}, {2 * args.every}, ...)" if args.every > 1 and not baseline

@@ -110,8 +110,9 @@ PROTOCOL_TABLE = (
 PROTOCOLS = tuple(row.name for row in PROTOCOL_TABLE)
 BASELINES = ("central", "local")
 # The paths of fedkrr.run (and `fedkrr run --method`): closed form, literal rounds,
-# conjugate gradients without an N x N matrix, or the memory rule's choice.
-RUN_METHODS = ("closed-form", "simulate", "matfree", "auto")
+# conjugate gradients without an N x N matrix, agents on their own devices (the agent
+# mesh, across processes too), or the memory rule's choice.
+RUN_METHODS = ("closed-form", "simulate", "matfree", "sharded", "auto")
 
 _BY_NAME = {row.name: row for row in PROTOCOL_TABLE}
 

@@ -24,9 +24,12 @@ from fedkrr._src.names import RUN_METHODS
 from fedkrr._src.names import ProtocolParams
 from fedkrr._src.names import check_params
 from fedkrr._src.names import make_params
+from fedkrr._src.names import protocol_info
 from fedkrr._src.platform import memory
 from fedkrr._src.problem import FederatedProblem
 from fedkrr._src.scale import matfree
+from fedkrr._src.scale import sharded
+from fedkrr._src.scale.sharded import SHARDED_PROTOCOLS
 
 MATFREE_OPTIONS = ("landmarks", "tol", "maxiter", "key", "tile_elements", "history")
 """The matrix-free path's options that :func:`run` passes on."""
@@ -40,7 +43,7 @@ class RunResult:
     predictions: a protocol's rounds 0, every, 2 every, ... at ``x_eval``:
       ``(T_kept, M, n_eval[, C])``; "central" and "local": each agent's model,
       ``(M, n_eval[, C])``.
-    method: the path that ran ("closed-form", "simulate" or "matfree").
+    method: the path that ran ("closed-form", "simulate", "matfree" or "sharded").
     limit: the t -> infinity predictions (``limit=True`` where they exist), else ``None``.
     spectral_radius: the recurrence's spectral radius (``limit=True``), else ``None``.
     notes: what a reader should know (no limit for a baseline, a protocol that does
@@ -87,7 +90,14 @@ def method_bytes(problem: FederatedProblem, protocol: str, n_eval: int, kept: in
   if float(problem.ridge) > 0 and (baseline or not limit):
     free = memory.matfree_bytes(protocol, sizes, dim, outputs, n_eval, kept, itemsize)
   simulate = None if baseline else 2 * max(sizes) ** 2 * itemsize + trajectory
-  return {"closed-form": exact, "matfree": free, "simulate": simulate}
+  on_mesh = None
+  if not baseline and not limit and protocol_info(protocol).sharded:
+    m, n = problem.num_agents, max(sizes)
+    # every agent's blocks on the whole mesh (cross blocks, Cholesky factors and roots),
+    # the read-outs at x_eval, and the kept rounds twice (computed, then gathered)
+    on_mesh = itemsize * ((m * m + 2 * m) * n * n + m * n_eval * n
+                          + 2 * kept * m * n_eval * outputs)
+  return {"closed-form": exact, "matfree": free, "simulate": simulate, "sharded": on_mesh}
 
 
 def auto_method(need: dict[str, int | None], available: int) -> str:
@@ -166,6 +176,13 @@ def check_run(problem: FederatedProblem, protocol: str, rounds: int | None, *,
   if not baseline:
     check_params(protocol, make_params(params, start), problem.num_agents)
     closed_form.check_every(every, protocol, problem.num_agents)
+  if method == "sharded":
+    if baseline or not protocol_info(protocol).sharded:
+      raise ValueError(f"method: sharded runs the protocols {', '.join(SHARDED_PROTOCOLS)} "
+                       f"(agents on their own devices), not {protocol}")
+    if every != 1 or limit:
+      raise ValueError(f"{'every' if every != 1 else 'limit'}: the sharded path keeps every "
+                       f"round and has no limit; use --method closed-form for them")
   if method == "matfree" and limit and not baseline:
     raise ValueError("limit: the limit is one solve with the N x N recurrence matrix, which "
                      "the matrix-free path never forms; drop --limit (limit=True), or use "
@@ -219,8 +236,11 @@ def run(problem: FederatedProblem, protocol: str, rounds: int | None, x_eval: An
     x_eval: (n_eval, d) evaluation points.
     method: "closed-form" (one eigendecomposition, :func:`fedkrr.trajectory`),
       "simulate" (the literal rounds, :func:`fedkrr.simulate`), "matfree" (conjugate
-      gradients, no N x N matrix; ridge > 0) or "auto" (:func:`choose_method`: the
-      closed form if it fits in half the memory, else the matrix-free path).
+      gradients, no N x N matrix; ridge > 0), "sharded" (each agent on its own device
+      of ``fedkrr.agent_mesh(M)``, across processes too: :func:`fedkrr.sharded_trajectory`;
+      ``fedkrr.SHARDED_PROTOCOLS``, every round, no limit) or "auto"
+      (:func:`choose_method`: the closed form if it fits in half the memory, else the
+      matrix-free path; never "sharded").
     start: AKD's first agent.
     every: keep rounds 0, k, 2k, ... (AKD: a multiple of M).
     limit: also the t -> infinity limit and the spectral radius (closed form).
@@ -266,6 +286,9 @@ def run(problem: FederatedProblem, protocol: str, rounds: int | None, x_eval: An
     elif method == "matfree":
       preds = matfree.matfree_trajectory(problem, protocol, rounds, x_eval, every=every,
                                          progress=progress, params=params, **matfree_options)
+    elif method == "sharded":   # on fedkrr.agent_mesh(M): every process's devices
+      preds = sharded.sharded_trajectory(problem, protocol, rounds, x_eval,
+                                         start=params.start)
     else:
       preds = protocols.simulate(protocol, krr_learners(problem), problem.xs, problem.ys,
                                  rounds, x_eval, progress=progress, every=every, params=params)

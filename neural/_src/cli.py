@@ -50,6 +50,7 @@ from neural._src.runtime.config import describe_type
 from neural._src.runtime.config import field_help
 from neural._src.runtime.config import field_type
 from neural._src.runtime.config import optional_inner
+from neural._src.runtime.rundir import process_workdir
 from neural._src.runtime.rundir import show_warning
 
 DESCRIPTION = ("Model-agnostic federated learning by knowledge distillation with neural "
@@ -250,7 +251,8 @@ def run_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
       prog="neural run",
       usage="neural run [-h] [--config FILE|NAME] [--method NAME] --workdir DIR "
             "[--FIELD VALUE ...] [--set FIELD=VALUE] [--max-rounds K] "
-            "[--executor local|ray] [--address ADDR] [--progress | --no-progress]",
+            "[--executor local|ray] [--address ADDR] [--progress | --no-progress] "
+            "[--coordinator HOST:PORT --num-processes N --process-id I]",
       description="Runs an experiment into --workdir (config.json, metrics.jsonl, "
                   "checkpoint.npz, accuracy.png). Started again with the same command, a "
                   "killed run resumes after its last finished round, and a finished one is "
@@ -277,8 +279,37 @@ def run_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
   _max_rounds_arg(parser)
   _executor_args(parser)
   _progress_arg(parser)
+  _distributed_args(parser)
   parser.set_defaults(fields=fields)
   return parser
+
+
+def _distributed_args(parser: argparse.ArgumentParser) -> None:
+  group = parser.add_argument_group(
+      "across hosts (jax.distributed; docs/devices.md)",
+      "one process per host, each started with the same command but its own --process-id; "
+      "unset flags read $JAX_COORDINATOR_ADDRESS, $JAX_NUM_PROCESSES, $JAX_PROCESS_ID. "
+      "Process 0 writes --workdir, process I > 0 the sibling WORKDIR.process-I")
+  group.add_argument("--coordinator", metavar="HOST:PORT",
+                     help="address of process 0, where it listens (the same for every process)")
+  group.add_argument("--num-processes", type=int, metavar="N", help="the number of processes")
+  group.add_argument("--process-id", type=int, metavar="I", help="this process: 0 .. N - 1")
+
+
+def _connect(args: argparse.Namespace) -> str:
+  """Connects the processes of a run across hosts (if asked); this process's workdir."""
+  from fedkrr import initialize_distributed  # deferred: JAX, only when a run starts
+
+  try:
+    connected = initialize_distributed(args.coordinator, args.num_processes, args.process_id)
+  except ValueError as e:   # fedkrr names the argument; the flag is that name
+    name, _, rest = str(e).partition(":")
+    raise ValueError(f"--{name.replace('_', '-')}:{rest}") from None
+  if not connected:
+    return args.workdir
+  import jax  # deferred: as above
+
+  return str(process_workdir(args.workdir, jax.process_index()))
 
 
 def compare_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
@@ -531,6 +562,7 @@ def _fields(name: str) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+  args.workdir = _connect(args)   # first: before any JAX computation
   spec = load_spec(args.config) if args.config else ConfigSpec(base={})
   runs = spec.expand(overrides_from_args(args))
   if args.max_rounds is not None and args.max_rounds < 1:

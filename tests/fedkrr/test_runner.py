@@ -42,6 +42,15 @@ def test_the_matrix_free_path_gives_the_same_rounds(problem):
   np.testing.assert_allclose(free.predictions, closed.predictions, atol=1e-5)
 
 
+def test_the_sharded_path_gives_the_closed_form_s_rounds(problem, assert_close):
+  """One device here (tests/fedkrr/test_distributed.py: across processes)."""
+  for protocol in ("avgkd", "akd"):
+    closed = fedkrr.run(problem, protocol, 4, X_EVAL, method="closed-form", start=1)
+    spread = fedkrr.run(problem, protocol, 4, X_EVAL, method="sharded", start=1)
+    assert spread.method == "sharded" and spread.predictions.shape == closed.predictions.shape
+    assert_close(spread.predictions, closed.predictions)
+
+
 def test_auto_takes_the_closed_form_when_it_fits_and_keeps_every_kth_round(problem):
   result = fedkrr.run(problem, "akd", 12, X_EVAL, every=3, start=1)
   assert result.method == "closed-form"
@@ -85,6 +94,11 @@ def test_baselines_are_each_agents_model_and_have_no_limit(problem, assert_close
     (dict(protocol="akd", rounds=2, start=3), "start: expected an agent index in 0..2, got 3"),
     (dict(protocol="akd", rounds=6, every=2), "every: AKD's rounds cycle through the 3"),
     (dict(protocol="pkd", rounds=2, method="matfree", limit=True), "limit: the limit is one"),
+    (dict(protocol="backfit-gs", rounds=2, method="sharded"), "method: sharded runs the "
+                                                              "protocols .*, not backfit-gs"),
+    (dict(protocol="central", rounds=None, method="sharded"), "method: sharded runs"),
+    (dict(protocol="pkd", rounds=4, method="sharded", every=2), "every: the sharded path"),
+    (dict(protocol="pkd", rounds=4, method="sharded", limit=True), "limit: the sharded path"),
 ])
 def test_bad_arguments_are_named(problem, kwargs, message):
   protocol, rounds = kwargs.pop("protocol"), kwargs.pop("rounds")

@@ -41,6 +41,7 @@ import jax
 from jax import lax
 import jax.numpy as jnp
 from jax.sharding import Mesh
+from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec
 import numpy as np
 
@@ -53,6 +54,7 @@ from fedkrr._src.platform.devices import DeviceError
 from fedkrr._src.platform.devices import agent_mesh
 from fedkrr._src.platform.devices import check_mesh
 from fedkrr._src.platform.devices import shard_agents
+from fedkrr._src.platform.devices import spans_processes
 from fedkrr._src.problem import FederatedProblem
 from fedkrr._src.problem import check_eval_points
 from fedkrr._src.pytree import pytree_dataclass
@@ -341,6 +343,9 @@ def sharded_trajectory(problem: FederatedProblem, protocol: str, rounds: int,
     AvgKD, PKD and pkd-mean, sharded over its agent axis (agent a's predictions
     on agent a's device), else ``(rounds, n_eval[, C])``, the agents' predictions
     gathered and summed. ``np.asarray`` (or ``jax.device_get``) brings it to the host.
+    On a mesh over several processes (``jax.distributed``; every process calls this
+    with the same problem) the per-agent predictions are gathered to every device,
+    so that each process holds all of them and the numbers of one process.
 
   Raises:
     ValueError: an unknown or sequential protocol, bad ``rounds`` or ``start``.
@@ -375,8 +380,19 @@ def sharded_trajectory(problem: FederatedProblem, protocol: str, rounds: int,
                       blocks.ridge, rule, relay=relay, rounds=rounds, mesh=blocks.mesh,
                       num_agents=m)
   if row.per_agent:
+    if spans_processes(blocks.mesh):
+      return _whole_on_every_process(per_agent, blocks.mesh)
     return per_agent
   return _sum_agents(per_agent, alternate=row.combine == "alternating-sum")
+
+
+def _whole_on_every_process(per_agent: Array, mesh: Mesh) -> Array:
+  """``per_agent`` replicated over ``mesh``: every process then holds all of it."""
+  return jax.jit(_identity, out_shardings=NamedSharding(mesh, PartitionSpec()))(per_agent)
+
+
+def _identity(x: Array) -> Array:
+  return x
 
 
 def _check_blocks(blocks: Any, problem: FederatedProblem, mesh: Mesh | None,

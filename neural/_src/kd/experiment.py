@@ -119,9 +119,14 @@ def _architecture_meshes(models: Sequence[str]) -> dict[str, Mesh]:
   The protocols fit each agent at most once per ``fedkrr.fit_all`` call, so the agents
   of one architecture form one batch of that size, and ``fedkrr.agent_mesh`` of it
   divides it. A mesh of one device is left out (the unsharded program is the same).
+  Across P processes (``jax.distributed``) an architecture whose number of agents
+  is no multiple of P gets no mesh either: every process trains those agents on its
+  own first device (the numbers of one device).
   """
   meshes = {}
   for name, count in collections.Counter(m for m in models if m != FOREST).items():
+    if count % jax.process_count():
+      continue
     mesh = fedkrr.agent_mesh(count)
     if mesh.size > 1:
       meshes[name] = mesh

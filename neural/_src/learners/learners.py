@@ -27,8 +27,10 @@ import numpy as np
 
 from fedkrr import agent_mesh
 from fedkrr import check_mesh
+from fedkrr import host_arrays
 from fedkrr import pytree_dataclass
 from fedkrr import shard_agents
+from fedkrr import spans_processes
 from neural._src.training import training
 from neural._src.training.soft_targets import SoftTargets
 from neural._src.training.training import TrainConfig
@@ -183,7 +185,10 @@ class FlaxLearner:
     With a ``mesh``, the stacked keys, variables, data, masks and teachers are
     sharded over its agent axis, so each device trains its own agents (the
     agents train vmapped, whatever ``config.agent_batching`` says); the trained
-    variables come back on the default device, where the models predict.
+    variables come back on the default device, where the models predict. A mesh
+    over several processes (``jax.distributed``; every process calls this with the
+    same learners and data) trains each process's agents on its own devices, and
+    the trained variables are gathered whole onto each process's first local device.
 
     Raises:
       LearnerError: learners of different ``batch_key`` or ``eval_data``, or
@@ -233,7 +238,9 @@ class FlaxLearner:
     hook, scores = _epoch_scores(first.model, first.eval_data, len(learners), stacked=True)
     trained = training.train_batch(first.model, variables, x_stack, t_stack, train_keys,
                                    config, masks, on_epoch=hook, teachers=teachers)
-    if first.mesh is not None:
+    if first.mesh is not None and spans_processes(first.mesh):   # agents across hosts
+      trained = jax.device_put(host_arrays(trained), jax.local_devices()[0])
+    elif first.mesh is not None:
       trained = jax.device_put(trained, jax.devices()[0])
     return tuple(FlaxModel(first.model, v, tuple(s))
                  for v, s in zip(training.unstack(trained, len(learners)), scores))

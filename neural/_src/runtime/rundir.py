@@ -507,3 +507,21 @@ def _repair_metrics(workdir: Path, rows: list[dict[str, Any]], done: int) -> Non
   _write_metrics(workdir, rows)
   note(f"{path} did not match the checkpoint ({'; '.join(what)}); rewrote it from the "
        f"checkpoint ({len(rows)} rows of rounds 0..{done - 1})")
+
+
+def process_workdir(workdir: str | os.PathLike, process: int) -> Path:
+  """The run directory that process ``process`` of a run across processes writes.
+
+  Process 0 writes ``workdir``; process i > 0 the sibling ``WORKDIR.process-i``.
+  Every process of a ``jax.distributed`` run computes the same rounds and writes
+  the same files into its own directory (docs/devices.md, "Across hosts"), so each
+  resumes from its own checkpoint without a shared file system, and processes on
+  one machine, or on one shared file system, never write one directory together:
+  ``runs/a`` becomes ``runs/a.process-1`` for process 1.
+  """
+  path = Path(workdir)
+  if process == 0:
+    return path
+  if path.name in ("", ".."):   # "." or "..": name the folder
+    path = Path(os.path.abspath(path))
+  return path.with_name(f"{path.name}.process-{process}")

@@ -61,6 +61,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from fedkrr import host_arrays
 from neural._src.choices import AGENT_BATCHING
 from neural._src.choices import STEP_LOOPS
 from neural._src.settings import TrainingSettings
@@ -507,7 +508,10 @@ def train_loop(loss_fn: Callable[..., Any] | Sequence[Callable[..., Any]], param
     raise TrainError(f"data: expected every array to have the leading axes "
                      f"{'(agents, n)' if stacked else '(n,)'} in common, got shapes "
                      f"{[a.shape for a in leaves]}")
-  mask = np.ones(shape, bool) if mask is None else np.asarray(mask).astype(bool)
+  # A mask sharded over several processes' devices (agents across hosts, fedkrr's
+  # spans_processes) is read whole on each host for the checks; the steps take it as it is.
+  spread = mask if isinstance(mask, jax.Array) and not mask.is_fully_addressable else None
+  mask = np.ones(shape, bool) if mask is None else host_arrays(mask).astype(bool)
   if mask.shape != shape:
     raise TrainError(f"mask: expected shape {shape}, got {mask.shape}")
   n_valid = mask.sum(axis=-1)
@@ -546,7 +550,7 @@ def train_loop(loss_fn: Callable[..., Any] | Sequence[Callable[..., Any]], param
                has_aux, communicate, stacked, "vmap", num_agents, guard=len(sizes) > 1,
                groups=groups)
   state = (params, opt_state, context)
-  mask = jnp.asarray(mask)
+  mask = jnp.asarray(mask) if spread is None else spread.astype(bool)
   if epochs is not None:
     epoch_keys, shared_keys = _epoch_keys(key, shared_key, epochs=epochs, stacked=stacked)
 
