@@ -98,7 +98,7 @@ def test_the_command_line_defers_at_most_five_imports():
 RANKS = {
     "names": 0, "metrics": 0, "lazy": 0, "version": 0, "pytree": 0,
     "io.reading": 1, "io.interrupts": 1, "io.synthetic": 1, "io.files": 2,
-    "platform.devices": 3, "platform.xla_env": 3, "platform.memory": 4,
+    "platform.devices": 3, "platform.xla_env": 3, "platform.cores": 3, "platform.memory": 4,
     "platform.distributed": 4,
     "linalg": 5, "krylov": 5, "nn_kernels": 6, "kernels": 7, "problem": 8,
     "learner": 9, "geometry": 9, "problem_io": 9, "special_cases": 10, "protocols": 10,
