@@ -233,7 +233,7 @@ def run_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
   parser = argparse.ArgumentParser(
       prog="neural run",
       usage="neural run [-h] [--config FILE|NAME] [--method NAME] --workdir DIR "
-            "[--FIELD VALUE ...] [--set FIELD=VALUE] [--max-rounds K] "
+            "[--FIELD VALUE ...] [--set FIELD=VALUE] [--max-rounds K] [--batch B] "
             "[--progress | --no-progress]",
       description="Runs an experiment into --workdir (config.json, metrics.jsonl, "
                   "checkpoint.npz, accuracy.png). Started again with the same command, a "
@@ -259,6 +259,7 @@ def run_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
   else:
     parser.set_defaults(units="steps")
   _max_rounds_arg(parser)
+  _batch_arg(parser)
   _progress_arg(parser)
   parser.set_defaults(fields=fields)
   return parser
@@ -296,7 +297,7 @@ def reproduce_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
       prog="neural reproduce",
       usage="neural reproduce [-h] --figure N [--scale small|paper] --workdir DIR "
             "[--seeds K] [--with DIR] [--paper-rounds K] [--FIELD VALUE ...] "
-            "[--set FIELD=VALUE] [--max-rounds K] [--progress | --no-progress]",
+            "[--set FIELD=VALUE] [--max-rounds K] [--batch B] [--progress | --no-progress]",
       description="Runs (or resumes) every run of the shipped config(s) of Fig. N (small: "
                   "the *_small config, embedded data, a CPU; paper: the full-size config, "
                   "and for Figs. 9-10 the *_text variant too, with the MNIST / CIFAR-10 "
@@ -333,9 +334,19 @@ def reproduce_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
   fields = add_field_flags(parser, [(ExperimentConfig, [])])
   _set_arg(parser)
   _max_rounds_arg(parser)
+  _batch_arg(parser)
   _progress_arg(parser)
   parser.set_defaults(fields=fields)
   return parser
+
+
+def _batch_arg(parser: argparse.ArgumentParser) -> None:
+  parser.add_argument("--batch", type=_jobs, default=1, metavar="B",
+                      help="train up to B runs that share a protocol and shapes (seeds, "
+                           "Alphas) as one program, each in its own directory, with the same "
+                           "numbers up to float32 rounding (docs/devices.md, 'Batched runs'); "
+                           "with --jobs each worker takes a batch. 'auto': 32 on a GPU, 1 on "
+                           "a CPU (measured no faster there). Default 1")
 
 
 def _parts(text: str) -> tuple[str, ...]:
@@ -517,7 +528,7 @@ def _run(args: argparse.Namespace) -> int:
     raise ValueError(f"--max-rounds: expected an integer >= 1, got {args.max_rounds}")
   results = run_configs(runs, args.workdir, progress=args.progress,
                         description=spec.description, max_rounds=args.max_rounds,
-                        units=args.units)
+                        units=args.units, done=_batched(args, runs, spec.description))
   for name, rows in results.items():
     if not rows:
       continue
@@ -538,6 +549,31 @@ def _run(args: argparse.Namespace) -> int:
               f"{'are' if len(left) > 1 else 'is'} not in the paper's rounds: a paper round "
               f"begun but not finished (AKD: M steps each)")
   return 0
+
+
+def _batched(args: argparse.Namespace, runs: Sequence[tuple[str, RunConfig]],
+             description: str) -> dict[str, list[dict[str, Any]]] | None:
+  """``neural run --batch B``: the sweep's runs in batches (their rows by name), or
+  ``None`` (one run at a time: B is 1, or a single run)."""
+  from pathlib import Path
+
+  from neural._src.jobs.batched import batch_size  # deferred: the runs' side
+  from neural._src.jobs.runs import run_dirs  # deferred: the runs' side
+  from neural._src.jobs.runs import write_sweep  # deferred: the runs' side
+  from neural._src.jobs.workers import on_gpu  # deferred: the runs' side
+  from neural._src.jobs.workers import run_in_batches  # deferred: the runs' side
+
+  batch = batch_size(args.batch, on_gpu)
+  if batch == 1 or len(runs) == 1:
+    return None
+  paths = run_dirs(runs, args.workdir)
+  Path(args.workdir).mkdir(parents=True, exist_ok=True)
+  write_sweep(runs, args.workdir, description)
+  rows = run_in_batches([(name, config, path) for (name, config), path in zip(runs, paths,
+                                                                              strict=True)],
+                        batch, max_rounds=args.max_rounds, progress=args.progress,
+                        label="runs", units=args.units)
+  return {name: run_rows for (name, _), run_rows in zip(runs, rows, strict=True)}
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -592,7 +628,7 @@ def _reproduce(args: argparse.Namespace) -> int:
   result = reproduce(args.figure, args.workdir, scale=args.scale,
                      overrides=overrides_from_args(args), seeds=args.seeds,
                      others=args.others, progress=args.progress, max_rounds=args.max_rounds,
-                     jobs=args.jobs, paper_rounds=args.paper_rounds)
+                     jobs=args.jobs, paper_rounds=args.paper_rounds, batch=args.batch)
   counts = result.counts()
   apart = result.apart()
   print(f"{result.paths['md']}: {result.figure} at {result.scale} scale, "

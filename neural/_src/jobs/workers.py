@@ -10,7 +10,9 @@ same directory, the same float64 setting of JAX), so its numbers are the same.
 
 The command and its workers speak JSON lines: a task (the run's config, its directory,
 ``max_rounds``) on the worker's stdin, the run's metric rows (or its error) on its
-stdout. A worker prints everything else to stderr.
+stdout. A task of a batch (``--batch``, :func:`neural._src.jobs.batched.run_batch`) holds
+``runs``, a list of ``{"name", "config", "workdir"}``, and its reply's ``rows`` one list
+of rows per run. A worker prints everything else to stderr.
 
 Stopping: a signal to the command (Ctrl-C, ``kill``) stops the workers first, each
 after the round it is committing, and the command exits after them (exit status
@@ -34,13 +36,14 @@ import threading
 import time
 from typing import IO
 from typing import Any
-from typing import cast
 import warnings
 
 from fedkrr.io import before_exit
 from fedkrr.io import end_process
 from fedkrr.io import signals_exit
 from neural._src.datasets.data import DataError
+from neural._src.jobs.batched import batch_groups
+from neural._src.jobs.batched import run_batch
 from neural._src.jobs.runs import run_one
 from neural._src.jobs.specs import config_from_dict
 from neural._src.runtime.config import ConfigError
@@ -57,6 +60,7 @@ AUTO_JOBS_CPU = 2
 STOP_SECONDS = 60.0   # the longest the command waits for a stopped worker's last commit
 _PARENT_POLL = 1.0    # seconds between a worker's looks at its parent
 # The errors a worker sends back by name (the others arrive as ExperimentError).
+Task = tuple[str, RunConfig, Path]   # a run: its name, config and directory
 _ERRORS: dict[str, type[ValueError]] = {e.__name__: e for e in (
     ConfigError, DataError, ExperimentError, DivergenceError)}
 
@@ -78,9 +82,12 @@ def _serve(tasks: IO[str], replies: IO[str]) -> None:
   for line in tasks:
     task = json.loads(line)
     try:
-      config = config_from_dict(task["config"])
-      rows = run_one(config, task["workdir"], "paper", progress=False,
-                     max_rounds=task["max_rounds"])
+      if "runs" in task:   # a batch: its errors name their run
+        rows: Any = run_batch([(run["name"], config_from_dict(run["config"]), Path(run["workdir"]))
+                               for run in task["runs"]], max_rounds=task["max_rounds"])
+      else:
+        rows = run_one(config_from_dict(task["config"]), task["workdir"], "paper",
+                       progress=False, max_rounds=task["max_rounds"])
       reply: dict[str, Any] = {"rows": rows}
     except Exception as e:   # sent back: the command stops the others and raises it
       reply = {"error": type(e).__name__, "message": str(e)}
@@ -162,8 +169,25 @@ def stop_workers(workers: Sequence[subprocess.Popen], timeout: float = STOP_SECO
       worker.kill()
 
 
-def _error(name: str, reply: dict[str, Any] | None) -> ValueError:
-  """The run's error as the command raises it, the run's name in front."""
+def _weight(task: Task | Sequence[Task]) -> int:
+  """The rounds of a task (a batch's: its longest run's), for the order of the queue."""
+  return _rounds(task[1]) if isinstance(task, tuple) else max(_rounds(t[1]) for t in task)
+
+
+def _message(task: Task | Sequence[Task], max_rounds: int | None) -> dict[str, Any]:
+  """The JSON task of a run, or of a batch of runs (``runs``)."""
+  if isinstance(task, tuple):
+    return {"config": task[1].to_dict(), "workdir": str(task[2]), "max_rounds": max_rounds}
+  return {"runs": [{"name": name, "config": config.to_dict(), "workdir": str(path)}
+                   for name, config, path in task], "max_rounds": max_rounds}
+
+
+def _error(name: str, reply: dict[str, Any] | None, named: bool = False) -> ValueError:
+  """The run's error as the command raises it, the run's name in front (``named``: a
+  batch's error, whose message starts with its run's name already)."""
+  if reply is not None and named:
+    return _ERRORS.get(reply["error"], ExperimentError)(
+        reply["message"] + ("" if reply["error"] in _ERRORS else f" ({reply['error']})"))
   if reply is None:
     return ExperimentError(f"{name}: a worker process ended before finishing the run "
                            "(killed, or out of memory?); run the same command again to resume")
@@ -172,13 +196,16 @@ def _error(name: str, reply: dict[str, Any] | None) -> ValueError:
                                        else f" ({reply['error']})"))
 
 
-def run_in_workers(tasks: Sequence[tuple[str, RunConfig, Path]], jobs: int, *,
+def run_in_workers(tasks: Sequence[Task] | Sequence[Sequence[Task]], jobs: int, *,
                    max_rounds: int | None = None, progress: bool = False,
-                   label: str = "runs") -> list[list[dict[str, Any]]]:
+                   label: str = "runs") -> list[Any]:
   """Runs (or resumes) every ``(name, config, directory)`` of ``tasks``, ``jobs`` at a time.
 
   Args:
-    tasks: the runs; ``name`` names the run in the progress bar and in errors.
+    tasks: the runs; ``name`` names the run in the progress bar and in errors. A task
+      may be a list of runs instead: a batch, run in one worker by
+      :func:`neural._src.jobs.batched.run_batch`; its result is then the list of its
+      runs' rows.
     jobs: how many worker processes (at most one per task).
     max_rounds: do at most this many rounds of each run (as ``neural run --max-rounds``).
     progress: a bar over the finished runs (the runs themselves show none).
@@ -194,17 +221,19 @@ def run_in_workers(tasks: Sequence[tuple[str, RunConfig, Path]], jobs: int, *,
   """
   from tqdm.auto import tqdm
 
-  results: list[list[dict[str, Any]] | None] = [None] * len(tasks)
-  queue = sorted(range(len(tasks)), key=lambda i: -_rounds(tasks[i][1]))
+  results: list[Any] = [None] * len(tasks)
+  queue = sorted(range(len(tasks)), key=lambda i: -_weight(tasks[i]))
+  names = [t[0] if isinstance(t, tuple) else f"batch of {', '.join(r[0] for r in t)}"
+           for t in tasks]
+  runs = [1 if isinstance(t, tuple) else len(t) for t in tasks]
   workers: list[subprocess.Popen] = []
   busy: dict[subprocess.Popen, int] = {}
   selector = selectors.DefaultSelector()
-  bar = tqdm(total=len(tasks), desc=label, unit="run", disable=not progress, dynamic_ncols=True)
+  bar = tqdm(total=sum(runs), desc=label, unit="run", disable=not progress, dynamic_ncols=True)
 
   def give(worker: subprocess.Popen) -> None:
     i = queue.pop(0)
-    task = {"config": tasks[i][1].to_dict(), "workdir": str(tasks[i][2]),
-            "max_rounds": max_rounds}
+    task = _message(tasks[i], max_rounds)
     assert worker.stdin is not None
     worker.stdin.write(json.dumps(task) + "\n")
     worker.stdin.flush()
@@ -226,10 +255,10 @@ def run_in_workers(tasks: Sequence[tuple[str, RunConfig, Path]], jobs: int, *,
           i = busy.pop(worker)
           reply = json.loads(line) if line else None
           if reply is None or "error" in reply:
-            raise _error(tasks[i][0], reply)
+            raise _error(names[i], reply, named=not isinstance(tasks[i], tuple))
           results[i] = reply["rows"]
-          bar.update(1)
-          bar.set_postfix_str(tasks[i][0], refresh=True)
+          bar.update(runs[i])
+          bar.set_postfix_str(names[i], refresh=True)
           if queue:
             give(worker)
     except BaseException:
@@ -243,7 +272,44 @@ def run_in_workers(tasks: Sequence[tuple[str, RunConfig, Path]], jobs: int, *,
         worker.wait()
       selector.close()
       bar.close()
-  return cast(list[list[dict[str, Any]]], results)   # every task replied (else raised)
+  return results   # every task replied (else raised)
+
+
+def run_in_batches(tasks: Sequence[Task], batch: int, jobs: int = 1, *,
+                   max_rounds: int | None = None, progress: bool = False,
+                   label: str = "runs", units: str = "paper") -> list[list[dict[str, Any]]]:
+  """Runs (or resumes) ``tasks`` in batches of up to ``batch`` runs that share a protocol
+  and shapes (:func:`neural._src.jobs.batched.batch_groups`, trained by
+  :func:`neural._src.jobs.batched.run_batch`): with ``jobs == 1`` one batch after another
+  in this process, else ``jobs`` batches at a time in worker processes
+  (:func:`run_in_workers`, whose runs draw in ``units`` "paper").
+
+  Returns:
+    Each task's metric rows, in the order of ``tasks``.
+
+  Raises:
+    ExperimentError: as :func:`run_in_workers` (``ConfigError`` for a bad ``batch``).
+  """
+  from tqdm.auto import tqdm
+
+  groups = batch_groups([config for _, config, _ in tasks], batch)
+  batches = [[tasks[i] for i in members] for members in groups]
+  if jobs > 1:
+    replies = run_in_workers([b[0] if len(b) == 1 else b for b in batches], jobs,
+                             max_rounds=max_rounds, progress=progress, label=label)
+    done = [[rows] if len(b) == 1 else rows for b, rows in zip(batches, replies, strict=True)]
+  else:
+    done = []
+    with tqdm(total=len(tasks), desc=label, unit="run", disable=not progress,
+              dynamic_ncols=True) as bar:
+      for b in batches:
+        done.append(run_batch(b, max_rounds=max_rounds, units=units))
+        bar.update(len(b))
+  results: list[list[dict[str, Any]]] = [[] for _ in tasks]
+  for members, rows in zip(groups, done, strict=True):
+    for i, run_rows in zip(members, rows, strict=True):
+      results[i] = run_rows
+  return results
 
 
 if __name__ == "__main__":
