@@ -59,8 +59,8 @@ AUTO_JOBS_GPU = 3
 AUTO_JOBS_CPU = 2
 STOP_SECONDS = 60.0   # the longest the command waits for a stopped worker's last commit
 _PARENT_POLL = 1.0    # seconds between a worker's looks at its parent
+Task = tuple[str, RunConfig, Path]   # a run: its name, config and directory (a batch: a list)
 # The errors a worker sends back by name (the others arrive as ExperimentError).
-Task = tuple[str, RunConfig, Path]   # a run: its name, config and directory
 _ERRORS: dict[str, type[ValueError]] = {e.__name__: e for e in (
     ConfigError, DataError, ExperimentError, DivergenceError)}
 
