@@ -6,6 +6,7 @@ import json
 import signal
 import subprocess
 import sys
+import threading
 
 import jax
 import numpy as np
@@ -15,6 +16,7 @@ import pytest
 import neural
 from neural._src.cli import reproduce_parser
 from neural._src.cli import run_parser
+from neural._src.jobs import batched
 from neural._src.jobs.batched import AUTO_BATCH_CPU
 from neural._src.jobs.batched import AUTO_BATCH_GPU
 from neural._src.jobs.batched import batch_groups
@@ -148,6 +150,32 @@ def test_a_batch_killed_inside_a_commit_resumes_to_the_same_numbers(tmp_path, al
   assert len((tmp_path / "run1" / "metrics.jsonl").read_text().splitlines()) == 4
   rows = run_batch([(f"run{i}", c, tmp_path / f"run{i}") for i, c in enumerate(configs)])
   for got, want in zip(rows, alone["avgkd", "mlp"], strict=True):
+    _same(got, want)
+
+
+def test_ctrl_c_in_a_library_call_stops_every_run_whole_and_the_batch_resumes(
+    tmp_path, alone, monkeypatch):
+  """KeyboardInterrupt (no signal handler installed) in the main thread while it fits round
+  1's groups: it is raised after every run's thread has stopped, rows of whole rounds only."""
+  configs = _configs("avgkd", "mlp")
+  items = [(f"run{i}", c, tmp_path / f"run{i}") for i, c in enumerate(configs)]
+  fit, calls = batched._Gather._fit, []
+
+  def interrupted(self, requests):
+    calls.append(len(requests))
+    if len(calls) == 2:
+      raise KeyboardInterrupt
+    fit(self, requests)
+
+  monkeypatch.setattr(batched._Gather, "_fit", interrupted)
+  with pytest.raises(KeyboardInterrupt):
+    run_batch(items)
+  assert not [t for t in threading.enumerate() if t.name.startswith("run ")]   # all joined
+  for _, _, path in items:
+    rows = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in rows] == [0, 0]   # round 0 committed, round 1 not begun
+  monkeypatch.undo()
+  for got, want in zip(run_batch(items), alone["avgkd", "mlp"], strict=True):
     _same(got, want)
 
 
