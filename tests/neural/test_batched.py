@@ -24,6 +24,7 @@ from neural._src.jobs.batched import batch_size
 from neural._src.jobs.batched import run_batch
 from neural._src.jobs.runs import run_one
 from neural._src.jobs.workers import run_in_batches
+from neural._src.learners.learners import FlaxLearner
 from neural._src.runtime.config import ExperimentConfig
 from neural._src.runtime.rundir import ExperimentError
 
@@ -79,6 +80,29 @@ def test_batched_runs_equal_the_runs_alone(tmp_path, alone, protocol, model):
     assert on_disk == got   # each run its own directory: metrics, checkpoint, figure
     assert (tmp_path / f"run{i}" / "checkpoint.npz").exists()
     assert (tmp_path / f"run{i}" / "accuracy.png").exists()
+
+
+@pytest.mark.parametrize("model", ["mlp", "cnn"])
+def test_runs_of_other_learning_rates_and_weight_decays_batch_to_their_own_numbers(
+    tmp_path, model, monkeypatch):
+  """Learning rates and weight decays are data of the one program (per agent under vmap,
+  per agent one after another for a CPU's convolutions); a decay of 0 (no term at all)
+  fits in a program of its own."""
+  fit_batch, rates = FlaxLearner.fit_batch.__func__, []
+
+  def spy(cls, learners, xs, targets):
+    rates.append(sorted({learner.config.learning_rate for learner in learners}))
+    return fit_batch(cls, learners, xs, targets)
+  base = ExperimentConfig(**{**BASE, "rounds": 1}, models=(model,), protocol="avgkd", alpha=0.5)
+  configs = [dataclasses.replace(base, learning_rate=lr, weight_decay=wd)
+             for lr, wd in ((1e-3, 0.0), (1e-2, 0.0), (1e-3, 3e-4), (1e-2, 1e-2))]
+  want = [run_one(c, tmp_path / f"alone{i}") for i, c in enumerate(configs)]
+  assert len({rows[0]["test_loss"] for rows in want}) == len(configs)   # the rates matter
+  monkeypatch.setattr(FlaxLearner, "fit_batch", classmethod(spy))
+  got = run_batch([(f"run{i}", c, tmp_path / f"run{i}") for i, c in enumerate(configs)])
+  assert rates == [[1e-3, 1e-2], [1e-3, 1e-2]]   # two programs: decay 0, decay > 0
+  for rows, reference in zip(got, want, strict=True):
+    _same(rows, reference)
 
 
 def test_a_batch_of_one_is_the_run_alone(tmp_path, alone):
@@ -187,18 +211,18 @@ def test_an_error_in_one_run_stops_the_batch_and_names_the_run(tmp_path):
     run_batch([(f"run{i}", c, tmp_path / f"run{i}") for i, c in enumerate(configs)])
 
 
-def test_batch_groups_share_protocol_and_shapes_and_differ_in_seeds_and_alpha():
+def test_batch_groups_share_protocol_and_shapes_and_differ_in_seeds_alpha_and_rates():
   a = ExperimentConfig(**BASE, models=("mlp",), protocol="avgkd", seed=0, alpha=0.0)
   configs = [a, dataclasses.replace(a, seed=1, alpha=0.5),              # 0, 1: one group
              dataclasses.replace(a, protocol="pkd"),                     # 2: another protocol
              dataclasses.replace(a, data_seed=7, init_seed=9),           # 3: with 0
              dataclasses.replace(a, models=("cnn",)),                    # 4: another model
              dataclasses.replace(a, epochs=2),                           # 5: other steps
-             dataclasses.replace(a, learning_rate=0.01),                 # 6: other settings
+             dataclasses.replace(a, learning_rate=0.01, weight_decay=0.1),   # 6: with 0
              dataclasses.replace(a, train_subset=100)]                   # 7: other data
-  assert batch_groups(configs, 8) == [[0, 1, 3], [2], [4], [5], [6], [7]]
-  assert batch_groups(configs, 2) == [[0, 1], [3], [2], [4], [5], [6], [7]]
-  assert batch_groups(configs, 1) == [[i] for i in (0, 1, 3, 2, 4, 5, 6, 7)]
+  assert batch_groups(configs, 8) == [[0, 1, 3, 6], [2], [4], [5], [7]]
+  assert batch_groups(configs, 3) == [[0, 1, 3], [6], [2], [4], [5], [7]]
+  assert batch_groups(configs, 1) == [[i] for i in (0, 1, 3, 6, 2, 4, 5, 7)]
   with pytest.raises(neural.ConfigError, match="size: expected an integer >= 1"):
     batch_groups(configs, 0)
 

@@ -55,7 +55,7 @@ AUTO_BATCH_CPU = 1
 # What may differ between the runs of a batch: their seeds and their Alpha (each run's own
 # data, split and keys). Everything else (protocol, agents, models, widths, data set and
 # subsets, epochs, batch size, learning rate, weight decay, ...) is equal within a group.
-FREE_FIELDS = ("seed", "data_seed", "init_seed", "alpha")
+FREE_FIELDS = ("seed", "data_seed", "init_seed", "alpha", "learning_rate", "weight_decay")
 
 Item = tuple[str, RunConfig, Path]
 

@@ -30,6 +30,7 @@ from fedkrr import check_mesh
 from fedkrr import pytree_dataclass
 from fedkrr import shard_agents
 from neural._src.training import training
+from neural._src.training.optimizers import Hyperparameters
 from neural._src.training.soft_targets import SoftTargets
 from neural._src.training.training import TrainConfig
 from neural._src.training.training import Variables
@@ -127,8 +128,11 @@ class FlaxLearner:
   @property
   def batch_key(self) -> tuple[Any, ...]:
     """Learners with equal keys train as one vmapped program (same module, shapes, settings,
-    mesh)."""
-    return (self.model, self.input_shape, self.config, self.warm, self.mesh)
+    mesh); their learning rates and weight decays may differ (data of the program), not
+    whether there is a decay at all."""
+    decays = self.config.weight_decay != 0
+    settings = dataclasses.replace(self.config, learning_rate=1.0, weight_decay=float(decays))
+    return (self.model, self.input_shape, settings, self.warm, self.mesh)
 
   def _start(self) -> tuple[Variables, Array]:
     init_key, train_key = jax.random.split(self.key)
@@ -177,7 +181,8 @@ class FlaxLearner:
 
     The learners must share a ``batch_key``. Every agent's data are padded to
     the largest n and masked, so that agent k's model equals
-    ``learners[k].fit(xs[k], targets[k])`` up to float32 rounding. Agents whose
+    ``learners[k].fit(xs[k], targets[k])`` up to float32 rounding (each with its own
+    learning rate and weight decay where these differ). Agents whose
     targets have teachers of different architectures are fitted one by one.
 
     With a ``mesh``, the stacked keys, variables, data, masks and teachers are
@@ -231,8 +236,16 @@ class FlaxLearner:
             {"variables": teachers.variables, "weights": teachers.weights}, first.mesh))
       config = dataclasses.replace(config, agent_batching="vmap")
     hook, scores = _epoch_scores(first.model, first.eval_data, len(learners), stacked=True)
+    hyper = None
+    if any(learner.config != first.config for learner in learners):   # runs of a batch
+      hyper = Hyperparameters(*(
+          np.asarray([getattr(learner.config, name) for learner in learners], np.float32)
+          for name in ("learning_rate", "weight_decay")))
+      if first.mesh is not None:
+        hyper = Hyperparameters(*shard_agents(tuple(hyper), first.mesh))
     trained = training.train_batch(first.model, variables, x_stack, t_stack, train_keys,
-                                   config, masks, on_epoch=hook, teachers=teachers)
+                                   config, masks, on_epoch=hook, teachers=teachers,
+                                   hyperparameters=hyper)
     if first.mesh is not None:
       trained = jax.device_put(trained, jax.devices()[0])
     return tuple(FlaxModel(first.model, v, tuple(s))
