@@ -343,10 +343,11 @@ def reproduce_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
 def _batch_arg(parser: argparse.ArgumentParser) -> None:
   parser.add_argument("--batch", type=_jobs, default=1, metavar="B",
                       help="train up to B runs that share a protocol and shapes (seeds, "
-                           "Alphas) as one program, each in its own directory, with the same "
-                           "numbers up to float32 rounding (docs/devices.md, 'Batched runs'); "
-                           "with --jobs each worker takes a batch. 'auto': 32 on a GPU, 1 on "
-                           "a CPU (measured no faster there). Default 1")
+                           "Alphas, learning rates, weight decays) as one program, each in "
+                           "its own directory, with the same numbers up to float32 rounding "
+                           "(docs/devices.md, 'Batched runs'); with --jobs each worker takes "
+                           "a batch. 'auto': 32 on a GPU, 1 on a CPU (measured no faster "
+                           "there). Default 1")
 
 
 def _parts(text: str) -> tuple[str, ...]:

@@ -188,10 +188,11 @@ def reproduce(figure: int | str, workdir: str | os.PathLike, scale: str = "small
       decides the statements about the long run that 5 rounds leave beyond the horizon.
       ``None``: the configs' own. Use a new ``workdir`` (a run of other rounds there is
       an error).
-    batch: train up to this many runs that share a protocol and shapes (seeds, Alphas)
-      as one program (``neural._src.jobs.batched``; the same numbers up to float32
-      rounding); with ``jobs`` > 1 each worker process takes a whole batch. "auto": 32
-      on a GPU, 1 on a CPU (measured: no faster there). Default 1: one run at a time.
+    batch: train up to this many runs that share a protocol and shapes (seeds, Alphas,
+      learning rates, weight decays) as one program (``neural._src.jobs.batched``; the
+      same numbers up to float32 rounding); with ``jobs`` > 1 each worker process takes
+      a whole batch. "auto": 32 on a GPU, 1 on a CPU (measured: no faster there).
+      Default 1: one run at a time.
 
   Returns:
     The :class:`neural.Reproduction`; ``reproduce.md``, ``reproduce.json`` and

@@ -1,5 +1,6 @@
 """Runs batched into one program: ``run_batch`` trains a sweep's runs that share a
-protocol and shapes (their seeds, their Alphas) together, to fill one accelerator.
+protocol and shapes (their seeds, Alphas, learning rates and weight decays) together,
+to fill one accelerator.
 
 One run's kernels are small (a few agents, mini-batches of 64): alone it leaves a GPU
 mostly idle. A batch runs each of its R runs in a thread of this process, each through
@@ -7,12 +8,13 @@ its own unchanged code (:func:`neural._src.jobs.runs.run_one`: its data, split, 
 warm starts, ``metrics.jsonl`` and checkpoint), except for one thing: the fits of its
 networks go to the batch (``train_and_evaluate``'s ``fit_group``). Once every live run
 is waiting in such a fit (or has ended), this process's main thread groups the waiting
-fits by learner class, ``batch_key`` (same module, input shape and training settings)
-and test set (``epoch_eval`` scores one test set per program), and fits each group with
-ONE ``fit_batch`` over the agents of all its runs (``neural.FlaxLearner.fit_batch``: one
-vmapped program; agents padded to a common size and masked); then each run goes on with
-its own models. Each agent keeps its own key and data, so a run's numbers are those of
-the run alone up to float32 rounding (a vmapped program sums in another order).
+fits by learner class, ``batch_key`` (same module, input shape and training settings but
+the learning rate and weight decay) and test set (``epoch_eval`` scores one test set per
+program), and fits each group with ONE ``fit_batch`` over the agents of all its runs
+(``neural.FlaxLearner.fit_batch``: one vmapped program; agents padded to a common size
+and masked); then each run goes on with its own models. Each agent keeps its own key and
+data, so a run's numbers are those of the run alone up to float32 rounding (a vmapped
+program sums in another order).
 
 Correctness never rests on the runs being in step: runs at different rounds (a resumed
 batch) batch the fits that match and fit the others in groups of their own, a finished
@@ -53,8 +55,9 @@ AUTO_BATCH_GPU = 32
 # batch's convolutions agent after agent), so a CPU runs one at a time.
 AUTO_BATCH_CPU = 1
 # What may differ between the runs of a batch: their seeds and their Alpha (each run's own
-# data, split and keys). Everything else (protocol, agents, models, widths, data set and
-# subsets, epochs, batch size, learning rate, weight decay, ...) is equal within a group.
+# data, split and keys), their learning rate and weight decay (data of the training step,
+# one per agent). Everything else (protocol, agents, models, widths, data set and
+# subsets, epochs, batch size, loss, ...) is equal within a group.
 FREE_FIELDS = ("seed", "data_seed", "init_seed", "alpha", "learning_rate", "weight_decay")
 
 Item = tuple[str, RunConfig, Path]
@@ -88,7 +91,8 @@ def group_key(config: RunConfig) -> tuple[Any, ...] | None:
 def batch_groups(configs: Sequence[RunConfig], size: int) -> list[list[int]]:
   """The indices of ``configs`` in batches: equal :func:`group_key`, at most ``size`` each.
 
-  Configs that differ only in :data:`FREE_FIELDS` (seeds, Alpha) share a group; a method
+  Configs that differ only in :data:`FREE_FIELDS` (seeds, Alpha, learning rate, weight
+  decay) share a group; a method
   of the other papers is a group of its own. Groups keep the order of their first
   config, and their members the order of ``configs``; a group of more than ``size``
   runs is cut into consecutive batches.

@@ -432,7 +432,8 @@ def train_loop(loss_fn: Callable[..., Any] | Sequence[Callable[..., Any]], param
       (``neural.optimizer_config`` converts them). Its rule and schedule are static;
       its learning rate and weight decay reach the compiled step as data, so one
       program serves every value, and they may be arrays: ``jax.vmap`` of a function
-      that calls ``train_loop`` trains over a batch of learning rates at once.
+      that calls ``train_loop`` trains over a batch of learning rates at once. With
+      ``stacked`` (and no ``groups``) either may have shape (M,): one value per agent.
     key: PRNG key of the sampling and of ``batch.key`` ((M,) keys if ``stacked``).
     batch_size: B.
     epochs: E shuffled passes (give exactly one of ``epochs`` and ``steps``).
