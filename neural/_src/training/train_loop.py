@@ -613,12 +613,12 @@ def _one_by_one(loss_fn, state, data, mask, key, shared_key, shared, settings,
   """Stacked agents trained one after the other (same keys and numbers as alone), restacked;
   ``hyper``: each agent's learning rate and weight decay (else the optimiser's)."""
   params, opt_state, context = state
+  rule = settings["optimizer"]
   outs = []
   for m in range(mask.shape[0]):
     pick = lambda tree, m=m: jax.tree.map(lambda a: a[m], tree)
     hook = None if on_epoch is None else (lambda e, p, _, m=m: on_epoch(e, p, m))
-    if hyper is not None:
-      rule = settings["optimizer"]   # no decay stays no term at all, as alone
+    if hyper is not None:   # agent m's own numbers (no decay stays no term at all, as alone)
       settings = {**settings, "optimizer": dataclasses.replace(
           rule, learning_rate=float(hyper.learning_rate[m]),
           weight_decay=float(hyper.weight_decay[m]) if rule.decays else 0.0)}
