@@ -8,13 +8,13 @@ its own unchanged code (:func:`neural._src.jobs.runs.run_one`: its data, split, 
 warm starts, ``metrics.jsonl`` and checkpoint), except for one thing: the fits of its
 networks go to the batch (``train_and_evaluate``'s ``fit_group``). Once every live run
 is waiting in such a fit (or has ended), this process's main thread groups the waiting
-fits by learner class, ``batch_key`` (same module, input shape and training settings but
-the learning rate and weight decay) and test set (``epoch_eval`` scores one test set per
-program), and fits each group with ONE ``fit_batch`` over the agents of all its runs
-(``neural.FlaxLearner.fit_batch``: one vmapped program; agents padded to a common size
-and masked); then each run goes on with its own models. Each agent keeps its own key and
-data, so a run's numbers are those of the run alone up to float32 rounding (a vmapped
-program sums in another order).
+fits by learner class and ``batch_key`` (same module, input shape and training settings
+but the learning rate and weight decay), and fits each group with ONE ``fit_batch`` over
+the agents of all its runs (``neural.FlaxLearner.fit_batch``: one vmapped program;
+agents padded to a common size and masked); then each run goes on with its own models.
+Each agent keeps its own key and data, so a run's numbers are those of the run alone up
+to float32 rounding (a vmapped program sums in another order); each agent scores its own
+run's test set after each epoch (``epoch_eval``).
 
 Correctness never rests on the runs being in step: runs at different rounds (a resumed
 batch) batch the fits that match and fit the others in groups of their own, a finished
@@ -140,8 +140,6 @@ class _Gather:
     self._live = runs
     self._waiting: list[_Request] = []
     self._stopped = False
-    self._tests: dict[int, tuple[Any, int]] = {}   # id(eval_data) -> (it, its test set)
-    self._canonical: list[Any] = []                 # one eval_data per distinct test set
     self.errors: list[tuple[int, BaseException]] = []
 
   def __call__(self, learners: Sequence[Any], xs: Sequence[Any],
@@ -188,19 +186,6 @@ class _Gather:
           request.done = True
         self._cond.notify_all()
 
-  def _test_set(self, learner: Any) -> int | None:
-    """The index of a learner's ``eval_data`` among the distinct test sets (by content)."""
-    test = getattr(learner, "eval_data", None)
-    if test is None:
-      return None
-    if id(test) not in self._tests:
-      index = next((k for k, seen in enumerate(self._canonical) if _same_test(seen, test)),
-                   len(self._canonical))
-      if index == len(self._canonical):
-        self._canonical.append(test)
-      self._tests[id(test)] = (test, index)   # holding it keeps its id from being reused
-    return self._tests[id(test)][1]
-
   def _fit(self, requests: Sequence[_Request]) -> None:
     """Fits every group of the requests' learners as one ``fit_batch`` (a group of one
     learner by its ``fit``, as a run alone does); a group's error goes to its requests."""
@@ -208,13 +193,9 @@ class _Gather:
     for request in requests:
       request.models = [None] * len(request.learners)
       for j, learner in enumerate(request.learners):
-        test = self._test_set(learner)
-        groups.setdefault((type(learner), learner.batch_key, test), []).append((request, j))
-    for (cls, _, test), members in groups.items():
+        groups.setdefault((type(learner), learner.batch_key), []).append((request, j))
+    for (cls, _), members in groups.items():
       learners = [r.learners[j] for r, j in members]
-      if test is not None:   # one test set object per program (fit_batch checks identity)
-        learners = [dataclasses.replace(learner, eval_data=self._canonical[test])
-                    for learner in learners]
       xs = [r.xs[j] for r, j in members]
       targets = [r.targets[j] for r, j in members]
       try:
@@ -226,12 +207,6 @@ class _Gather:
         continue
       for (request, j), model in zip(members, models, strict=True):
         request.models[j] = model
-
-
-def _same_test(a: Any, b: Any) -> bool:
-  """Whether two ``eval_data`` ``(x, labels)`` hold the same arrays."""
-  return a is b or all(np.shape(u) == np.shape(v) and np.array_equal(u, v)
-                       for u, v in zip(a, b, strict=True))
 
 
 def _named(name: str, error: BaseException) -> BaseException:
