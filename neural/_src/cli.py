@@ -250,7 +250,7 @@ def run_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
   parser = argparse.ArgumentParser(
       prog="neural run",
       usage="neural run [-h] [--config FILE|NAME] [--method NAME] --workdir DIR "
-            "[--FIELD VALUE ...] [--set FIELD=VALUE] [--max-rounds K] "
+            "[--FIELD VALUE ...] [--set FIELD=VALUE] [--max-rounds K] [--batch B] "
             "[--executor local|ray] [--address ADDR] [--progress | --no-progress] "
             "[--coordinator HOST:PORT --num-processes N --process-id I]",
       description="Runs an experiment into --workdir (config.json, metrics.jsonl, "
@@ -278,6 +278,7 @@ def run_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     parser.set_defaults(units="steps")
   _max_rounds_arg(parser)
   _executor_args(parser)
+  _batch_arg(parser)
   _progress_arg(parser)
   _distributed_args(parser)
   parser.set_defaults(fields=fields)
@@ -344,8 +345,8 @@ def reproduce_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
       prog="neural reproduce",
       usage="neural reproduce [-h] --figure N [--scale small|paper] --workdir DIR "
             "[--seeds K] [--with DIR] [--paper-rounds K] [--FIELD VALUE ...] "
-            "[--set FIELD=VALUE] [--max-rounds K] [--executor local|ray] [--address ADDR] "
-            "[--progress | --no-progress]",
+            "[--set FIELD=VALUE] [--max-rounds K] [--batch B] [--executor local|ray] "
+            "[--address ADDR] [--progress | --no-progress]",
       description="Runs (or resumes) every run of the shipped config(s) of Fig. N (small: "
                   "the *_small config, embedded data, a CPU; paper: the full-size config, "
                   "and for Figs. 9-10 the *_text variant too, with the MNIST / CIFAR-10 "
@@ -384,9 +385,20 @@ def reproduce_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
   _set_arg(parser)
   _max_rounds_arg(parser)
   _executor_args(parser)
+  _batch_arg(parser)
   _progress_arg(parser)
   parser.set_defaults(fields=fields)
   return parser
+
+
+def _batch_arg(parser: argparse.ArgumentParser) -> None:
+  parser.add_argument("--batch", type=_jobs, default=1, metavar="B",
+                      help="train up to B runs that share a protocol and shapes (seeds, "
+                           "Alphas, learning rates, weight decays) as one program, each in "
+                           "its own directory, with the same numbers up to float32 rounding "
+                           "(docs/devices.md, 'Batched runs'); with --jobs each worker takes "
+                           "a batch. 'auto': 32 on a GPU, 1 on a CPU (measured no faster "
+                           "there). Default 1")
 
 
 def _parts(text: str) -> tuple[str, ...]:
@@ -568,14 +580,9 @@ def _run(args: argparse.Namespace) -> int:
   if args.max_rounds is not None and args.max_rounds < 1:
     raise ValueError(f"--max-rounds: expected an integer >= 1, got {args.max_rounds}")
   _check_executor(args)
-  done = None
-  if args.executor == "ray":
-    from neural._src.jobs.ray_executor import run_sweep  # deferred: Ray, an optional extra
-    done = run_sweep(runs, args.workdir, description=spec.description, address=args.address,
-                     max_rounds=args.max_rounds, progress=args.progress)
   results = run_configs(runs, args.workdir, progress=args.progress,
                         description=spec.description, max_rounds=args.max_rounds,
-                        units=args.units, done=done)
+                        units=args.units, done=_sweep(args, runs, spec.description))
   for name, rows in results.items():
     if not rows:
       continue
@@ -596,6 +603,20 @@ def _run(args: argparse.Namespace) -> int:
               f"{'are' if len(left) > 1 else 'is'} not in the paper's rounds: a paper round "
               f"begun but not finished (AKD: M steps each)")
   return 0
+
+
+def _sweep(args: argparse.Namespace, runs: Sequence[tuple[str, RunConfig]],
+           description: str) -> dict[str, list[dict[str, Any]]] | None:
+  """``neural run --batch B`` / ``--executor ray``: the sweep's runs (their rows by name),
+  or ``None`` (one run after another in this process)."""
+  from neural._src.jobs.batched import batch_size  # deferred: the runs' side
+  from neural._src.jobs.executors import run_sweep  # deferred: the runs' side
+  from neural._src.jobs.workers import on_gpu  # deferred: the runs' side
+
+  return run_sweep(runs, args.workdir, description=description,
+                   batch=batch_size(args.batch, on_gpu), executor=args.executor,
+                   address=args.address, max_rounds=args.max_rounds, progress=args.progress,
+                   units=args.units)
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -652,7 +673,7 @@ def _reproduce(args: argparse.Namespace) -> int:
                      overrides=overrides_from_args(args), seeds=args.seeds,
                      others=args.others, progress=args.progress, max_rounds=args.max_rounds,
                      jobs=args.jobs, paper_rounds=args.paper_rounds, executor=args.executor,
-                     address=args.address)
+                     address=args.address, batch=args.batch)
   counts = result.counts()
   apart = result.apart()
   print(f"{result.paths['md']}: {result.figure} at {result.scale} scale, "

@@ -131,7 +131,8 @@ def test_avgkd_round_with_two_flax_learners_goes_through_fit_batch(digits, monke
 
 
 def test_epoch_scores_of_a_batch_equal_those_of_single_fits():
-  """eval_data scores each agent after every epoch, stacked or alone, vmapped or in turn."""
+  """eval_data scores each agent after every epoch, stacked or alone, vmapped or in turn;
+  agents of a batch may score test sets of their own (all or none of them score)."""
   ds = neural.load_dataset("digits", test_fraction=0.25)
   model = neural.get_model("mlp", 10, width=16)
   xs = [ds.x_train[:90], ds.x_train[90:150]]
@@ -154,6 +155,12 @@ def test_epoch_scores_of_a_batch_equal_those_of_single_fits():
     batch = neural.FlaxLearner.fit_batch(learners, xs, ts)
     for a in range(2):
       np.testing.assert_allclose(batch[a].epoch_accuracy, singles[a].epoch_accuracy, atol=0.021)
-  other = dataclasses.replace(learners[1], eval_data=(ds.x_test[:10], ds.y_test[:10]))
+  own = (ds.x_test[100:110], ds.y_test[100:110])   # runs of a batch: each its own test set
+  other = dataclasses.replace(learners[1], eval_data=own)
+  alone = other.fit(xs[1], ts[1]).epoch_accuracy
+  batch = neural.FlaxLearner.fit_batch([learners[0], other], xs, ts)
+  np.testing.assert_allclose(batch[0].epoch_accuracy, singles[0].epoch_accuracy, atol=0.021)
+  np.testing.assert_allclose(batch[1].epoch_accuracy, alone, atol=0.11)   # 1 of 10 points
   with pytest.raises(neural.LearnerError, match="eval_data"):
-    neural.FlaxLearner.fit_batch([learners[0], other], xs, ts)
+    neural.FlaxLearner.fit_batch([learners[0], dataclasses.replace(other, eval_data=None)],
+                                 xs, ts)

@@ -333,6 +333,25 @@ def test_worker_processes_run_the_same_rounds(fig5, tmp_path):
   assert any(c.verdict == NOT_TESTABLE and "unfinished" in c.numbers for c in result.checks)
 
 
+def test_batches_of_a_runs_seeds_give_the_rounds_of_the_runs_alone(fig5, tmp_path):
+  """``batch=2``: each run's two seeds train as one program; every run's first round is
+  that of the same run alone, up to float32 rounding (a vmapped program of other agents
+  sums in another order: losses within a relative 1e-5, accuracies within a test point)."""
+  workdir, _, _ = fig5
+  neural.reproduce(5, tmp_path, overrides=SHRINK, seeds=2, max_rounds=1, batch=2)
+  for k in range(2):
+    for run in [name for name, _ in load_spec("fig05_avgkd_small").expand()]:
+      ours = [json.loads(line) for line in
+              (tmp_path / f"seed={k}" / run / "metrics.jsonl").read_text().splitlines()]
+      theirs = [json.loads(line) for line in
+                (workdir / f"seed={k}" / run / "metrics.jsonl").read_text().splitlines()]
+      assert ours and {r["round"] for r in ours} == {0}
+      for a, b in zip(ours, theirs, strict=False):
+        assert a.keys() == b.keys() and a["agent"] == b["agent"]
+        np.testing.assert_allclose(a["test_loss"], b["test_loss"], rtol=1e-5)
+        assert abs(a["test_accuracy"] - b["test_accuracy"]) <= 1 / 60 + 1e-9
+
+
 def test_the_report_shows_the_control_and_lists_what_the_authors_runs_do_not_support():
   curves = neural.authors_curves("Fig. 6")
   own = {n: c for n, c in curves.items() if "/" not in n}

@@ -419,3 +419,27 @@ def test_a_weakly_typed_learning_rate_gives_the_bits_of_the_float():
   out_data = jax.jit(lambda g, p, h: neural.make_optimizer(config.rule(), h).update(
       g, plain.init(p), p)[0])(grads, params, config.hyperparameters())
   np.testing.assert_array_equal(np.asarray(out_plain["w"]), np.asarray(out_data["w"]))
+
+
+@pytest.mark.parametrize("batching", ["vmap", "sequential"])
+def test_stacked_agents_take_a_learning_rate_and_weight_decay_each(batching):
+  """Per-agent (M,) rates in one program: agent m's numbers are those of training it alone
+  with its own rate and decay (rtol 1e-6: vmapped float32 sums round in another order)."""
+  x = jax.random.normal(jax.random.PRNGKey(1), (3, 40, 3))
+  y = x @ jnp.array([1.0, -2.0, 0.5])
+  keys = jax.random.split(jax.random.PRNGKey(0), 3)
+  lrs, wds = (0.05, 0.01, 0.2), (1e-3, 0.0, 0.1)
+  out = neural.train_loop(
+      _linear_loss, {"w": jnp.zeros((3, 3))}, {"x": x, "y": y},
+      optimizer=neural.OptimizerConfig("adam", jnp.asarray(lrs, jnp.float32),
+                                       jnp.asarray(wds, jnp.float32)),
+      key=keys, batch_size=16, epochs=3, stacked=True, agent_batching=batching)
+  for m in range(3):
+    alone = neural.train_loop(_linear_loss, {"w": jnp.zeros(3)}, {"x": x[m], "y": y[m]},
+                              optimizer=neural.OptimizerConfig("adam", lrs[m], wds[m]),
+                              key=keys[m], batch_size=16, epochs=3)
+    np.testing.assert_allclose(out.params["w"][m], alone.params["w"], rtol=1e-6, atol=1e-7)
+  with pytest.raises(neural.TrainError, match="optimizer: per-agent learning rates"):
+    neural.train_loop(_linear_loss, {"w": jnp.zeros((3, 3))}, {"x": x, "y": y},
+                      optimizer=neural.OptimizerConfig("adam", jnp.ones(2)), key=keys,
+                      batch_size=16, epochs=1, stacked=True)

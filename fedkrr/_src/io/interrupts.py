@@ -147,7 +147,8 @@ def _handler(signum: int, frame: Any) -> None:
   if _state["depth"] > 0:
     _state["pending"] = signum
     return
-  _exit(signum)
+  with _commit_lock:   # another thread may be entering a commit (runs batched in threads)
+    _exit(signum)
 
 
 def _watch(read_fd: int) -> None:

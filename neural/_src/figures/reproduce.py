@@ -54,9 +54,9 @@ from neural._src.figures.reproduce_plot import plot_reproduction
 from neural._src.figures.reproduce_report import ConfigReproduction
 from neural._src.figures.reproduce_report import Reproduction
 from neural._src.figures.reproduce_report import markdown
-from neural._src.jobs.ray_executor import EXECUTORS
-from neural._src.jobs.ray_executor import import_ray
-from neural._src.jobs.ray_executor import run_in_ray
+from neural._src.jobs.batched import batch_size
+from neural._src.jobs.executors import check_executor
+from neural._src.jobs.executors import run_tasks
 from neural._src.jobs.runs import run_configs
 from neural._src.jobs.runs import run_dirs
 from neural._src.jobs.runs import write_sweep
@@ -64,7 +64,6 @@ from neural._src.jobs.specs import load_spec
 from neural._src.jobs.specs import shipped_configs
 from neural._src.jobs.workers import auto_jobs
 from neural._src.jobs.workers import on_gpu
-from neural._src.jobs.workers import run_in_workers
 from neural._src.runtime.config import ConfigError
 
 SCALES = ("small", "paper")
@@ -161,7 +160,7 @@ def reproduce(figure: int | str, workdir: str | os.PathLike, scale: str = "small
               others: Sequence[str | os.PathLike] = (), progress: bool = False,
               max_rounds: int | None = None, jobs: int | str = 1,
               paper_rounds: int | None = None, executor: str = "local",
-              address: str | None = None) -> Reproduction:
+              address: str | None = None, batch: int | str = 1) -> Reproduction:
   """Runs (or resumes) a figure's shipped config(s), draws it and checks its statements.
 
   Args:
@@ -196,6 +195,11 @@ def reproduce(figure: int | str, workdir: str | os.PathLike, scale: str = "small
       on storage every node mounts at the same path.
     address: with "ray": ``None`` starts Ray on this machine; ``"auto"`` or
       ``"HOST:PORT"`` (the head's) joins a running cluster.
+    batch: train up to this many runs that share a protocol and shapes (seeds, Alphas,
+      learning rates, weight decays) as one program (``neural._src.jobs.batched``; the
+      same numbers up to float32 rounding); with ``jobs`` > 1 each worker process takes
+      a whole batch, with executor "ray" each Ray task. "auto": 32 on a GPU, 1 on a CPU
+      (measured: no faster there). Default 1: one run at a time.
 
   Returns:
     The :class:`neural.Reproduction`; ``reproduce.md``, ``reproduce.json`` and
@@ -219,20 +223,13 @@ def reproduce(figure: int | str, workdir: str | os.PathLike, scale: str = "small
     if "rounds" in overrides:
       raise ConfigError("paper_rounds: set either paper_rounds (every run's paper rounds) or "
                         "the rounds override (every run's logged rounds), not both")
-  if executor not in EXECUTORS:
-    raise ConfigError(f"executor: expected one of {', '.join(EXECUTORS)}, got {executor!r}")
-  if address is not None and executor != "ray":
-    raise ConfigError("address: a Ray cluster's address, for executor 'ray' only")
-  if executor == "ray" and jobs != 1:
-    raise ConfigError("jobs: runs at a time on this machine; with executor 'ray' the "
-                      "cluster's resources decide (leave jobs at 1)")
-  if executor == "ray":
-    import_ray()   # not installed: said before anything is written
+  check_executor(executor, address, jobs)   # Ray not installed: said before anything is written
   auto = jobs == "auto"
   if auto:
     jobs = auto_jobs()
   if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
     raise ConfigError(f"jobs: expected an integer >= 1 or 'auto', got {jobs!r}")
+  batch = batch_size(batch, on_gpu)
   count = default_seeds(scale, auto) if seeds is None else seeds
   if isinstance(count, bool) or not isinstance(count, int) or count < 1:
     raise ConfigError(f"seeds: expected an integer >= 1, got {seeds!r}")
@@ -250,11 +247,11 @@ def reproduce(figure: int | str, workdir: str | os.PathLike, scale: str = "small
   def seed_dir(name: str, k: int) -> Path:
     return workdir / f"seed={k}" / ("" if len(planned) == 1 else name)
 
-  alone = jobs == 1 and executor == "local"   # every run in this process
+  alone = jobs == 1 and batch == 1 and executor == "local"   # every run in this process
   done = {} if alone else _run_in_workers(
       label, [(name, spec, per_seed, [seed_dir(name, k) for k in range(count)])
               for name, spec, per_seed in planned], jobs, max_rounds, progress,
-      executor=executor, address=address)
+      batch=batch, executor=executor, address=address)
   results = []
   for name, spec, per_seed in planned:
     where = workdir if len(planned) == 1 else workdir / name
@@ -285,12 +282,12 @@ def reproduce(figure: int | str, workdir: str | os.PathLike, scale: str = "small
 
 
 def _run_in_workers(label: str, planned: Sequence[tuple[str, Any, Sequence[Any], Sequence[Path]]],
-                    jobs: int, max_rounds: int | None, progress: bool, *,
+                    jobs: int, max_rounds: int | None, progress: bool, *, batch: int = 1,
                     executor: str = "local", address: str | None = None
                     ) -> dict[tuple[str, int], dict[str, list[dict[str, Any]]]]:
-  """Every run of every config and seed in ``jobs`` worker processes (executor "ray":
-  as Ray tasks): their rows by (config, seed), then by run. Each seed's directory is
-  checked and claimed first."""
+  """Every run of every config and seed by ``executor`` (:func:`neural._src.jobs.executors.
+  run_tasks`: ``jobs`` worker processes, batches of up to ``batch`` runs, Ray tasks): their
+  rows by (config, seed), then by run. Each seed's directory is checked and claimed first."""
   tasks, keys = [], []
   for name, spec, per_seed, dirs in planned:
     for k, (runs, where) in enumerate(zip(per_seed, dirs, strict=True)):
@@ -302,15 +299,8 @@ def _run_in_workers(label: str, planned: Sequence[tuple[str, Any, Sequence[Any],
       for (run, config), path in zip(runs, paths, strict=True):
         tasks.append((prefix + run, config, path))
         keys.append((name, k, run))
-  if executor == "ray":
-    if progress:
-      print(f"{label}: {len(tasks)} runs as Ray tasks", flush=True)
-    rows = run_in_ray(tasks, address=address, max_rounds=max_rounds, progress=progress,
-                      label=label)
-  else:
-    if progress:
-      print(f"{label}: {len(tasks)} runs, {jobs} at a time in worker processes", flush=True)
-    rows = run_in_workers(tasks, jobs, max_rounds=max_rounds, progress=progress, label=label)
+  rows = run_tasks(tasks, jobs=jobs, batch=batch, executor=executor, address=address,
+                   max_rounds=max_rounds, progress=progress, label=label)
   done: dict[tuple[str, int], dict[str, list[dict[str, Any]]]] = {}
   for (name, k, run), run_rows in zip(keys, rows, strict=True):
     done.setdefault((name, k), {})[run] = run_rows

@@ -45,15 +45,13 @@ import warnings
 
 from fedkrr.io import atomic_write
 from fedkrr.io import before_exit
-from neural._src.jobs.runs import run_dirs
-from neural._src.jobs.runs import run_one
-from neural._src.jobs.runs import write_sweep
-from neural._src.jobs.specs import config_from_dict
 from neural._src.jobs.workers import AUTO_JOBS_GPU
-from neural._src.jobs.workers import rounds_of
+from neural._src.jobs.workers import Task
+from neural._src.jobs.workers import answer
 from neural._src.jobs.workers import run_error
+from neural._src.jobs.workers import task_message
+from neural._src.jobs.workers import task_weight
 from neural._src.runtime.config import ConfigError
-from neural._src.runtime.config import RunConfig
 from neural._src.runtime.rundir import ExperimentError
 from neural._src.runtime.rundir import show_warning
 
@@ -100,23 +98,16 @@ def _check_marker(marker: str, token: str) -> None:
                           f"the same path (NFS, a cluster file system)")
 
 
-def _run_task(config: dict[str, Any], workdir: str, marker: str, token: str,
-              max_rounds: int | None) -> dict[str, Any]:
-  """One Ray task: runs (or resumes) one run and replies as a worker process does.
-
-  Returns:
-    ``{"rows": the run's metric rows}``, or ``{"error": its class name, "message": ...}``
-    (:func:`neural._src.jobs.workers.run_error` raises it in the command).
-  """
+def _run_task(task: dict[str, Any], marker: str, token: str) -> dict[str, Any]:
+  """One Ray task: runs (or resumes) one run, or a batch of runs, and replies as a worker
+  process does (:func:`neural._src.jobs.workers.answer`: ``task`` is its JSON task)."""
   try:
     _check_marker(marker, token)
-    with warnings.catch_warnings():
-      warnings.showwarning = show_warning
-      rows = run_one(config_from_dict(config), workdir, "paper", progress=False,
-                     max_rounds=max_rounds)
-    return {"rows": rows}
-  except Exception as e:   # sent back: the command stops the others and raises it
+  except ExperimentError as e:
     return {"error": type(e).__name__, "message": str(e)}
+  with warnings.catch_warnings():
+    warnings.showwarning = show_warning
+    return answer(task)
 
 
 # ---------------------------------------------------------------------------
@@ -242,15 +233,18 @@ def _reply(ray: Any, ref: Any) -> dict[str, Any] | None:
                        f"{' '.join(str(cause).split())[:300]}"}
 
 
-def run_in_ray(tasks: Sequence[tuple[str, RunConfig, str | os.PathLike]], *,
+def run_in_ray(tasks: Sequence[Task] | Sequence[Sequence[Task]], *,
                address: str | None = None, max_rounds: int | None = None,
                progress: bool = False, label: str = "runs",
-               resources: Mapping[str, float] | None = None) -> list[list[dict[str, Any]]]:
+               resources: Mapping[str, float] | None = None) -> list[Any]:
   """Runs (or resumes) every ``(name, config, directory)`` of ``tasks`` as a Ray task.
 
   Args:
     tasks: the runs; ``name`` names the run in the progress bar and in errors. The
-      directories must be on storage that every node mounts at the same path.
+      directories must be on storage that every node mounts at the same path. A task
+      may be a list of runs instead: a batch, one Ray task that trains them as one
+      program (:func:`neural._src.jobs.batched.run_batch`); its result is then the list
+      of its runs' rows.
     address: ``None``: start Ray on this machine (no dashboard) and stop it at the end;
       ``"auto"`` or ``"HOST:PORT"`` (the head's GCS port): join that cluster. A process
       already connected to Ray (``ray.init``) uses its connection.
@@ -271,9 +265,14 @@ def run_in_ray(tasks: Sequence[tuple[str, RunConfig, str | os.PathLike]], *,
       its message starting with the run's name; the other tasks are cancelled first.
   """
   ray = import_ray()
-  tasks = [(name, config, Path(os.path.abspath(path))) for name, config, path in tasks]
+  tasks = [(t[0], t[1], Path(os.path.abspath(t[2]))) if isinstance(t, tuple) else
+           [(name, config, Path(os.path.abspath(path))) for name, config, path in t]
+           for t in tasks]
   if not tasks:
     return []
+  runs = [[t] if isinstance(t, tuple) else list(t) for t in tasks]
+  names = [t[0] if isinstance(t, tuple) else f"batch of {', '.join(r[0] for r in t)}"
+           for t in tasks]
   if address not in (None, "auto"):
     _host_port(cast(str, address))   # a malformed address: before anything starts
   started = _connect(ray, address)
@@ -283,11 +282,14 @@ def run_in_ray(tasks: Sequence[tuple[str, RunConfig, str | os.PathLike]], *,
     with stop:
       remote = ray.remote(max_retries=MAX_RETRIES, runtime_env={"env_vars": _task_env()},
                           **_options(ray, resources))(_run_task)
-      with _marker(_workdir_of([path for _, _, path in tasks])) as (marker, token):
-        order = sorted(range(len(tasks)), key=lambda i: -rounds_of(tasks[i][1]))
-        refs = {remote.remote(tasks[i][1].to_dict(), str(tasks[i][2]), str(marker), token,
-                              max_rounds): i for i in order}
-        return _gather(ray, refs, [name for name, _, _ in tasks], progress, label)
+      with _marker(_workdir_of([path for batch in runs for _, _, path in batch])) as (
+          marker, token):
+        order = sorted(range(len(tasks)), key=lambda i: -task_weight(tasks[i]))
+        refs = {remote.remote(task_message(tasks[i], max_rounds), str(marker), token): i
+                for i in order}
+        return _gather(ray, refs, names, [len(batch) if not isinstance(tasks[i], tuple)
+                                          else 0 for i, batch in enumerate(runs)],
+                       progress, label)
   finally:
     if started:
       ray.shutdown()
@@ -315,16 +317,17 @@ def _marker(where: Path) -> Iterator[tuple[Path, str]]:
     marker.unlink(missing_ok=True)
 
 
-def _gather(ray: Any, refs: dict[Any, int], names: Sequence[str], progress: bool,
-            label: str) -> list[list[dict[str, Any]]]:
+def _gather(ray: Any, refs: dict[Any, int], names: Sequence[str], batched: Sequence[int],
+            progress: bool, label: str) -> list[Any]:
   """The replies of the tasks ``refs`` (task index by reference) as they finish, under a
-  progress bar; the first failed run's error raised after the others are cancelled."""
+  progress bar over the runs (``batched``: each task's runs if it is a batch, else 0); the
+  first failed run's error raised after the others are cancelled."""
   from tqdm.auto import tqdm
 
-  results: list[list[dict[str, Any]] | None] = [None] * len(names)
+  results: list[Any] = [None] * len(names)
   pending = list(refs)
-  bar = tqdm(total=len(names), desc=label, unit="run", disable=not progress,
-             dynamic_ncols=True)
+  bar = tqdm(total=sum(max(1, b) for b in batched), desc=label, unit="run",
+             disable=not progress, dynamic_ncols=True)
   with before_exit(lambda signum: _cancel(ray, pending)):
     try:
       while pending:
@@ -333,47 +336,13 @@ def _gather(ray: Any, refs: dict[Any, int], names: Sequence[str], progress: bool
           i = refs[ref]
           reply = _reply(ray, ref)
           if reply is None or "error" in reply:
-            raise run_error(names[i], reply)
+            raise run_error(names[i], reply, named=batched[i] > 0)
           results[i] = reply["rows"]
-          bar.update(1)
+          bar.update(max(1, batched[i]))
           bar.set_postfix_str(names[i], refresh=True)
     except BaseException:
       _cancel(ray, pending)
       raise
     finally:
       bar.close()
-  return cast(list[list[dict[str, Any]]], results)   # every task replied (else raised)
-
-
-def run_sweep(runs: Sequence[tuple[str, RunConfig]], workdir: str | os.PathLike, *,
-              description: str = "", address: str | None = None,
-              max_rounds: int | None = None, progress: bool = False,
-              resources: Mapping[str, float] | None = None) -> dict[str, list[dict[str, Any]]]:
-  """Runs ``runs`` as Ray tasks where ``run_configs`` puts them, for its ``done``.
-
-  The directory is checked and claimed first (``sweep.json``), as ``run_configs`` does;
-  ``run_configs(runs, workdir, done=...)`` then writes the sweep's figure without
-  running anything again.
-
-  Args:
-    runs: the named runs (one unnamed run: ``workdir`` itself).
-    workdir: the sweep's directory, on storage every node mounts.
-    description: the sweep's description (``sweep.json``).
-    address: as :func:`run_in_ray`'s.
-    max_rounds: as :func:`run_in_ray`'s.
-    progress: as :func:`run_in_ray`'s.
-    resources: as :func:`run_in_ray`'s.
-
-  Returns:
-    The metric rows of each run, by name.
-  """
-  import_ray()   # not installed: said before the directory is claimed
-  paths = run_dirs(runs, workdir)
-  if len(paths) > 1:
-    Path(workdir).mkdir(parents=True, exist_ok=True)
-    write_sweep(runs, workdir, description)
-  tasks = [(name or "the run", config, path)
-           for (name, config), path in zip(runs, paths, strict=True)]
-  rows = run_in_ray(tasks, address=address, max_rounds=max_rounds, progress=progress,
-                    resources=resources)
-  return {name: run_rows for (name, _), run_rows in zip(runs, rows, strict=True)}
+  return results   # every task replied (else raised)

@@ -18,7 +18,9 @@ in the command's own process (:func:`worker_cores`).
 
 The command and its workers speak JSON lines: a task (the run's config, its directory,
 ``max_rounds``) on the worker's stdin, the run's metric rows (or its error) on its
-stdout. A worker prints everything else to stderr.
+stdout. A task of a batch (``--batch``, :func:`neural._src.jobs.batched.run_batch`) holds
+``runs``, a list of ``{"name", "config", "workdir"}``, and its reply's ``rows`` one list
+of rows per run. A worker prints everything else to stderr.
 
 Stopping: a signal to the command (Ctrl-C, ``kill``) stops the workers first, each
 after the round it is committing, and the command exits after them (exit status
@@ -42,7 +44,6 @@ import threading
 import time
 from typing import IO
 from typing import Any
-from typing import cast
 import warnings
 
 from fedkrr.io import allowed_cores
@@ -52,6 +53,8 @@ from fedkrr.io import end_process
 from fedkrr.io import signals_exit
 from fedkrr.io import use_cores
 from neural._src.datasets.data import DataError
+from neural._src.jobs.batched import batch_groups
+from neural._src.jobs.batched import run_batch
 from neural._src.jobs.runs import run_one
 from neural._src.jobs.specs import config_from_dict
 from neural._src.runtime.config import ConfigError
@@ -67,6 +70,7 @@ AUTO_JOBS_GPU = 3
 AUTO_JOBS_CPU = 2
 STOP_SECONDS = 60.0   # the longest the command waits for a stopped worker's last commit
 _PARENT_POLL = 1.0    # seconds between a worker's looks at its parent
+Task = tuple[str, RunConfig, Path]   # a run: its name, config and directory (a batch: a list)
 # The errors a worker sends back by name (the others arrive as ExperimentError).
 _ERRORS: dict[str, type[ValueError]] = {e.__name__: e for e in (
     ConfigError, DataError, ExperimentError, DivergenceError)}
@@ -84,18 +88,26 @@ def _watch_parent(parent: int) -> None:
       end_process(signal.SIGTERM)
 
 
+def answer(task: dict[str, Any]) -> dict[str, Any]:
+  """Runs (or resumes) one JSON task (:func:`task_message`: a run, or a batch of runs) and
+  gives its reply: ``{"rows": ...}`` (a batch's: a list per run), or ``{"error": class name,
+  "message": ...}`` (:func:`run_error` raises it in the command; a batch's names its run)."""
+  try:
+    if "runs" in task:   # a batch: its errors name their run
+      rows: Any = run_batch([(run["name"], config_from_dict(run["config"]), Path(run["workdir"]))
+                             for run in task["runs"]], max_rounds=task["max_rounds"])
+    else:
+      rows = run_one(config_from_dict(task["config"]), task["workdir"], "paper",
+                     progress=False, max_rounds=task["max_rounds"])
+    return {"rows": rows}
+  except Exception as e:   # sent back: the command stops the others and raises it
+    return {"error": type(e).__name__, "message": str(e)}
+
+
 def _serve(tasks: IO[str], replies: IO[str]) -> None:
   """Runs each task line of ``tasks`` and writes its reply line to ``replies``."""
   for line in tasks:
-    task = json.loads(line)
-    try:
-      config = config_from_dict(task["config"])
-      rows = run_one(config, task["workdir"], "paper", progress=False,
-                     max_rounds=task["max_rounds"])
-      reply: dict[str, Any] = {"rows": rows}
-    except Exception as e:   # sent back: the command stops the others and raises it
-      reply = {"error": type(e).__name__, "message": str(e)}
-    replies.write(json.dumps(reply) + "\n")
+    replies.write(json.dumps(answer(json.loads(line))) + "\n")
     replies.flush()
 
 
@@ -222,9 +234,26 @@ def stop_workers(workers: Sequence[subprocess.Popen], timeout: float = STOP_SECO
       worker.kill()
 
 
-def run_error(name: str, reply: dict[str, Any] | None) -> ValueError:
+def task_weight(task: Task | Sequence[Task]) -> int:
+  """The rounds of a task (a batch's: its longest run's), for the order of the queue."""
+  return rounds_of(task[1]) if isinstance(task, tuple) else max(rounds_of(t[1]) for t in task)
+
+
+def task_message(task: Task | Sequence[Task], max_rounds: int | None) -> dict[str, Any]:
+  """The JSON task of a run, or of a batch of runs (``runs``)."""
+  if isinstance(task, tuple):
+    return {"config": task[1].to_dict(), "workdir": str(task[2]), "max_rounds": max_rounds}
+  return {"runs": [{"name": name, "config": config.to_dict(), "workdir": str(path)}
+                   for name, config, path in task], "max_rounds": max_rounds}
+
+
+def run_error(name: str, reply: dict[str, Any] | None, named: bool = False) -> ValueError:
   """The run's error as the command raises it, the run's name in front (``reply``: the
-  worker's, ``{"error": class name, "message": ...}``; ``None``: the worker ended first)."""
+  worker's, ``{"error": class name, "message": ...}``; ``None``: the worker ended first;
+  ``named``: a batch's error, whose message starts with its run's name already)."""
+  if reply is not None and named:
+    return _ERRORS.get(reply["error"], ExperimentError)(
+        reply["message"] + ("" if reply["error"] in _ERRORS else f" ({reply['error']})"))
   if reply is None:
     return ExperimentError(f"{name}: a worker process ended before finishing the run "
                            "(killed, or out of memory?); run the same command again to resume")
@@ -233,13 +262,16 @@ def run_error(name: str, reply: dict[str, Any] | None) -> ValueError:
                                        else f" ({reply['error']})"))
 
 
-def run_in_workers(tasks: Sequence[tuple[str, RunConfig, Path]], jobs: int, *,
+def run_in_workers(tasks: Sequence[Task] | Sequence[Sequence[Task]], jobs: int, *,
                    max_rounds: int | None = None, progress: bool = False,
-                   label: str = "runs") -> list[list[dict[str, Any]]]:
+                   label: str = "runs") -> list[Any]:
   """Runs (or resumes) every ``(name, config, directory)`` of ``tasks``, ``jobs`` at a time.
 
   Args:
-    tasks: the runs; ``name`` names the run in the progress bar and in errors.
+    tasks: the runs; ``name`` names the run in the progress bar and in errors. A task
+      may be a list of runs instead: a batch, run in one worker by
+      :func:`neural._src.jobs.batched.run_batch`; its result is then the list of its
+      runs' rows.
     jobs: how many worker processes (at most one per task). On a machine with GPUs each
       sees one GPU, the workers taking the GPUs in turn (worker i the GPU i mod G): every
       GPU of the machine is used. Their CPU cores: :func:`worker_cores`.
@@ -257,17 +289,19 @@ def run_in_workers(tasks: Sequence[tuple[str, RunConfig, Path]], jobs: int, *,
   """
   from tqdm.auto import tqdm
 
-  results: list[list[dict[str, Any]] | None] = [None] * len(tasks)
-  queue = sorted(range(len(tasks)), key=lambda i: -rounds_of(tasks[i][1]))
+  results: list[Any] = [None] * len(tasks)
+  queue = sorted(range(len(tasks)), key=lambda i: -task_weight(tasks[i]))
+  names = [t[0] if isinstance(t, tuple) else f"batch of {', '.join(r[0] for r in t)}"
+           for t in tasks]
+  runs = [1 if isinstance(t, tuple) else len(t) for t in tasks]
   workers: list[subprocess.Popen] = []
   busy: dict[subprocess.Popen, int] = {}
   selector = selectors.DefaultSelector()
-  bar = tqdm(total=len(tasks), desc=label, unit="run", disable=not progress, dynamic_ncols=True)
+  bar = tqdm(total=sum(runs), desc=label, unit="run", disable=not progress, dynamic_ncols=True)
 
   def give(worker: subprocess.Popen) -> None:
     i = queue.pop(0)
-    task = {"config": tasks[i][1].to_dict(), "workdir": str(tasks[i][2]),
-            "max_rounds": max_rounds}
+    task = task_message(tasks[i], max_rounds)
     assert worker.stdin is not None
     worker.stdin.write(json.dumps(task) + "\n")
     worker.stdin.flush()
@@ -292,10 +326,10 @@ def run_in_workers(tasks: Sequence[tuple[str, RunConfig, Path]], jobs: int, *,
           i = busy.pop(worker)
           reply = json.loads(line) if line else None
           if reply is None or "error" in reply:
-            raise run_error(tasks[i][0], reply)
+            raise run_error(names[i], reply, named=not isinstance(tasks[i], tuple))
           results[i] = reply["rows"]
-          bar.update(1)
-          bar.set_postfix_str(tasks[i][0], refresh=True)
+          bar.update(runs[i])
+          bar.set_postfix_str(names[i], refresh=True)
           if queue:
             give(worker)
     except BaseException:
@@ -309,7 +343,44 @@ def run_in_workers(tasks: Sequence[tuple[str, RunConfig, Path]], jobs: int, *,
         worker.wait()
       selector.close()
       bar.close()
-  return cast(list[list[dict[str, Any]]], results)   # every task replied (else raised)
+  return results   # every task replied (else raised)
+
+
+def run_in_batches(tasks: Sequence[Task], batch: int, jobs: int = 1, *,
+                   max_rounds: int | None = None, progress: bool = False,
+                   label: str = "runs", units: str = "paper") -> list[list[dict[str, Any]]]:
+  """Runs (or resumes) ``tasks`` in batches of up to ``batch`` runs that share a protocol
+  and shapes (:func:`neural._src.jobs.batched.batch_groups`, trained by
+  :func:`neural._src.jobs.batched.run_batch`): with ``jobs == 1`` one batch after another
+  in this process, else ``jobs`` batches at a time in worker processes
+  (:func:`run_in_workers`, whose runs draw in ``units`` "paper").
+
+  Returns:
+    Each task's metric rows, in the order of ``tasks``.
+
+  Raises:
+    ExperimentError: as :func:`run_in_workers` (``ConfigError`` for a bad ``batch``).
+  """
+  from tqdm.auto import tqdm
+
+  groups = batch_groups([config for _, config, _ in tasks], batch)
+  batches = [[tasks[i] for i in members] for members in groups]
+  if jobs > 1:
+    replies = run_in_workers([b[0] if len(b) == 1 else b for b in batches], jobs,
+                             max_rounds=max_rounds, progress=progress, label=label)
+    done = [[rows] if len(b) == 1 else rows for b, rows in zip(batches, replies, strict=True)]
+  else:
+    done = []
+    with tqdm(total=len(tasks), desc=label, unit="run", disable=not progress,
+              dynamic_ncols=True) as bar:
+      for b in batches:
+        done.append(run_batch(b, max_rounds=max_rounds, units=units))
+        bar.update(len(b))
+  results: list[list[dict[str, Any]]] = [[] for _ in tasks]
+  for members, rows in zip(groups, done, strict=True):
+    for i, run_rows in zip(members, rows, strict=True):
+      results[i] = run_rows
+  return results
 
 
 if __name__ == "__main__":

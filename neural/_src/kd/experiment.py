@@ -235,6 +235,11 @@ class _Evaluator:
     return rows
 
 
+# fit_group(learners, xs, targets) -> models: fits learners[k] on (xs[k], targets[k]) (one
+# class, one batch_key), as their fit_batch does, perhaps together with other runs' fits.
+FitGroup = Callable[[Sequence[Any], Sequence[Any], Sequence[Any]], Sequence[Any]]
+
+
 # ---------------------------------------------------------------------------
 # Progress: counts the fits of a round without changing how they are grouped
 
@@ -244,6 +249,7 @@ class _Counted(LearnerWrapper):
   learner: Any
   bar: Any
   defer: bool = False   # return Teachers: targets evaluated on each (augmented) batch
+  fit_group: FitGroup | None = None   # a batch of runs' shared fits (see train_and_evaluate)
 
   def _out(self, model):
     return Teacher(model) if self.defer else model
@@ -257,13 +263,17 @@ class _Counted(LearnerWrapper):
     return None if key is None else (type(self.learner), key)
 
   def fit(self, x, targets):
-    model = self.learner.fit(x, targets)
+    if self.fit_group is not None and self.batch_key is not None:
+      model, = self.fit_group([self.learner], [x], [targets])
+    else:
+      model = self.learner.fit(x, targets)
     self.bar.update(1)
     return self._out(model)
 
   @classmethod
   def fit_batch(cls, wrapped, xs, targets):
-    models = type(wrapped[0].learner).fit_batch([w.learner for w in wrapped], xs, targets)
+    fit = wrapped[0].fit_group or type(wrapped[0].learner).fit_batch
+    models = fit([w.learner for w in wrapped], xs, targets)
     wrapped[0].bar.update(len(wrapped))
     return tuple(wrapped[0]._out(m) for m in models)
 
@@ -275,7 +285,8 @@ class _Counted(LearnerWrapper):
 def train_and_evaluate(config: ExperimentConfig, workdir: str | os.PathLike, *,
                        progress: bool = False, max_rounds: int | None = None,
                        on_round_end: Callable[[int], None] | None = None,
-                       units: str = "paper") -> list[dict[str, Any]]:
+                       units: str = "paper",
+                       fit_group: FitGroup | None = None) -> list[dict[str, Any]]:
   """Runs (or resumes) the experiment ``config`` in ``workdir``.
 
   Args:
@@ -291,6 +302,11 @@ def train_and_evaluate(config: ExperimentConfig, workdir: str | os.PathLike, *,
     units: the rounds of ``accuracy.png``: "paper" (the paper's figures: AKD rounds
       of M steps, means over agents, EKD's even sums; ``neural.paper_rounds``) or
       "steps" (every logged step and agent). The metrics are the same either way.
+    fit_group: ``fit_group(learners, xs, targets) -> models`` fits every group of
+      networks that one round fits together (and every single fit of a network) in
+      place of their own ``fit_batch`` / ``fit``: a batch of runs
+      (``neural._src.jobs.batched``) fits the groups of all its runs as one program.
+      ``None``: each run fits its own.
 
   Returns:
     All metric rows of the run so far (as in ``metrics.jsonl``).
@@ -304,7 +320,8 @@ def train_and_evaluate(config: ExperimentConfig, workdir: str | os.PathLike, *,
   return run_rounds(config, workdir, from_dict=ExperimentConfig.from_dict,
                     rounds=total_rounds(config), load_data=lambda: load_run_data(config),
                     expected=lambda data, done: expected_state(config, data, done),
-                    begin=lambda data, checkpoint: _begin(config, data, checkpoint, progress),
+                    begin=lambda data, checkpoint: _begin(config, data, checkpoint, progress,
+                                                          fit_group),
                     desc=f"{config.protocol} rounds", title=_title(config), units=units,
                     progress=progress, max_rounds=max_rounds, on_round_end=on_round_end)
 
@@ -367,7 +384,7 @@ def expected_state(config: ExperimentConfig, data: RunData, done: int) -> dict[s
 
 
 def _begin(config: ExperimentConfig, data: RunData, checkpoint: dict[str, Any] | None,
-           progress: bool) -> Step:
+           progress: bool, fit_group: FitGroup | None = None) -> Step:
   """The round step of a KD run: the learners, protocol and evaluator, resumed from
   ``checkpoint``; ``step(t)`` fits round t under a bar over its fits."""
   learners = build_learners(config, data.xs[0].shape[1:], data.num_classes,
@@ -391,7 +408,7 @@ def _begin(config: ExperimentConfig, data: RunData, checkpoint: dict[str, Any] |
       learner = _with_key(learner, round_key(config.init_seed, t, a))
       if config.warm_start and config.protocol != "fedavg" and inits[a] is not None:
         learner = learner.with_init(inits[a])
-      round_learners.append(_Counted(learner, fit_bar, defer))
+      round_learners.append(_Counted(learner, fit_bar, defer, fit_group))
     (state, out), = fedkrr.iterate(protocol, round_learners, cast(Any, data.xs),
                                    cast(Any, data.ys), rounds=t + 1, state=state)
     fit_bar.close()

@@ -32,6 +32,7 @@ from fedkrr import pytree_dataclass
 from fedkrr import shard_agents
 from fedkrr import spans_processes
 from neural._src.training import training
+from neural._src.training.optimizers import Hyperparameters
 from neural._src.training.soft_targets import SoftTargets
 from neural._src.training.training import TrainConfig
 from neural._src.training.training import Variables
@@ -129,8 +130,11 @@ class FlaxLearner:
   @property
   def batch_key(self) -> tuple[Any, ...]:
     """Learners with equal keys train as one vmapped program (same module, shapes, settings,
-    mesh)."""
-    return (self.model, self.input_shape, self.config, self.warm, self.mesh)
+    mesh); their learning rates and weight decays may differ (data of the program), not
+    whether there is a decay at all."""
+    decays = self.config.weight_decay != 0
+    settings = dataclasses.replace(self.config, learning_rate=1.0, weight_decay=float(decays))
+    return (self.model, self.input_shape, settings, self.warm, self.mesh)
 
   def _start(self) -> tuple[Variables, Array]:
     init_key, train_key = jax.random.split(self.key)
@@ -179,7 +183,9 @@ class FlaxLearner:
 
     The learners must share a ``batch_key``. Every agent's data are padded to
     the largest n and masked, so that agent k's model equals
-    ``learners[k].fit(xs[k], targets[k])`` up to float32 rounding. Agents whose
+    ``learners[k].fit(xs[k], targets[k])`` up to float32 rounding (each with its own
+    learning rate and weight decay where these differ, and with ``eval_data`` each
+    scoring its own test set). Agents whose
     targets have teachers of different architectures are fitted one by one.
 
     With a ``mesh``, the stacked keys, variables, data, masks and teachers are
@@ -191,7 +197,8 @@ class FlaxLearner:
     the trained variables are gathered whole onto each process's first local device.
 
     Raises:
-      LearnerError: learners of different ``batch_key`` or ``eval_data``, or
+      LearnerError: learners of different ``batch_key``, some with ``eval_data`` and
+        some without, or
         lengths that differ.
       fedkrr.DeviceError: the mesh's size does not divide the number of learners.
     """
@@ -203,9 +210,9 @@ class FlaxLearner:
       if not isinstance(learner, FlaxLearner) or learner.batch_key != first.batch_key:
         raise LearnerError(f"learners[{k}]: expected a FlaxLearner with the batch_key of "
                            f"learners[0] (same model, input shape, config, warm start)")
-      if learner.eval_data is not first.eval_data:
-        raise LearnerError(f"learners[{k}]: expected the eval_data of learners[0] (one test "
-                           f"set scores a batch)")
+      if (learner.eval_data is None) != (first.eval_data is None):
+        raise LearnerError(f"learners[{k}]: expected eval_data as learners[0] has (every "
+                           f"learner scoring its test set after each epoch, or none)")
     if first.mesh is not None:
       check_mesh(first.mesh, len(learners), "learners[0].mesh")
     split = [learner._targets(x, t) for learner, x, t in zip(learners, xs, targets)]
@@ -235,9 +242,19 @@ class FlaxLearner:
         teachers = teachers._replace(**shard_agents(
             {"variables": teachers.variables, "weights": teachers.weights}, first.mesh))
       config = dataclasses.replace(config, agent_batching="vmap")
-    hook, scores = _epoch_scores(first.model, first.eval_data, len(learners), stacked=True)
+    tests = first.eval_data if all(learner.eval_data is first.eval_data for learner in learners
+                                   ) else [learner.eval_data for learner in learners]
+    hook, scores = _epoch_scores(first.model, tests, len(learners), stacked=True)
+    hyper = None
+    if any(learner.config != first.config for learner in learners):   # runs of a batch
+      hyper = Hyperparameters(*(
+          np.asarray([getattr(learner.config, name) for learner in learners], np.float32)
+          for name in ("learning_rate", "weight_decay")))
+      if first.mesh is not None:
+        hyper = Hyperparameters(*shard_agents(tuple(hyper), first.mesh))
     trained = training.train_batch(first.model, variables, x_stack, t_stack, train_keys,
-                                   config, masks, on_epoch=hook, teachers=teachers)
+                                   config, masks, on_epoch=hook, teachers=teachers,
+                                   hyperparameters=hyper)
     if first.mesh is not None and spans_processes(first.mesh):   # agents across hosts
       trained = jax.device_put(host_arrays(trained), jax.local_devices()[0])
     elif first.mesh is not None:
@@ -256,20 +273,23 @@ def _stack_teachers(teachers: Sequence[training.Teachers | None]) -> training.Te
   return training.Teachers(every[0].modules, variables, np.stack([t.weights for t in every]))
 
 
-def _epoch_scores(model: nn.Module, eval_data: tuple[Any, Any] | None, num_agents: int,
-                  stacked: bool) -> tuple[training.EpochHook | None, list[list[float]]]:
-  """An epoch hook that appends each agent's accuracy on ``eval_data`` to its list."""
+def _epoch_scores(model: nn.Module,
+                  eval_data: tuple[Any, Any] | Sequence[tuple[Any, Any]] | None,
+                  num_agents: int, stacked: bool
+                  ) -> tuple[training.EpochHook | None, list[list[float]]]:
+  """An epoch hook that appends each agent's accuracy on ``eval_data`` to its list
+  (one ``(x, labels)`` for all agents, or a list of one per agent: runs of a batch)."""
   scores: list[list[float]] = [[] for _ in range(num_agents)]
   if eval_data is None:
     return None, scores
-  x, labels = eval_data
+  tests = list(eval_data) if isinstance(eval_data, list) else [eval_data] * num_agents
 
   def hook(epoch, variables, agent):
     if agent is None and stacked:
       for m, v in enumerate(training.unstack(variables, num_agents)):
-        scores[m].append(training.accuracy(model, v, x, labels))
+        scores[m].append(training.accuracy(model, v, *tests[m]))
     else:
-      scores[agent or 0].append(training.accuracy(model, variables, x, labels))
+      scores[agent or 0].append(training.accuracy(model, variables, *tests[agent or 0]))
   return hook, scores
 
 

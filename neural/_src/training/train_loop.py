@@ -185,6 +185,7 @@ class _Plan:
   num_agents: int = 1
   guard: bool = False               # some agent can meet a mini-batch of padding only
   groups: tuple[tuple[int, ...], ...] | None = None   # stacked only: agents by architecture
+  per_agent_hyper: bool = False     # stacked only: a learning rate and decay per agent
 
 
 class _Inputs(NamedTuple):
@@ -261,18 +262,28 @@ def _agents_step(plan: _Plan, tx, state, inputs: _Inputs, i):
       order = np.argsort(np.concatenate([np.asarray(m) for m in plan.groups]))
       aux = jax.tree.map(lambda *a: jnp.concatenate(a)[order], *[out[2] for out in outs])
     return tuple(out[0] for out in outs), tuple(out[1] for out in outs), aux
-  agent = functools.partial(_agent_step, plan, tx)
   per_agent = (params, opt_state, inputs.data, context)
   sampler = (inputs.order, inputs.n_valid, inputs.key)
+  if plan.stacked and plan.per_agent_hyper:   # tx: the agents' stacked Hyperparameters
+    hyper = cast(Hyperparameters, tx)
+    if plan.agents == "vmap":
+      with_hyper = lambda h, *a: _agent_step(plan, make_optimizer(plan.optimizer, h), *a)
+      return jax.vmap(with_hyper, in_axes=(0, 0, 0, 0, 0, None, 0, 0, 0, None, None, None))(
+          hyper, *per_agent, inputs.shared, *sampler, shared_key, step, i)
+    agents = [functools.partial(_agent_step, plan, make_optimizer(
+        plan.optimizer, jax.tree.map(lambda a, m=m: a[m], hyper))) for m in range(plan.num_agents)]
+  else:
+    agents = [functools.partial(_agent_step, plan, tx)] * max(1, plan.num_agents)
+  agent = agents[0]
   if not plan.stacked:
     return agent(*per_agent, inputs.shared, *sampler, shared_key, step, i)
   if plan.agents == "vmap":
     return jax.vmap(agent, in_axes=(0, 0, 0, 0, None, 0, 0, 0, None, None, None))(
         *per_agent, inputs.shared, *sampler, shared_key, step, i)
   # "sequential": one program, one agent after the other (no vmapped convolutions)
-  one = cast(Callable[..., Any], agent)   # unpacks jax.tree.map results (of no known length)
-  outs = [one(*jax.tree.map(lambda a, m=m: a[m], (*per_agent,)), inputs.shared,
-              *jax.tree.map(lambda a, m=m: a[m], sampler), shared_key, step, i)
+  outs = [cast(Callable[..., Any], agents[m])(   # unpacks jax.tree.map results
+      *jax.tree.map(lambda a, m=m: a[m], (*per_agent,)), inputs.shared,
+      *jax.tree.map(lambda a, m=m: a[m], sampler), shared_key, step, i)
           for m in range(plan.num_agents)]
   return jax.tree.map(lambda *a: jnp.stack(a), *outs)
 
@@ -289,14 +300,15 @@ def _one_step(plan: _Plan, tx, state, inputs: _Inputs, i):
 
 @functools.partial(jax.jit, static_argnames=("plan", "num_steps"))
 def _scan_steps(state, inputs, hyper: Hyperparameters, *, plan, num_steps):
-  tx = make_optimizer(plan.optimizer, hyper)
+  tx = hyper if plan.per_agent_hyper else make_optimizer(plan.optimizer, hyper)
   body = lambda s, i: (_one_step(plan, tx, s, inputs, i), None)
   return jax.lax.scan(body, state, jnp.arange(num_steps, dtype=jnp.int32))[0]
 
 
 @functools.partial(jax.jit, static_argnames=("plan",))
 def _python_step(state, inputs, hyper: Hyperparameters, i, *, plan):
-  return _one_step(plan, make_optimizer(plan.optimizer, hyper), state, inputs, i)
+  tx = hyper if plan.per_agent_hyper else make_optimizer(plan.optimizer, hyper)
+  return _one_step(plan, tx, state, inputs, i)
 
 
 # The setup of a call is jitted: run op by op, the optimiser's state (a zeros_like per
@@ -365,7 +377,8 @@ def _step_uses_convolution(plan: _Plan, state, inputs: _Inputs) -> bool:
   signature = (plan, jax.tree.structure((state, inputs)),
                tuple((np.shape(a), jnp.result_type(a)) for a in jax.tree.leaves((state, inputs))))
   if signature not in _CONV_CACHE:   # slices and traces only the first time
-    one = dataclasses.replace(plan, stacked=False, communicate=None, num_agents=1)
+    one = dataclasses.replace(plan, stacked=False, communicate=None, num_agents=1,
+                              per_agent_hyper=False)
     if plan.stacked:   # trace one agent's slice
       first = lambda tree: jax.tree.map(lambda a: a[0], tree)
       state = first(state)
@@ -420,7 +433,8 @@ def train_loop(loss_fn: Callable[..., Any] | Sequence[Callable[..., Any]], param
       (``neural.optimizer_config`` converts them). Its rule and schedule are static;
       its learning rate and weight decay reach the compiled step as data, so one
       program serves every value, and they may be arrays: ``jax.vmap`` of a function
-      that calls ``train_loop`` trains over a batch of learning rates at once.
+      that calls ``train_loop`` trains over a batch of learning rates at once. With
+      ``stacked`` (and no ``groups``) either may have shape (M,): one value per agent.
     key: PRNG key of the sampling and of ``batch.key`` ((M,) keys if ``stacked``).
     batch_size: B.
     epochs: E shuffled passes (give exactly one of ``epochs`` and ``steps``).
@@ -521,6 +535,15 @@ def train_loop(loss_fn: Callable[..., Any] | Sequence[Callable[..., Any]], param
       range(num_agents)):
     raise TrainError(f"groups: expected every agent 0..{num_agents - 1} in exactly one group, "
                      f"got {groups}")
+  per_agent_hyper = stacked and any(np.ndim(h) > 0 for h in hyper)
+  if per_agent_hyper:   # one learning rate and decay per agent: data of one program
+    if groups is not None or any(np.ndim(h) > 1 or np.ndim(h) == 1 and np.shape(h) != (
+        num_agents,) for h in hyper):
+      raise TrainError(f"optimizer: per-agent learning rates and weight decays need shape "
+                       f"({num_agents},) and no groups, got shapes "
+                       f"{[np.shape(h) for h in hyper]}")
+    hyper = Hyperparameters(*(jnp.broadcast_to(jnp.asarray(h, jnp.float32), (num_agents,))
+                              for h in hyper))
   if stacked and (key.ndim == 0 or key.shape[0] != num_agents):
     raise TrainError(f"key: expected {num_agents} stacked keys (one per agent), got shape "
                      f"{key.shape}")
@@ -548,7 +571,7 @@ def train_loop(loss_fn: Callable[..., Any] | Sequence[Callable[..., Any]], param
     steps_per_epoch, sizes = int(steps), {0}
   plan = _Plan(loss_fn, rule, int(batch_size), "epochs" if steps is None else "steps",
                has_aux, communicate, stacked, "vmap", num_agents, guard=len(sizes) > 1,
-               groups=groups)
+               groups=groups, per_agent_hyper=per_agent_hyper)
   state = (params, opt_state, context)
   mask = jnp.asarray(mask) if spread is None else spread.astype(bool)
   if epochs is not None:
@@ -574,7 +597,8 @@ def train_loop(loss_fn: Callable[..., Any] | Sequence[Callable[..., Any]], param
       return _one_by_one(loss_fn, state, data, mask, key, shared_key, shared,
                          dict(optimizer=optimizer, batch_size=requested, epochs=epochs,
                               steps=steps, has_aux=has_aux, first_step=first_step,
-                              step_loop=step_loop, agent_batching="vmap"), on_epoch)
+                              step_loop=step_loop, agent_batching="vmap"), on_epoch,
+                         hyper if per_agent_hyper else None)
     plan = dataclasses.replace(plan, agents="sequential")   # one program (they communicate)
   for e in rounds:
     inputs = first_inputs if e == 0 else inputs_of(e)
@@ -589,13 +613,19 @@ def train_loop(loss_fn: Callable[..., Any] | Sequence[Callable[..., Any]], param
 
 
 def _one_by_one(loss_fn, state, data, mask, key, shared_key, shared, settings,
-                on_epoch) -> TrainResult:
-  """Stacked agents trained one after the other (same keys and numbers as alone), restacked."""
+                on_epoch, hyper: Hyperparameters | None = None) -> TrainResult:
+  """Stacked agents trained one after the other (same keys and numbers as alone), restacked;
+  ``hyper``: each agent's learning rate and weight decay (else the optimiser's)."""
   params, opt_state, context = state
+  rule = settings["optimizer"]
   outs = []
   for m in range(mask.shape[0]):
     pick = lambda tree, m=m: jax.tree.map(lambda a: a[m], tree)
     hook = None if on_epoch is None else (lambda e, p, _, m=m: on_epoch(e, p, m))
+    if hyper is not None:   # agent m's own numbers (no decay stays no term at all, as alone)
+      settings = {**settings, "optimizer": dataclasses.replace(
+          rule, learning_rate=float(hyper.learning_rate[m]),
+          weight_decay=float(hyper.weight_decay[m]) if rule.decays else 0.0)}
     outs.append(train_loop(loss_fn, pick(params), pick(data), key=key[m], mask=mask[m],
                            context=pick(context), shared=shared, opt_state=pick(opt_state),
                            shared_key=shared_key, on_epoch=hook, **settings))

@@ -40,6 +40,7 @@ from neural._src.choices import LOSSES
 from neural._src.settings import EpochSettings
 from neural._src.settings import OptimizerChoice
 from neural._src.training.augment import Augment
+from neural._src.training.optimizers import Hyperparameters
 from neural._src.training.optimizers import OptimizerConfig
 from neural._src.training.optimizers import optimizer_config
 from neural._src.training.train_loop import AGENT_BATCHING
@@ -263,7 +264,8 @@ EpochHook = Callable[[int, Variables, "int | None"], None]
 
 
 def _fit(model, variables, x, targets, mask, key, config: TrainConfig, stacked: bool,
-         on_epoch: EpochHook | None, teachers: Teachers | None):
+         on_epoch: EpochHook | None, teachers: Teachers | None,
+         hyperparameters: Hyperparameters | None = None):
   variables = _float32(variables)
   params = variables["params"]
   others = {k: v for k, v in variables.items() if k != "params"} or None
@@ -276,9 +278,14 @@ def _fit(model, variables, x, targets, mask, key, config: TrainConfig, stacked: 
     rest = others if agent is None or others is None else jax.tree.map(lambda a: a[agent],
                                                                         others)
     cast(EpochHook, on_epoch)(epoch, {**(rest or {}), "params": params}, agent)
+  optimizer: Any = config
+  if hyperparameters is not None:   # per agent (the decay term stays config's: on or off)
+    optimizer = dataclasses.replace(
+        optimizer_config(config), learning_rate=jnp.asarray(hyperparameters.learning_rate),
+        weight_decay=jnp.asarray(hyperparameters.weight_decay) if config.weight_decay else 0.0)
   out = train_loop(SoftmaxLoss(model, config.loss, config.augment, modules), params,
                    {"x": x, "t": targets},
-                   optimizer=config, key=key, batch_size=config.batch_size,
+                   optimizer=optimizer, key=key, batch_size=config.batch_size,
                    epochs=config.epochs, mask=mask, context=context, stacked=stacked,
                    step_loop=config.step_loop, agent_batching=config.agent_batching,
                    on_epoch=None if on_epoch is None else hook)
@@ -316,7 +323,8 @@ def train(model: nn.Module, variables: Variables, x: ArrayLike, targets: ArrayLi
 def train_batch(model: nn.Module, variables: Variables, xs: ArrayLike, targets: ArrayLike,
                 keys: Array, config: TrainConfig, masks: ArrayLike | None = None,
                 on_epoch: EpochHook | None = None,
-                teachers: Teachers | None = None) -> Variables:
+                teachers: Teachers | None = None,
+                hyperparameters: Hyperparameters | None = None) -> Variables:
   """:func:`train` for M agents of one architecture, stacked on a leading agent axis.
 
   The agents train as one vmapped program or one after the other
@@ -335,14 +343,19 @@ def train_batch(model: nn.Module, variables: Variables, xs: ArrayLike, targets: 
       (when the agents train one after the other).
     teachers: as in :func:`train`, with every agent's teachers' variables and
       weights stacked on a leading axis (the same modules for all agents).
+    hyperparameters: each agent's learning rate and weight decay, shape (M,) each, in
+      place of ``config``'s (data of the one program); ``None``: ``config``'s for all.
+      Whether a decay term is added at all stays ``config``'s (``weight_decay`` 0 or not).
 
   Returns:
     The stacked trained variables; agent k's equal ``train`` on its own unpadded
-    data with ``keys[k]`` (up to float32 rounding).
+    data with ``keys[k]`` (and its own learning rate and weight decay), up to float32
+    rounding.
   """
   xs, targets, masks = _check_data(xs, targets, masks, 2)
   xs, targets, masks = _pad_to_batches(xs, targets, masks, config.batch_size, 1)
-  return _fit(model, variables, xs, targets, masks, keys, config, True, on_epoch, teachers)
+  return _fit(model, variables, xs, targets, masks, keys, config, True, on_epoch, teachers,
+              hyperparameters)
 
 
 @functools.partial(jax.jit, static_argnames=("model",))
