@@ -28,7 +28,7 @@ RANKS = {
     "kd": 10, "kd.experiment": 10, "methods.registry": 10,
     "methods.ddistillation": 11, "methods.mhd": 11, "methods.representation_sharing": 11,
     "methods.feddkc": 11, "methods": 12, "kd.compare": 12,
-    "jobs": 13, "jobs.specs": 13, "jobs.runs": 13, "jobs.workers": 13.5,
+    "jobs": 13, "jobs.specs": 13, "jobs.readback": 13.2, "jobs.runs": 13, "jobs.workers": 13.5,
     "figures": 13.6, "figures.reproduce_curves": 13.6, "figures.reproduce_plot": 13.6,
     "figures.reproduce_report": 13.7, "figures.report": 14, "figures.reproduce": 14,
     "cli": 15,

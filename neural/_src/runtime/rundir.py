@@ -490,6 +490,48 @@ def finished_rows(workdir: str | os.PathLike, config: Any, rounds: int
     lock.release()
 
 
+def run_status(workdir: str | os.PathLike, config: Any, rounds: int
+               ) -> tuple[list[dict[str, Any]], int, str]:
+  """Whether ``workdir`` holds the finished run of ``config``: what a verdict may read.
+
+  A run's metrics say what was logged, not whether the run finished: a run stopped by
+  ``--max-rounds`` or a kill holds the rows of its first rounds only. The run is
+  finished when its checkpoint passes the resume's checks (its config is ``config``'s,
+  its rows are those of its rounds) with exactly ``rounds`` rounds and
+  ``metrics.jsonl`` holds exactly those rows. Reads only (no lock, nothing written,
+  no data loaded), so a finished run on read-only media reads back.
+
+  Returns:
+    ``(rows, done, problem)``: the rows of the rounds done (the checkpoint's, else the
+    intact rows logged), how many rounds are done, and ``""`` for a finished run, else
+    one line saying what is not finished.
+
+  Raises:
+    ExperimentError: ``metrics.jsonl`` cannot be read.
+  """
+  workdir = Path(workdir)
+  logged, dropped = _metric_rows(workdir / METRICS_FILE)
+  seen = {r["round"] for r in logged}
+  done = next(t for t in range(len(seen) + 1) if t not in seen)
+  path = workdir / CHECKPOINT_FILE
+  if not os.path.lexists(path):
+    return logged, done, (f"unfinished: {done} of its {rounds} rounds logged and no "
+                          f"{CHECKPOINT_FILE}")
+  try:
+    entries = load_checkpoint_entries(path, ("round", "rows", "config"))
+    done, rows = _check_checkpoint({**entries, "state": None}, config, rounds)
+  except (OSError, ValueError) as e:   # CheckpointError is a ValueError
+    text = " ".join(str(e).split())
+    return logged, done, text if text.startswith("checkpoint ") else \
+        f"checkpoint {path} is unusable: {text}"
+  if done < rounds:
+    return rows, done, f"unfinished: {done} of its {rounds} rounds done"
+  if logged != rows or dropped:
+    return rows, done, (f"{METRICS_FILE} does not match its checkpoint's {len(rows)} rows "
+                        f"(run it again to repair it)")
+  return rows, done, ""
+
+
 def _repair_metrics(workdir: Path, rows: list[dict[str, Any]], done: int) -> None:
   """Makes ``metrics.jsonl`` hold exactly the rows of the finished rounds."""
   path = workdir / METRICS_FILE
