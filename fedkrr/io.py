@@ -28,6 +28,7 @@ if TYPE_CHECKING:
   from fedkrr._src.io.reading import ReadError
   from fedkrr._src.io.reading import available_memory
   from fedkrr._src.io.reading import format_size
+  from fedkrr._src.io.reading import inflation_bound
   from fedkrr._src.io.reading import open_regular
   from fedkrr._src.io.reading import parse_json
   from fedkrr._src.io.reading import read_bytes
