@@ -222,7 +222,9 @@ def reproduce(figure: int | str, workdir: str | os.PathLike, scale: str = "small
     other_curves.update(_read_other(path)[1])
   workdir = Path(workdir)
   specs = [(name, load_spec(name)) for name in names]
-  base = int(overrides.get("seed", 0))
+  base = overrides.get("seed", 0)
+  if isinstance(base, bool) or not isinstance(base, int):   # null, [1], 1.9: never int()ed
+    raise ConfigError(f"seed: expected an integer, got {repr(base)[:80]}")
   planned = [(name, spec, [with_paper_rounds(spec.expand({**overrides, "seed": base + k}),
                                              paper_rounds) for k in range(count)])
              for name, spec in specs]   # validates every run before any starts

@@ -104,7 +104,11 @@ class ConfigSpec:
 
   def methods(self) -> tuple[str | None, ...]:
     """The methods the runs name (``"method"``; ``None`` for a KD experiment), each once."""
-    return tuple(dict.fromkeys(values.get("method") for _, values in self.run_values()))
+    methods = [values.get("method") for _, values in self.run_values()]
+    for method in methods:
+      if method is not None and not isinstance(method, str):
+        raise ConfigError(f"method: expected a method name, got {shown(method)}")
+    return tuple(dict.fromkeys(methods))
 
 
 def _axis_entries(axis: Any, where: str) -> list[tuple[str, dict[str, Any]]]:

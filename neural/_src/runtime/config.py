@@ -205,11 +205,17 @@ def coerce(name: str, kind: Any, value: Any) -> Any:
     ok = isinstance(value, int) and not isinstance(value, bool)
   elif kind is float:
     ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    value = float(value) if ok else value
+    try:
+      value = float(value) if ok else value
+    except OverflowError:   # an integer of hundreds of digits
+      raise ConfigError(f"{name}: expected a finite number, got an integer of "
+                        f"{len(str(abs(value)))} digits") from None
     if ok and not math.isfinite(value):
       raise ConfigError(f"{name}: expected a finite number, got {value!r}")
   elif kind is str:
     ok = isinstance(value, str)
+    if ok and not _utf8(value):   # a lone surrogate ("\udc80"): no file, plot or JSON takes it
+      raise ConfigError(f"{name}: expected UTF-8 text, got {shown(value)} (a lone surrogate)")
   elif typing.get_origin(kind) is tuple:
     item = typing.get_args(kind)[0]
     if item is str and isinstance(value, str):
@@ -227,6 +233,15 @@ def coerce(name: str, kind: Any, value: Any) -> Any:
   if not ok:
     raise ConfigError(f"{name}: expected {describe_type(kind)}, got {shown(value)}")
   return value
+
+
+def _utf8(text: str) -> bool:
+  """Whether ``text`` encodes as UTF-8 (no lone surrogates)."""
+  try:
+    text.encode("utf-8")
+  except UnicodeEncodeError:
+    return False
+  return True
 
 
 def describe_type(kind: Any) -> str:
