@@ -105,11 +105,17 @@ def test_weighted_avgkd_limit_is_where_the_rounds_go(m, x64, assert_close):
 
 
 @pytest.mark.parametrize("weights, message", [
-    ((0.5, 0.5, 0.0), "weights: expected finite weights > 0"),
+    ((0.5, 0.5, 0.0), "weights: expected finite weights in (0, 1]"),
     ((0.5, 0.5), "weights: expected one weight per agent (3), got 2"),
     ((0.5, 0.4, 0.4), "weights: expected weights summing to 1"),
-    ((0.5, float("nan"), 0.5), "weights: expected finite weights > 0"),
+    ((0.5, float("nan"), 0.5), "weights: expected finite weights in (0, 1]"),
     (("a", 0.5, 0.5), "weights: expected 3 numbers"),
+    # fsum of these overflows: each is checked in (0, 1] first
+    ((1e308,) * 3, "weights: expected finite weights in (0, 1]"),
+    ((1e308, -1e308, 1.0), "weights: expected finite weights in (0, 1]"),
+    ((10**400, 0.5, 0.5), "weights: expected 3 numbers"),
+    ((True, 0.5, 0.5), "weights: expected 3 numbers"),
+    ("0.5", "weights: expected 3 numbers"),
 ])
 def test_bad_weights_are_named(weights, message):
   xs, ys, x_eval = _data(3)

@@ -69,6 +69,7 @@ def test_partition_params_follow_the_partition():
     (dict(protocol="weighted-avgkd", agent_weights=(0.5, 0.4)), "agent_weights"),
     (dict(protocol="weighted-avgkd", agent_weights=(1.0,)), "agent_weights"),
     (dict(protocol="weighted-avgkd", agent_weights=(1.5, -0.5)), "agent_weights"),
+    (dict(protocol="weighted-avgkd", agent_weights=(1e308, 1e308)), "agent_weights"),
 ])
 def test_bad_values_name_the_field(changes, field):
   with pytest.raises(ConfigError, match=rf"^{field}: expected"):
