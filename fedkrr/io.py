@@ -12,11 +12,13 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
   from fedkrr._src.io.files import WriteError
+  from fedkrr._src.io.files import append_file
   from fedkrr._src.io.files import atomic_savefig
   from fedkrr._src.io.files import atomic_savez
   from fedkrr._src.io.files import atomic_write
   from fedkrr._src.io.files import check_output
   from fedkrr._src.io.files import figure_bytes
+  from fedkrr._src.io.files import remove_staging
   from fedkrr._src.io.files import savez_bytes
   from fedkrr._src.io.files import write_files
   from fedkrr._src.io.interrupts import before_exit

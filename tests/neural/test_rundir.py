@@ -503,3 +503,50 @@ def test_a_checkpoint_written_before_a_field_existed_still_matches_its_config():
   weighted = dataclasses.replace(config, protocol="weighted-avgkd", agent_weights=(0.5, 0.5))
   assert not rundir._same_config(old, weighted)
   assert not rundir._same_config({**old, "epochs": 3}, config)
+
+
+@pytest.mark.parametrize("link", ["symlink", "hardlink"])
+def test_metrics_are_never_appended_through_a_link(tmp_path, link):
+  """The one append helper opens with O_NOFOLLOW and checks the opened file's links."""
+  outside = tmp_path / "outside.txt"
+  outside.write_text("keep me\n")
+  path = tmp_path / "metrics.jsonl"
+  (path.symlink_to if link == "symlink" else path.hardlink_to)(outside)
+  with pytest.raises(fedkrr.io.WriteError, match="symbolic link|2 hard links") as info:
+    rundir.append_metrics(tmp_path, [{"round": 0, "agent": 0, "test_accuracy": 0.5}])
+  assert "\n" not in str(info.value)
+  assert outside.read_text() == "keep me\n"
+
+
+@pytest.mark.parametrize("link", ["symlink", "hardlink"])
+def test_a_resume_refuses_metrics_linked_outside_the_workdir(tmp_path, link):
+  workdir = tmp_path / "run"
+  config = ExperimentConfig(**TINY)
+  train_and_evaluate(config, workdir, max_rounds=1)
+  outside = tmp_path / "outside.jsonl"
+  outside.write_bytes((workdir / METRICS_FILE).read_bytes())
+  before = outside.read_bytes()
+  (workdir / METRICS_FILE).unlink()
+  ((workdir / METRICS_FILE).symlink_to if link == "symlink"
+   else (workdir / METRICS_FILE).hardlink_to)(outside)
+  with pytest.raises(neural.ExperimentError, match="never writes through"):
+    train_and_evaluate(config, workdir)
+  assert outside.read_bytes() == before
+
+
+def test_staging_files_of_a_killed_run_are_removed_on_the_next_start(tmp_path):
+  workdir = tmp_path / "run"
+  config = ExperimentConfig(**TINY)
+  train_and_evaluate(config, workdir, max_rounds=1)
+  stale = [workdir / ".checkpoint.npz.a1b2c3d4.tmp", workdir / ".metrics.jsonl.zz_9YY8x.tmp",
+           workdir / ".config.json.abcdefgh.tmp"]
+  for p in stale:
+    p.write_bytes(b"\0" * 1000)
+  others = [workdir / ".notes.txt.abcdefgh.tmp", workdir / "mine.tmp"]
+  for p in others:
+    p.write_text("not a run's")
+  (workdir / ".accuracy.png.linklink.tmp").symlink_to(tmp_path / "elsewhere")
+  train_and_evaluate(config, workdir)
+  assert not any(p.exists() for p in stale)
+  assert all(p.exists() for p in others)
+  assert os.path.islink(workdir / ".accuracy.png.linklink.tmp")

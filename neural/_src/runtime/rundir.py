@@ -53,6 +53,7 @@ import numpy as np
 
 from fedkrr.io import ReadError
 from fedkrr.io import WriteError
+from fedkrr.io import append_file
 from fedkrr.io import atomic_write
 from fedkrr.io import available_memory
 from fedkrr.io import check_output
@@ -60,6 +61,7 @@ from fedkrr.io import commit
 from fedkrr.io import parse_json
 from fedkrr.io import read_bytes
 from fedkrr.io import read_json
+from fedkrr.io import remove_staging
 from neural._src.runtime.checkpoint import CheckpointError
 from neural._src.runtime.checkpoint import load_checkpoint_entries
 from neural._src.runtime.checkpoint import read_checkpoint
@@ -140,16 +142,24 @@ def _write_metrics(workdir: Path, rows: Sequence[dict[str, Any]]) -> None:
 
 
 def append_metrics(workdir: Path, rows: Sequence[dict[str, Any]]) -> None:
-  """Appends metric rows to ``metrics.jsonl`` (flushed and synced; valid JSON only)."""
-  text = _lines(rows)
-  path = workdir / METRICS_FILE
+  """Appends metric rows to ``metrics.jsonl`` (flushed and synced; valid JSON only), never
+  through a symbolic or hard link (``fedkrr.io.append_file``: ``WriteError``)."""
+  append_file(workdir / METRICS_FILE, _lines(rows))   # never through a link
+
+
+def _refuse_links(path: Path) -> None:
+  """Refuses a run whose appended file is a link before any round runs (``append_file``
+  checks again, on the opened file, before each write)."""
   try:
-    with open(path, "a") as f:
-      f.write(text)
-      f.flush()
-      os.fsync(f.fileno())
+    info = os.lstat(path)
+  except FileNotFoundError:
+    return
   except OSError as e:
-    raise WriteError(f"cannot write {path}: {e.strerror or e}") from None
+    raise ExperimentError(f"workdir: cannot read {path} ({e.strerror or e})") from None
+  if os.path.islink(path) or info.st_nlink > 1:
+    kind = "a symbolic link" if os.path.islink(path) else f"a file of {info.st_nlink} hard links"
+    raise ExperimentError(f"workdir: {path} is {kind}, which a run never writes through; "
+                          f"move it away (or copy it in its place) to resume")
 
 
 def _saved_config(workdir: Path, from_dict: Callable[[dict[str, Any]], Any]) -> Any:
@@ -405,6 +415,9 @@ def open_run(workdir: str | os.PathLike, config: Any, *,
                           f"{workdir / LOCK_FILE}); wait for that run or use another "
                           f"workdir") from None
   try:
+    # under the lock no other process writes here: a killed run's staging files go
+    remove_staging(workdir, (CONFIG_FILE, METRICS_FILE, CHECKPOINT_FILE, PLOT_FILE))
+    _refuse_links(workdir / METRICS_FILE)
     if (workdir / LEGACY_CHECKPOINT).exists():
       raise ExperimentError(f"workdir: {workdir / LEGACY_CHECKPOINT} is a pickled checkpoint "
                             f"of an older version, which is never read (unpickling can run "
