@@ -48,7 +48,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="closed form (default), literal round-by-round simulation, the "
                         "matrix-free path (rounds by conjugate gradients, no N x N matrix; "
                         "ridge > 0), or auto: closed form if it fits in half the memory, "
-                        "else matrix-free (fedkrr.choose_method)")
+                        "else matrix-free, and the literal rounds where the closed form "
+                        "would couple too many agents (fedkrr.choose_method)")
   run.add_argument("--limit", action="store_true",
                    help="also write the t -> infinity limit where it exists")
   run.add_argument("--every", type=int, default=1, metavar="K",

@@ -122,7 +122,8 @@ def _plan_memory(problem: FederatedProblem, args: argparse.Namespace, n_eval: in
   limit = memory_limit()
   method = args.method
   if method == "auto":
-    method = runner.auto_method(need, limit)
+    method = runner.auto_method(need, limit, 0 if baseline else runner.closed_form_blocks(
+        args.protocol, problem.num_agents))
     print(f"fedkrr: --method auto: {method}", file=sys.stderr)
   if method == "matfree" and need["matfree"] is None:
     return method   # refused with its own reason (c = 0, --limit) by the caller or the library
