@@ -2,6 +2,8 @@
 interval, minimum effect and verdicts (each verdict reached, the Bonferroni widening of a
 statement of several effects, the one-seed floor, bad input)."""
 
+import re
+
 import numpy as np
 import pytest
 from scipy import stats
@@ -150,3 +152,13 @@ def test_numpy_scalars_are_numbers():
   effect = neural.Effect("e", np.array([0.05, 0.06, 0.05]), np.array([0.5, 0.6]), np.int64(360),
                          np.float64(0.0), np.bool_(True), np.float32(1.0))
   assert neural.judge(effect).verdict == neural.judge(neural.Effect(**_GOOD)).verdict
+
+
+def test_a_bar_or_a_line_break_in_a_cell_keeps_the_table_s_columns():
+  j = neural.judge(neural.Effect("|a| - |b|", [0.05, 0.06, 0.05], [0.5, 0.6], 360))
+  table = neural.judgement_table([("A | B beats C\nat every round", "\"p|q\" \\| r", j)])
+  row = table.splitlines()[2]
+  # five cells: six unescaped bars
+  assert len(re.findall(r"(?<!\\)\|", row)) == 6, row
+  assert "A \\| B beats C at every round" in row and "\\|a\\| - \\|b\\|" in row
+  assert "\"p\\|q\" \\| r" in row

@@ -211,13 +211,21 @@ def count_verdicts(verdicts: Sequence[str]) -> str:
   return ", ".join(counts + ([f"{other} other"] if other else []))
 
 
+def _cell(text: str) -> str:
+  """``text`` as one markdown table cell: ``|`` escaped, line breaks as spaces."""
+  flat = str(text).replace("\r\n", " ").replace("\n", " ").replace("\r", " ")
+  return flat.replace("\\|", "|").replace("|", "\\|")
+
+
 def judgement_table(rows: Sequence[tuple[str, str, Judgement]]) -> str:
   """A markdown table: statement | paper | measured (mean ± 95% half-width over S seeds)
   | verdict, one row per ``(statement, the paper's words or numbers, judgement)``,
-  and the count of verdicts under it."""
+  and the count of verdicts under it. A ``|`` in a cell is escaped (``\\|``) and a line
+  break becomes a space, so every row keeps its five cells."""
   lines = ["| statement | paper | measured: mean ± 95% half-width over the seeds | seeds "
            "| verdict |", "| --- | --- | --- | --- | --- |"]
   for text, paper, j in rows:
-    lines.append(f"| {text} | {paper} | {j.measured()} | {j.seeds} | {j.verdict} |")
+    cells = (text, paper, j.measured(), str(j.seeds), j.verdict)
+    lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
   lines += ["", count_verdicts([j.verdict for _, _, j in rows]) + "."]
   return "\n".join(lines)
