@@ -43,6 +43,8 @@ def _zip(path, members, compress=zipfile.ZIP_STORED):
     ('{"lr": Infinity}', "Infinity is not a finite number"),
     ('{"lr": 1e999}', "1e999 is not a finite number"),
     ('{"lr": 1', "not valid JSON"),
+    ('{"rounds": 1, "rounds": 2}', "the key 'rounds' is given twice in one object"),
+    ('{"base": {"a": {"x": 1, "x": 1}}}', "the key 'x' is given twice"),
 ])
 def test_json_is_bounded_and_finite(text, message):
   with pytest.raises(ReadError, match=message) as info:

@@ -195,6 +195,18 @@ def _finite_float(text: str) -> float:
   return value
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+  """An object's members; a key given twice is an error (JSON leaves it to the reader, and
+  Python's "the last wins" would drop a value without a word)."""
+  out = dict(pairs)
+  if len(out) != len(pairs):
+    seen: set[str] = set()
+    key = next(k for k, _ in pairs if k in seen or seen.add(k))
+    shown = repr(key) if len(repr(key)) <= 40 else repr(key)[:37] + "..."
+    raise ValueError(f"the key {shown} is given twice in one object")
+  return out
+
+
 def parse_json(text: str | bytes, where: str, *, max_depth: int = MAX_JSON_DEPTH) -> Any:
   """JSON ``text`` parsed with its nesting bounded and finite numbers only.
 
@@ -204,8 +216,9 @@ def parse_json(text: str | bytes, where: str, *, max_depth: int = MAX_JSON_DEPTH
     max_depth: the deepest nesting of arrays and objects allowed.
 
   Raises:
-    ReadError: not UTF-8, nested deeper than ``max_depth``, not valid JSON, or a
-      number that is not finite (``NaN``, ``Infinity``, ``1e999``).
+    ReadError: not UTF-8, nested deeper than ``max_depth``, not valid JSON, a
+      number that is not finite (``NaN``, ``Infinity``, ``1e999``), or a key given
+      twice in one object.
   """
   if isinstance(text, bytes):
     try:
@@ -216,7 +229,8 @@ def parse_json(text: str | bytes, where: str, *, max_depth: int = MAX_JSON_DEPTH
   if depth > max_depth:
     raise ReadError(f"{where}: JSON nested more than {max_depth} levels deep")
   try:
-    return json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
+    return json.loads(text, parse_constant=_no_constant, parse_float=_finite_float,
+                      object_pairs_hook=_unique_keys)
   except json.JSONDecodeError as e:
     raise ReadError(f"{where}: not valid JSON ({e.msg} at line {e.lineno} column "
                     f"{e.colno})") from None
