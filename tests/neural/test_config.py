@@ -388,3 +388,11 @@ def test_the_optimizer_config_checks_every_argument(changes, field):
   with pytest.raises(neural.OptimizerError, match=f"^{field}: expected") as info:
     neural.OptimizerConfig(**changes)
   assert len(str(info.value)) < 200
+
+
+def test_paper_rounds_past_the_limit_name_the_flag_not_the_field(tmp_path):
+  with pytest.raises(ConfigError, match=r"^paper_rounds \(--paper-rounds\): 100001 paper "
+                                        r"rounds are 200002 logged rounds") as info:
+    neural.reproduce(4, tmp_path / "r", paper_rounds=100_001)
+  assert "\n" not in str(info.value)
+  assert not (tmp_path / "r").exists()

@@ -149,8 +149,16 @@ def with_paper_rounds(runs: list[tuple[str, Any]], paper_rounds: int | None
   ``None``: as they are)."""
   if paper_rounds is None:
     return runs
-  return [(name, config.replace(rounds=steps_for_paper_rounds(
-      config.protocol, paper_rounds, config.agents))) for name, config in runs]
+  out = []
+  for name, config in runs:
+    steps = steps_for_paper_rounds(config.protocol, paper_rounds, config.agents)
+    try:
+      out.append((name, config.replace(rounds=steps)))
+    except ConfigError as e:   # the flag the user set, not the field it became
+      raise ConfigError(f"paper_rounds (--paper-rounds): {paper_rounds} paper rounds are "
+                        f"{steps} logged rounds of {name or 'the run'}, which its config "
+                        f"refuses ({e})") from None
+  return out
 
 
 def reproduce(figure: int | str, workdir: str | os.PathLike, scale: str = "small",
