@@ -210,7 +210,8 @@ def run_in_workers(tasks: Sequence[tuple[str, RunConfig, Path]], jobs: int, *,
 
   Args:
     tasks: the runs; ``name`` names the run in the progress bar and in errors.
-    jobs: how many worker processes (at most one per task). Each keeps to its own share
+    jobs: how many worker processes (at most one per task, and without GPUs at most one
+      per CPU core this process may use). Each keeps to its own share
       of the CPU cores (:func:`fedkrr.io.core_shares`: XLA's threads then hold up beside
       the other workers; ``NEURAL_WORKER_CORES=all`` in the environment lets each use
       every core, for comparison) and, on a machine with GPUs, sees one GPU, the workers taking
@@ -249,6 +250,8 @@ def run_in_workers(tasks: Sequence[tuple[str, RunConfig, Path]], jobs: int, *,
     try:
       count = max(1, min(jobs, len(tasks)))
       gpus = gpu_ids()
+      if not gpus:   # CPU workers: at most one per core (more only queue for the cores)
+        count = max(1, min(count, len(allowed_cores())))
       shares = (core_shares(count) if os.environ.get("NEURAL_WORKER_CORES", "own") != "all"
                 else [[]] * count)
       for i, cores in enumerate(shares):
