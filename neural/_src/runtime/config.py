@@ -47,6 +47,7 @@ from fedkrr.io import parse_json
 from neural._src.choices import AGENT_BATCHING
 from neural._src.choices import AUGMENTS
 from neural._src.choices import LOSSES
+from neural._src.choices import MAX_FOREST_TREES
 from neural._src.choices import MODELS
 from neural._src.choices import STEP_LOOPS
 from neural._src.choices import WEIGHTINGS
@@ -513,7 +514,8 @@ class ExperimentConfig(RunConfig, EpochSettings):
     need(self.width is None or (len(self.width) in (1, self.agents)
                                 and all(w >= 1 for w in self.width)),
          "width", f"None, or integers >= 1: one, or one per agent ({self.agents})")
-    need(self.forest_trees >= 1, "forest_trees", "an integer >= 1")
+    need(1 <= self.forest_trees <= MAX_FOREST_TREES, "forest_trees",
+         f"an integer in 1..{MAX_FOREST_TREES}")
     need(self.forest_max_depth is None or self.forest_max_depth >= 1, "forest_max_depth",
          "None or an integer >= 1")
     need(self.devices in DEVICE_CHOICES, "devices", "'one' or 'all'")
