@@ -550,3 +550,18 @@ def test_staging_files_of_a_killed_run_are_removed_on_the_next_start(tmp_path):
   assert not any(p.exists() for p in stale)
   assert all(p.exists() for p in others)
   assert os.path.islink(workdir / ".accuracy.png.linklink.tmp")
+
+
+def test_a_finished_run_on_read_only_media_reads_back(finished_run, monkeypatch):
+  """The rerun of a finished run whose lock cannot be created (EROFS) reads its rows."""
+  import errno
+
+  from neural._src.jobs.runs import run_one
+  workdir, rows = finished_run
+
+  def read_only(self, *args, **kwargs):
+    raise OSError(errno.EROFS, "Read-only file system")
+
+  monkeypatch.setattr(filelock.FileLock, "acquire", read_only)
+  assert rundir.finished_rows(workdir, ExperimentConfig(**TINY), 2) == rows
+  assert run_one(ExperimentConfig(**TINY), workdir) == rows

@@ -42,6 +42,7 @@ from collections.abc import Iterator
 from collections.abc import Sequence
 import contextlib
 import dataclasses
+import errno
 import json
 import os
 from pathlib import Path
@@ -472,7 +473,8 @@ def finished_rows(workdir: str | os.PathLike, config: Any, rounds: int
   wrong, as on a resume, or repairs it) unless the saved config is ``config``'s, the
   checkpoint passes the resume's checks (its config is ``config``'s, its rows are those
   of its rounds) with exactly ``rounds`` rounds, and the metrics file holds exactly its
-  rows.
+  rows. On read-only media (the lock cannot be created) it reads without the lock: no
+  run can write there.
   """
   from filelock import FileLock
   from filelock import Timeout
@@ -481,10 +483,15 @@ def finished_rows(workdir: str | os.PathLike, config: Any, rounds: int
   if not (workdir / CHECKPOINT_FILE).is_file() or not (workdir / CONFIG_FILE).is_file():
     return None
   lock = FileLock(workdir / LOCK_FILE)
+  held = True
   try:
     lock.acquire(timeout=0)
-  except (Timeout, OSError):
+  except Timeout:
     return None
+  except OSError as e:   # read-only media: no run can write here, so read without the lock
+    if e.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+      return None
+    held = False
   try:
     try:
       saved = read_json(workdir / CONFIG_FILE, "config")
@@ -500,7 +507,8 @@ def finished_rows(workdir: str | os.PathLike, config: Any, rounds: int
     found, dropped = _metric_rows(workdir / METRICS_FILE)
     return rows if found == rows and not dropped else None
   finally:
-    lock.release()
+    if held:
+      lock.release()
 
 
 def run_status(workdir: str | os.PathLike, config: Any, rounds: int
