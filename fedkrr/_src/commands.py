@@ -21,6 +21,7 @@ from fedkrr._src.io.files import atomic_savez
 from fedkrr._src.io.files import check_output
 from fedkrr._src.kernels import KernelError
 from fedkrr._src.names import BASELINES
+from fedkrr._src.names import PROTOCOLS
 from fedkrr._src.names import protocol_info
 from fedkrr._src.paper import search
 from fedkrr._src.paper import toy
@@ -160,6 +161,10 @@ def run_command(args: argparse.Namespace) -> int:
   """``fedkrr run``: :func:`fedkrr.run` on ``--problem``, its predictions into ``--out``."""
   baseline = args.protocol in BASELINES
   _check_out(args.out, args.problem)
+  if args.start != 0 and not baseline and "start" not in protocol_info(args.protocol).parameters:
+    takes = ", ".join(p for p in PROTOCOLS if "start" in protocol_info(p).parameters)
+    raise ValueError(f"--start: protocol {args.protocol} has no starting agent (only {takes} "
+                     f"takes --start), got {args.start}; leave it out")
   dtype = jnp.float32 if args.float32 else jnp.float64
   problem, x_eval = load_problem(args.problem, dtype=dtype)
   options = dict(start=args.start, every=args.every, limit=args.limit)

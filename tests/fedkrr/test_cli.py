@@ -341,3 +341,14 @@ def test_hints_only_suggest_what_would_work(wide_problem, tmp_path, capsys, monk
   err = capsys.readouterr().err.splitlines()[-1]
   assert "needs about" in err and "nothing the command offers fits" in err
   assert "matfree" not in err.split("needs about")[1] and "--every" not in err
+
+
+@pytest.mark.parametrize("protocol", ["avgkd", "pkd", "ekd", "backfit-gs"])
+def test_start_outside_akd_is_refused_not_ignored(protocol, problem_file, tmp_path, capsys):
+  assert _run("--problem", problem_file, "--protocol", protocol, "--rounds", "2", "--start", "1",
+              "--out", tmp_path / "o.npz") == 2
+  err = capsys.readouterr().err
+  assert err.count("\n") == 1 and f"--start: protocol {protocol} has no starting agent" in err
+  assert not (tmp_path / "o.npz").exists()
+  assert _run("--problem", problem_file, "--protocol", protocol, "--rounds", "2", "--start", "0",
+              "--out", tmp_path / "o.npz") == 0   # the default, said out loud: fine
