@@ -24,6 +24,18 @@ class ProtocolParams:
       ``None``: equal weights 1/M); ``None`` where the protocol has no weights.
   """
 
+  def __post_init__(self):
+    # a list or an array of weights as a tuple: hashable, as jax.jit's static arguments
+    # must be (a list failed in the closed form only, with JAX's message)
+    w = self.weights
+    if w is not None and not isinstance(w, (tuple, str, bytes)):
+      try:
+        values = w.tolist() if hasattr(w, "tolist") else list(w)
+      except TypeError:
+        return   # not a sequence: check_weights names it
+      if isinstance(values, list):
+        object.__setattr__(self, "weights", tuple(values))
+
   def agent_weights(self, num_agents: int) -> tuple[float, ...]:
     """``weights``, or equal weights 1/M where they are ``None``."""
     return (1.0 / num_agents,) * num_agents if self.weights is None else self.weights

@@ -440,3 +440,17 @@ def test_limits_are_accurate_to_the_conditioning(x64, protocol):
   got = np.asarray(fedkrr.limit(problem, protocol, data.x_test).predictions)
   error = np.max(np.abs(got - truth)) / np.max(np.abs(truth))
   assert error <= 10 * np.finfo(np.float64).eps * cond, error
+
+
+@pytest.mark.parametrize("kind", [list, np.asarray, tuple])
+def test_weights_as_a_list_or_an_array_work_on_every_path(kind, x64, assert_close):
+  """A list of weights was an unhashable static argument in the closed form only."""
+  xs, ys, x_eval = _data(3)
+  problem = fedkrr.make_problem(xs, ys, fedkrr.RBF(0.5), 0.1)
+  params = fedkrr.ProtocolParams(weights=kind([0.5, 0.3, 0.2]))
+  assert params.weights == (0.5, 0.3, 0.2) and hash(params) == hash(
+      fedkrr.ProtocolParams(weights=(0.5, 0.3, 0.2)))
+  closed = fedkrr.trajectory(problem, "weighted-avgkd", 3, x_eval, params=params)
+  literal = fedkrr.simulate("weighted-avgkd", fedkrr.krr_learners(problem), problem.xs,
+                            problem.ys, 3, x_eval, params=params)
+  assert_close(closed, literal)
