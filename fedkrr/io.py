@@ -18,8 +18,10 @@ if TYPE_CHECKING:
   from fedkrr._src.io.files import atomic_write
   from fedkrr._src.io.files import check_output
   from fedkrr._src.io.files import figure_bytes
+  from fedkrr._src.io.files import printing_failed
   from fedkrr._src.io.files import remove_staging
   from fedkrr._src.io.files import savez_bytes
+  from fedkrr._src.io.files import stdout_failure
   from fedkrr._src.io.files import write_files
   from fedkrr._src.io.interrupts import before_exit
   from fedkrr._src.io.interrupts import commit

@@ -15,6 +15,8 @@ import sys
 import textwrap
 
 from fedkrr._src import names
+from fedkrr._src.io.files import printing_failed
+from fedkrr._src.io.files import stdout_failure
 from fedkrr._src.io.interrupts import exits_on_signals
 from fedkrr._src.platform.xla_env import avoid_cpu_eigh_deadlock
 from fedkrr._src.version import installed_version
@@ -161,9 +163,12 @@ def main(argv: Sequence[str] | None = None) -> int:
   handlers = {"run": commands.run_command, "verify": commands.verify_command,
               "toy": commands.toy_command, "search": commands.search_command}
   try:
-    return handlers[args.command](args)
+    code = handlers[args.command](args)
   except commands.ERRORS as e:
-    print(f"fedkrr: error: {' '.join(str(e).split())}", file=sys.stderr)
+    message = " ".join(str(e).split())
+    if printing_failed(e):   # a print to a full disk or a closed pipe
+      message = f"cannot write the standard output ({e.strerror})"
+    print(f"fedkrr: error: {message}", file=sys.stderr)
     return 2
   except KeyboardInterrupt:
     print("fedkrr: interrupted (nothing was written)", file=sys.stderr)
@@ -175,6 +180,11 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"let it start was too low: keep fewer rounds (--every K) or use fewer points",
           file=sys.stderr)
     return 2
+  failure = stdout_failure()   # `> /dev/full`: said, naming the standard output
+  if failure is not None:
+    print(f"fedkrr: error: cannot write the standard output ({failure})", file=sys.stderr)
+    return 2
+  return code
 
 
 if __name__ == "__main__":

@@ -352,3 +352,16 @@ def test_start_outside_akd_is_refused_not_ignored(protocol, problem_file, tmp_pa
   assert not (tmp_path / "o.npz").exists()
   assert _run("--problem", problem_file, "--protocol", protocol, "--rounds", "2", "--start", "0",
               "--out", tmp_path / "o.npz") == 0   # the default, said out loud: fine
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_output_to_a_full_device_names_the_standard_output(problem_file, tmp_path):
+  with open("/dev/full", "w") as full:
+    proc = subprocess.run(
+        [sys.executable, "-m", "fedkrr._src.cli", "run", "--problem", str(problem_file),
+         "--protocol", "akd", "--rounds", "2", "--out", str(tmp_path / "o.npz")],
+        stdout=full, stderr=subprocess.PIPE, text=True,
+        env=os.environ | {"JAX_PLATFORMS": "cpu"})
+  assert proc.returncode == 2
+  assert proc.stderr == ("fedkrr: error: cannot write the standard output (No space left on "
+                         "device)\n"), proc.stderr

@@ -18,6 +18,7 @@ import os
 from pathlib import Path
 import re
 import stat
+import sys
 import tempfile
 from typing import Any
 
@@ -207,6 +208,38 @@ def remove_staging(directory: str | os.PathLike, names: Sequence[str]) -> list[P
       except OSError:
         pass
   return removed
+
+
+def stdout_failure() -> str | None:
+  """Flushes the standard output; ``None`` if that works, else why it cannot be written.
+
+  A command whose output goes to a full disk, ``/dev/full`` or a closed pipe then says
+  so in one line naming the standard output (not a bare ``[Errno 28]``). What is left
+  of the output is sent to ``/dev/null``, so that the exit does not fail once more.
+  """
+  try:
+    sys.stdout.flush()
+    return None
+  except (OSError, ValueError) as e:
+    try:
+      devnull = os.open(os.devnull, os.O_WRONLY)
+      os.dup2(devnull, sys.stdout.fileno())
+      os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+      pass
+    return (e.strerror if isinstance(e, OSError) else None) or str(e) or type(e).__name__
+
+
+def printing_failed(e: BaseException) -> bool:
+  """Whether ``e`` is what a ``print`` to a full disk or a closed pipe raises: a plain
+  ``OSError`` (or ``BrokenPipeError``) of ENOSPC, EPIPE or EIO naming no file. The files
+  the toolkit writes fail with a :class:`WriteError` naming them instead."""
+  if type(e) not in (OSError, BrokenPipeError) or getattr(e, "filename", None) is not None:
+    return False
+  if e.errno in (errno.ENOSPC, errno.EPIPE, errno.EIO):
+    stdout_failure()   # what is left of the output goes to /dev/null
+    return True
+  return False
 
 
 def figure_bytes(fig: Any, path: str | os.PathLike, **kwargs: Any) -> bytes:
