@@ -28,6 +28,7 @@ if TYPE_CHECKING:
   from fedkrr._src.io.interrupts import end_process
   from fedkrr._src.io.interrupts import exits_on_signals
   from fedkrr._src.io.interrupts import signals_exit
+  from fedkrr._src.io.reading import DiskReadError
   from fedkrr._src.io.reading import NpzError
   from fedkrr._src.io.reading import ReadError
   from fedkrr._src.io.reading import available_memory

@@ -63,6 +63,11 @@ class NpzError(ReadError):
   """A file that :func:`read_npz` does not read (the message says why)."""
 
 
+class DiskReadError(NpzError):
+  """The disk failed while a file was read (EIO and the like): the file itself may be
+  intact, and reading it again may work; never a reason to delete it."""
+
+
 def available_memory() -> int:
   """Bytes of host memory free for new data (``MemAvailable``, else the physical memory)."""
   try:
@@ -294,8 +299,10 @@ def _member_header(zf: zipfile.ZipFile, info: zipfile.ZipInfo, key: str, name: s
   except (zipfile.BadZipFile, zlib.error, NotImplementedError) as e:
     raise NpzError(f"{name}: {key}: the archive is unusable (a damaged zip directory or "
                    f"stream: {' '.join(str(e).split())[:100]})") from None
-  except (ValueError, EOFError, OSError, SyntaxError, TypeError, RecursionError,
-          MemoryError) as e:
+  except OSError as e:
+    raise DiskReadError(f"{name}: {key}: the disk failed while it was read "
+                        f"({e.strerror or e})") from None
+  except (ValueError, EOFError, SyntaxError, TypeError, RecursionError, MemoryError) as e:
     raise NpzError(f"{name}: {key}: not a .npy array ({' '.join(str(e).split())[:100]})") \
         from None
   if dtype.hasobject:
@@ -336,7 +343,10 @@ def read_npz(path: str | os.PathLike, *, check: Callable[[Headers], None] | None
   with f:
     try:
       zf = zipfile.ZipFile(f)
-    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as e:
+    except OSError as e:
+      raise DiskReadError(f"{name}: the disk failed while it was read ({e.strerror or e})") \
+          from None
+    except (zipfile.BadZipFile, EOFError, ValueError) as e:
       raise NpzError(f"{name}: not an .npz archive (np.savez writes one; truncated, or another "
                      f"format: {' '.join(str(e).split())[:80]})") from None
     with zf:
@@ -411,8 +421,10 @@ def _member_data(zf: zipfile.ZipFile, name: str, key: str, info: zipfile.ZipInfo
         raise NpzError(f"{name}: {key}: more data than its header declares")
   except NpzError:
     raise
-  except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError,
-          zlib.error) as e:
+  except (zipfile.BadZipFile, EOFError, ValueError, NotImplementedError, zlib.error) as e:
     raise NpzError(f"{name}: {key}: the archive is unusable "
                    f"({' '.join(str(e).split())[:100]})") from None
+  except OSError as e:
+    raise DiskReadError(f"{name}: {key}: the disk failed while it was read "
+                        f"({e.strerror or e})") from None
   return out

@@ -64,6 +64,7 @@ from fedkrr.io import read_bytes
 from fedkrr.io import read_json
 from fedkrr.io import remove_staging
 from neural._src.runtime.checkpoint import CheckpointError
+from neural._src.runtime.checkpoint import CheckpointReadFailed
 from neural._src.runtime.checkpoint import load_checkpoint_entries
 from neural._src.runtime.checkpoint import read_checkpoint
 from neural._src.runtime.checkpoint import restore_checkpoint
@@ -402,10 +403,14 @@ def open_run(workdir: str | os.PathLike, config: Any, *,
   except WriteError as e:
     raise ExperimentError(str(e)) from None
   data = None
+  created = False
   if not workdir.exists():
     data = load_data()                       # fails before anything is created
     try:
-      workdir.mkdir(parents=True, exist_ok=True)   # a run started at the same time: its lock
+      workdir.mkdir(parents=True)
+      created = True
+    except FileExistsError:
+      pass                                   # a run started at the same time: its lock
     except OSError as e:
       raise ExperimentError(f"workdir: cannot create {workdir} ({e.strerror or e})") from None
   lock = FileLock(workdir / LOCK_FILE)
@@ -428,6 +433,9 @@ def open_run(workdir: str | os.PathLike, config: Any, *,
     if os.path.lexists(path):
       try:
         raw = read_checkpoint(path)
+      except CheckpointReadFailed as e:   # the disk, not the file: never advise deleting it
+        raise ExperimentError(f"{e}; the file may be intact: check the disk and run the same "
+                              f"command again (do not delete it)") from None
       except CheckpointError as e:
         raise ExperimentError(f"{e}; {_restart()}") from None
     saved = _saved_config(workdir, from_dict)
@@ -458,9 +466,42 @@ def open_run(workdir: str | os.PathLike, config: Any, *,
     if replace:
       atomic_write(workdir / CONFIG_FILE, config.to_json())
     _repair_metrics(workdir, rows, done)
-    yield Run(workdir, checkpoint, done, list(rows), data, config)
+    run = Run(workdir, checkpoint, done, list(rows), data, config)
+    try:
+      yield run
+    except BaseException:
+      if raw is None and run.done == 0:      # a start that failed leaves nothing behind
+        _undo_start(workdir, replace)
+      else:
+        created = False
+      raise
+    created = False
   finally:
     lock.release()
+    if created:
+      _remove_empty(workdir)
+
+
+def _undo_start(workdir: Path, wrote_config: bool) -> None:
+  """Removes what a start that finished no round wrote: its config, an empty metrics file."""
+  try:
+    if wrote_config:
+      (workdir / CONFIG_FILE).unlink(missing_ok=True)
+    metrics = workdir / METRICS_FILE
+    if metrics.is_file() and not metrics.is_symlink() and metrics.stat().st_size == 0:
+      metrics.unlink()
+  except OSError:
+    pass
+
+
+def _remove_empty(workdir: Path) -> None:
+  """Removes a workdir this call created, if only its lock is left in it."""
+  try:
+    if {p.name for p in workdir.iterdir()} <= {LOCK_FILE}:
+      (workdir / LOCK_FILE).unlink(missing_ok=True)
+      workdir.rmdir()
+  except OSError:
+    pass
 
 
 def finished_rows(workdir: str | os.PathLike, config: Any, rounds: int
