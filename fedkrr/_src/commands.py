@@ -161,7 +161,7 @@ def run_command(args: argparse.Namespace) -> int:
   """``fedkrr run``: :func:`fedkrr.run` on ``--problem``, its predictions into ``--out``."""
   baseline = args.protocol in BASELINES
   _check_out(args.out, args.problem)
-  if args.start != 0 and not baseline and "start" not in protocol_info(args.protocol).parameters:
+  if args.start != 0 and (baseline or "start" not in protocol_info(args.protocol).parameters):
     takes = ", ".join(p for p in PROTOCOLS if "start" in protocol_info(p).parameters)
     raise ValueError(f"--start: protocol {args.protocol} has no starting agent (only {takes} "
                      f"takes --start), got {args.start}; leave it out")

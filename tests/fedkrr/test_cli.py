@@ -45,8 +45,9 @@ def test_run_both_methods_agree(protocol, shape, problem_file, tmp_path, assert_
   outs = {}
   for method in ("closed-form", "simulate"):
     out = tmp_path / f"{method}.npz"
+    start = 1 if protocol == "akd" else 0   # the others have no starting agent
     assert _run("--problem", problem_file, "--protocol", protocol, "--rounds", 5,
-                "--start", 1, "--method", method, "--out", out) == 0
+                "--start", start, "--method", method, "--out", out) == 0
     outs[method] = np.load(out)["predictions"]
   assert outs["closed-form"].shape == shape
   assert_close(outs["closed-form"], outs["simulate"])
@@ -343,7 +344,7 @@ def test_hints_only_suggest_what_would_work(wide_problem, tmp_path, capsys, monk
   assert "matfree" not in err.split("needs about")[1] and "--every" not in err
 
 
-@pytest.mark.parametrize("protocol", ["avgkd", "pkd", "ekd", "backfit-gs"])
+@pytest.mark.parametrize("protocol", ["avgkd", "pkd", "ekd", "backfit-gs", "central"])
 def test_start_outside_akd_is_refused_not_ignored(protocol, problem_file, tmp_path, capsys):
   assert _run("--problem", problem_file, "--protocol", protocol, "--rounds", "2", "--start", "1",
               "--out", tmp_path / "o.npz") == 2
