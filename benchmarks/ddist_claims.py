@@ -6,10 +6,12 @@
     done
     python benchmarks/ddist_claims.py --workdir runs/ddist --fig3-workdir runs/ddist_fig3
 
-Reads finished sweeps of ``ddist_small`` (runs ``method=M`` for M in d-distillation,
-d-sgd, silo-sgd) and of ``ddist_fig3_small`` (``two_models__method=M``,
-``four_models__method=M``), one per seed (``WORKDIR/seed=S/RUN/metrics.jsonl``; a
-workdir without ``seed=S`` folders is one seed), and prints the mean device test
+Reads finished sweeps (``neural.read_seeds``: an unfinished run, or a run whose seeds
+have different rounds, is refused, exit status 2) of ``ddist_small`` (runs
+``method=M`` for M in d-distillation, d-sgd, silo-sgd) and of ``ddist_fig3_small``
+(``two_models__method=M``, ``four_models__method=M``), one per seed
+(``WORKDIR/seed=S/RUN``, S an integer; a workdir without ``seed=S`` folders is one
+seed), and prints the mean device test
 accuracy at the last round (the paper's metric: the ``agent: "mean"`` row), mean ± sd
 over the seeds, per architecture for Fig. 3, the consensus error per round (Lemma 4)
 and the numbers each device sent (exact counts, not decided). It then decides the
@@ -71,27 +73,27 @@ def run_result(rows: Sequence[Mapping]) -> RunResult:
 
 def read_seeds(workdir: Path) -> dict[str, dict[str, RunResult]]:
   """``{seed: {run: RunResult}}`` of ``WORKDIR/seed=S/RUN`` (or ``{"": ...}`` for
-  ``WORKDIR/RUN``), in the order of S."""
-  seeds = [p for p in workdir.glob("seed=*") if p.is_dir()]
+  ``WORKDIR/RUN``), in the order of S, read with ``neural.read_seeds``: only folders
+  named exactly ``seed=S`` are seeds, and every run must be finished with the same
+  rounds on every seed.
 
-  def order(p: Path):
-    s = p.name.partition("=")[2]
-    return (0, int(s), "") if s.isdigit() else (1, 0, s)
-
-  folders = {p.name: p for p in sorted(seeds, key=order)} if seeds else {"": workdir}
-  return {s: {p.name: run_result(neural.read_metrics(p)) for p in sorted(d.iterdir())
-              if (p / "metrics.jsonl").exists()} for s, d in folders.items()}
+  Raises:
+    neural.ExperimentError: no runs there, an unfinished run, a run whose seeds have
+      different rounds (one line naming the folder).
+  """
+  return {s: {name: run_result(record.rows) for name, record in runs.items()}
+          for s, runs in neural.read_seeds(workdir).items()}
 
 
 def seeds_of(results: Mapping[str, Mapping[str, RunResult]], run: str) -> list[RunResult]:
   """A run's :class:`RunResult` per seed.
 
   Raises:
-    SystemExit: a seed lacks the run.
+    neural.ExperimentError: a seed lacks the run.
   """
   missing = [s or "the workdir" for s, runs in results.items() if run not in runs]
   if missing:
-    raise SystemExit(f"{run}: no finished run in {', '.join(missing)}")
+    raise neural.ExperimentError(f"{run}: no finished run in {', '.join(missing)}")
   return [runs[run] for runs in results.values()]
 
 
@@ -185,8 +187,8 @@ def report_fig2(results: Mapping[str, Mapping[str, RunResult]], n: int) -> Rows:
     print(f"  {m:<16}{_cell(accuracy[m])}")
   consensus = [r.consensus for r in seeds_of(results, runs["d-distillation"])]
   if not all(consensus) or len({len(c) for c in consensus}) > 1:
-    raise SystemExit("method=d-distillation: its seeds' mean rows lack consensus_error "
-                     "or have different numbers of rounds")
+    raise neural.ExperimentError("method=d-distillation: its seeds' mean rows lack "
+                                 "consensus_error or have different numbers of rounds")
   curves = np.array(consensus)
   print("d-distillation: consensus error per round (mean over the seeds)")
   print("  " + ", ".join(f"{v:.4f}" for v in curves.mean(axis=0)))
@@ -221,18 +223,20 @@ def main() -> None:
   args = parser.parse_args()
   if args.workdir is None and args.fig3_workdir is None:
     parser.error("give --workdir, --fig3-workdir or both")
-  rows: Rows = []
-  seeds = set()
-  for workdir, report in ((args.workdir, report_fig2), (args.fig3_workdir, report_fig3)):
-    if workdir is not None:
-      results = read_seeds(workdir)
-      seeds.add(len(results))
-      print(f"{workdir}: seeds {', '.join(results) if list(results) != [''] else 'one'}")
-      rows += report(results, args.test_points)
+  try:
+    rows: Rows = []
+    seeds = set()
+    for workdir, report in ((args.workdir, report_fig2), (args.fig3_workdir, report_fig3)):
+      if workdir is not None:
+        results = read_seeds(workdir)
+        seeds.add(len(results))
+        print(f"{workdir}: seeds {', '.join(results) if list(results) != [''] else 'one'}")
+        rows += report(results, args.test_points)
+  except neural.ExperimentError as e:   # an unfinished or missing run: no verdict
+    parser.exit(2, f"{parser.prog}: error: {' '.join(str(e).split())}\n")
   print(f"the paper's statements, decided over {'/'.join(map(str, sorted(seeds)))} seed(s) "
         f"(n = {args.test_points} test points; docs/reproduce.md):\n")
   print(neural.judgement_table(rows))
-
 
 if __name__ == "__main__":
   main()

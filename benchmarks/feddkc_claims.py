@@ -85,7 +85,9 @@ def run_all(config_name: str, seeds, workdir: Path):
         raise SystemExit(f"{config_name}: expected a FedDKC config, run {name} is not one")
       config = config.replace(seed=seed, data_seed=seed, init_seed=seed)
       start = time.perf_counter()
-      rows = neural.methods.run_method(config, workdir / config_name / f"seed={seed}" / name)
+      run_dir = workdir / config_name / f"seed={seed}" / name
+      neural.methods.run_method(config, run_dir)
+      rows = neural.read_run(run_dir).rows   # the one reader: refuses an unfinished run
       out[config.beta, variant, seed] = final_client_rows(rows)
       print(f"  {config_name} seed={seed} {name}: {time.perf_counter() - start:.0f} s",
             flush=True)
@@ -233,7 +235,10 @@ def main() -> None:
   start = time.perf_counter()
   with tempfile.TemporaryDirectory() as tmp:
     workdir = args.workdir if args.workdir is not None else Path(tmp)
-    results = run_all(args.config, args.seeds, workdir)
+    try:
+      results = run_all(args.config, args.seeds, workdir)
+    except neural.ExperimentError as e:   # a workdir holding other or unfinished runs
+      parser.exit(2, f"{parser.prog}: error: {' '.join(str(e).split())}\n")
   runs = neural.load_spec(args.config).expand()
   report(args.config, results, args.seeds, count_test_points(runs[0][1]))
   print(f"\n{time.perf_counter() - start:.0f} s wall, {time.process_time():.0f} s CPU in all")

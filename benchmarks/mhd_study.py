@@ -100,7 +100,9 @@ def run_study(config_name: str, seeds: list[int], workdir: Path) -> dict[int, Su
       if not isinstance(config, neural.methods.mhd.Config):
         raise TypeError(f"config: expected an MHD config in {config_name}, got {config!r}")
       start = time.time()
-      rows = neural.methods.run_method(config, workdir / config_name / f"seed={seed}" / name)
+      run_dir = workdir / config_name / f"seed={seed}" / name
+      neural.methods.run_method(config, run_dir)
+      rows = neural.read_run(run_dir).rows   # the one reader: refuses an unfinished run
       out[seed][name] = summarise(rows, count_test_points(config))
       print(f"  seed {seed} {name}: {time.time() - start:.0f} s", flush=True)
   return out
@@ -327,7 +329,10 @@ def main() -> None:
   config_name = STUDIES[args.study]
   start = time.time()
   with tempfile.TemporaryDirectory() as tmp:
-    results = run_study(config_name, seeds, args.workdir or Path(tmp))
+    try:
+      results = run_study(config_name, seeds, args.workdir or Path(tmp))
+    except neural.ExperimentError as e:   # a workdir holding other or unfinished runs
+      parser.exit(2, f"{parser.prog}: error: {' '.join(str(e).split())}\n")
   print(f"{config_name}, seeds {seeds}, {time.time() - start:.0f} s\n")
   print(claims_table(CLAIMS[args.study](), results))
 

@@ -7,9 +7,11 @@
     neural run --config repshare_lambdas_small --workdir runs/repshare_lambdas
     python benchmarks/repshare_table.py --workdir runs/repshare_lambdas
 
-Reads the metrics of every run of the sweep (``WORKDIR/RUN/metrics.jsonl``, or one
-sweep per seed, ``WORKDIR/seed=S/RUN/metrics.jsonl``; runs named ``[DATASET__]cl``
-and ``[DATASET__]nN_METHOD`` as in the shipped configs) and prints, per dataset, the
+Reads every run of the sweep (``WORKDIR/RUN``, or one sweep per seed,
+``WORKDIR/seed=S/RUN`` with S an integer) with ``neural.read_seeds``, which refuses
+an unfinished run and a run whose seeds have different rounds (exit status 2); runs
+are named ``[DATASET__]cl`` and ``[DATASET__]nN_METHOD`` as in the shipped configs. It
+prints, per dataset, the
 clients' mean test accuracy after the last round (Table 1: CL, then a row per method
 and a column per number of clients N; mean ± sd over the seeds), and the first round
 at which that mean reaches ``--reach``, per seed (how fast each method converges:
@@ -61,28 +63,17 @@ def mean_curve(rows) -> np.ndarray:
                    for t in range(last + 1)])
 
 
-def seed_dirs(workdir: Path) -> dict[str, Path]:
-  """``{"seed=S": folder}`` of a workdir of seeds (by S), else ``{"": workdir}``."""
-  seeds = [p for p in workdir.glob("seed=*") if p.is_dir()]
-  if not seeds:
-    return {"": workdir}
-
-  def order(p: Path):
-    s = p.name.partition("=")[2]
-    return (0, int(s), "") if s.isdigit() else (1, 0, s)
-
-  return {p.name: p for p in sorted(seeds, key=order)}
-
-
 def read_curves(workdir: Path) -> tuple[list[str], dict[str, np.ndarray]]:
-  """``(seeds, {run: mean curves (seeds, rounds)})`` of the runs every seed has.
+  """``(seeds, {run: mean curves (seeds, rounds)})`` of the runs every seed has, read with
+  ``neural.read_seeds`` (only folders named exactly ``seed=S`` are seeds).
 
   Raises:
-    SystemExit: a run's seeds have different numbers of rounds (one unfinished).
+    neural.ExperimentError: no runs there, an unfinished run, or a run whose seeds have
+      different rounds (one line naming the folder).
   """
-  seeds = seed_dirs(workdir)
-  per_seed = {s: {p.name: mean_curve(neural.read_metrics(p)) for p in sorted(d.iterdir())
-                  if (p / "metrics.jsonl").exists()} for s, d in seeds.items()}
+  per_seed = {s: {name: mean_curve(record.rows) for name, record in runs.items()}
+              for s, runs in neural.read_seeds(workdir).items()}
+  seeds = list(per_seed)
   names = sorted(set.intersection(*(set(runs) for runs in per_seed.values())))
   missing = sorted(set.union(*(set(runs) for runs in per_seed.values())) - set(names))
   if missing:
@@ -91,9 +82,9 @@ def read_curves(workdir: Path) -> tuple[list[str], dict[str, np.ndarray]]:
   for name in names:
     lengths = {len(per_seed[s][name]) for s in seeds}
     if len(lengths) > 1:
-      raise SystemExit(f"{name}: the seeds have {sorted(lengths)} rounds: is one unfinished?")
+      raise neural.ExperimentError(f"{name}: the seeds have {sorted(lengths)} rounds")
     out[name] = np.stack([per_seed[s][name] for s in seeds])
-  return list(seeds), out
+  return seeds, out
 
 
 def _paper_gap(a: str, b: str, sizes: Sequence[int] = SIZES) -> str:
@@ -258,7 +249,10 @@ def main() -> None:
   parser.add_argument("--test-points", type=int, default=360,
                       help="test points each client is scored on (the embedded digits: 360)")
   args = parser.parse_args()
-  seeds, curves = read_curves(args.workdir)
+  try:
+    seeds, curves = read_curves(args.workdir)
+  except neural.ExperimentError as e:   # an unfinished or missing run: no verdict
+    parser.exit(2, f"{parser.prog}: error: {' '.join(str(e).split())}\n")
   print(f"seeds: {', '.join(seeds)}; mean ± sd over the seeds\n" if seeds != [""] else
         "one seed (no seed=S folders)\n")
   grid = {}

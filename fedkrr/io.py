@@ -12,22 +12,28 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
   from fedkrr._src.io.files import WriteError
+  from fedkrr._src.io.files import append_file
   from fedkrr._src.io.files import atomic_savefig
   from fedkrr._src.io.files import atomic_savez
   from fedkrr._src.io.files import atomic_write
   from fedkrr._src.io.files import check_output
   from fedkrr._src.io.files import figure_bytes
+  from fedkrr._src.io.files import printing_failed
+  from fedkrr._src.io.files import remove_staging
   from fedkrr._src.io.files import savez_bytes
+  from fedkrr._src.io.files import stdout_failure
   from fedkrr._src.io.files import write_files
   from fedkrr._src.io.interrupts import before_exit
   from fedkrr._src.io.interrupts import commit
   from fedkrr._src.io.interrupts import end_process
   from fedkrr._src.io.interrupts import exits_on_signals
   from fedkrr._src.io.interrupts import signals_exit
+  from fedkrr._src.io.reading import DiskReadError
   from fedkrr._src.io.reading import NpzError
   from fedkrr._src.io.reading import ReadError
   from fedkrr._src.io.reading import available_memory
   from fedkrr._src.io.reading import format_size
+  from fedkrr._src.io.reading import inflation_bound
   from fedkrr._src.io.reading import open_regular
   from fedkrr._src.io.reading import parse_json
   from fedkrr._src.io.reading import read_bytes

@@ -94,6 +94,10 @@ if TYPE_CHECKING:
   from neural._src.figures.reproduce_curves import paper_curves
   from neural._src.figures.reproduce_report import ConfigReproduction
   from neural._src.figures.reproduce_report import Reproduction
+  from neural._src.jobs.readback import RunRecord
+  from neural._src.jobs.readback import read_run
+  from neural._src.jobs.readback import read_seeds
+  from neural._src.jobs.readback import seed_folders
   from neural._src.jobs.runs import load_run_checkpoint
   from neural._src.jobs.runs import run_configs
   from neural._src.jobs.specs import ConfigSpec

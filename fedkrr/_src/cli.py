@@ -15,6 +15,8 @@ import sys
 import textwrap
 
 from fedkrr._src import names
+from fedkrr._src.io.files import printing_failed
+from fedkrr._src.io.files import stdout_failure
 from fedkrr._src.io.interrupts import exits_on_signals
 from fedkrr._src.platform.distributed import distributed_settings
 from fedkrr._src.platform.distributed import initialize_distributed
@@ -51,8 +53,9 @@ def _parser() -> argparse.ArgumentParser:
                         "matrix-free path (rounds by conjugate gradients, no N x N matrix; "
                         "ridge > 0), sharded (each agent on its own device, across "
                         "processes with --coordinator; every round, no --limit), or auto: "
-                        "closed form if it fits in half the memory, else matrix-free "
-                        "(fedkrr.choose_method)")
+                        "closed form if it fits in half the memory, else matrix-free, and "
+                        "the literal rounds where the closed form would couple too many "
+                        "agents (fedkrr.choose_method)")
   run.add_argument("--limit", action="store_true",
                    help="also write the t -> infinity limit where it exists")
   run.add_argument("--every", type=int, default=1, metavar="K",
@@ -196,9 +199,12 @@ def main(argv: Sequence[str] | None = None) -> int:
   handlers = {"run": commands.run_command, "verify": commands.verify_command,
               "toy": commands.toy_command, "search": commands.search_command}
   try:
-    return handlers[args.command](args)
+    code = handlers[args.command](args)
   except commands.ERRORS as e:
-    print(f"fedkrr: error: {' '.join(str(e).split())}", file=sys.stderr)
+    message = " ".join(str(e).split())
+    if printing_failed(e):   # a print to a full disk or a closed pipe
+      message = f"cannot write the standard output ({e.strerror})"
+    print(f"fedkrr: error: {message}", file=sys.stderr)
     return 2
   except KeyboardInterrupt:
     print("fedkrr: interrupted (nothing was written)", file=sys.stderr)
@@ -210,6 +216,11 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"let it start was too low: keep fewer rounds (--every K) or use fewer points",
           file=sys.stderr)
     return 2
+  failure = stdout_failure()   # `> /dev/full`: said, naming the standard output
+  if failure is not None:
+    print(f"fedkrr: error: cannot write the standard output ({failure})", file=sys.stderr)
+    return 2
+  return code
 
 
 if __name__ == "__main__":

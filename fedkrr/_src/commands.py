@@ -21,6 +21,7 @@ from fedkrr._src.io.files import atomic_savez
 from fedkrr._src.io.files import check_output
 from fedkrr._src.kernels import KernelError
 from fedkrr._src.names import BASELINES
+from fedkrr._src.names import PROTOCOLS
 from fedkrr._src.names import protocol_info
 from fedkrr._src.paper import search
 from fedkrr._src.paper import toy
@@ -122,7 +123,8 @@ def _plan_memory(problem: FederatedProblem, args: argparse.Namespace, n_eval: in
   limit = memory_limit()
   method = args.method
   if method == "auto":
-    method = runner.auto_method(need, limit)
+    method = runner.auto_method(need, limit, 0 if baseline else runner.closed_form_blocks(
+        args.protocol, problem.num_agents))
     print(f"fedkrr: --method auto: {method}", file=sys.stderr)
   if method == "matfree" and need["matfree"] is None:
     return method   # refused with its own reason (c = 0, --limit) by the caller or the library
@@ -159,6 +161,10 @@ def run_command(args: argparse.Namespace) -> int:
   """``fedkrr run``: :func:`fedkrr.run` on ``--problem``, its predictions into ``--out``."""
   baseline = args.protocol in BASELINES
   _check_out(args.out, args.problem)
+  if args.start != 0 and (baseline or "start" not in protocol_info(args.protocol).parameters):
+    takes = ", ".join(p for p in PROTOCOLS if "start" in protocol_info(p).parameters)
+    raise ValueError(f"--start: protocol {args.protocol} has no starting agent (only {takes} "
+                     f"takes --start), got {args.start}; leave it out")
   dtype = jnp.float32 if args.float32 else jnp.float64
   problem, x_eval = load_problem(args.problem, dtype=dtype)
   options = dict(start=args.start, every=args.every, limit=args.limit)

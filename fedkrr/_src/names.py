@@ -24,6 +24,18 @@ class ProtocolParams:
       ``None``: equal weights 1/M); ``None`` where the protocol has no weights.
   """
 
+  def __post_init__(self):
+    # a list or an array of weights as a tuple: hashable, as jax.jit's static arguments
+    # must be (a list failed in the closed form only, with JAX's message)
+    w = self.weights
+    if w is not None and not isinstance(w, (tuple, str, bytes)):
+      try:
+        values = w.tolist() if hasattr(w, "tolist") else list(w)
+      except TypeError:
+        return   # not a sequence: check_weights names it
+      if isinstance(values, list):
+        object.__setattr__(self, "weights", tuple(values))
+
   def agent_weights(self, num_agents: int) -> tuple[float, ...]:
     """``weights``, or equal weights 1/M where they are ``None``."""
     return (1.0 / num_agents,) * num_agents if self.weights is None else self.weights
@@ -141,16 +153,23 @@ def check_weights(weights, num_agents: int, argument: str = "weights") -> tuple[
     ValueError: naming ``argument``, unless ``weights`` are M finite numbers > 0 whose
       sum is 1 (to 1e-9).
   """
+  shown = repr(weights)
+  shown = shown if len(shown) <= 80 else shown[:77] + "..."
   try:
+    if isinstance(weights, (str, bytes)) or any(isinstance(w, (bool, str, bytes))
+                                                 for w in weights):
+      raise TypeError(argument)
     values = tuple(float(w) for w in weights)
-  except (TypeError, ValueError):
+  except (TypeError, ValueError, OverflowError):   # OverflowError: an integer of 400 digits
     raise ValueError(f"{argument}: expected {num_agents} numbers (one per agent), "
-                     f"got {weights!r}") from None
+                     f"got {shown}") from None
   if len(values) != num_agents:
     raise ValueError(f"{argument}: expected one weight per agent ({num_agents}), "
                      f"got {len(values)}")
-  if not all(math.isfinite(w) and w > 0 for w in values):
-    raise ValueError(f"{argument}: expected finite weights > 0, got {values}")
+  # each in (0, 1] before summing: fsum of 1e308s overflows
+  if not all(math.isfinite(w) and 0 < w <= 1 for w in values):
+    raise ValueError(f"{argument}: expected finite weights in (0, 1] summing to 1, got "
+                     f"{shown}")
   if abs(math.fsum(values) - 1.0) > 1e-9:
     raise ValueError(f"{argument}: expected weights summing to 1, got a sum of "
                      f"{math.fsum(values)!r}")

@@ -9,6 +9,7 @@ so that the toolkit can be driven from any language.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from typing import Any
@@ -19,6 +20,8 @@ import numpy as np
 from fedkrr._src import kernels as kernels_lib
 from fedkrr._src.io.files import atomic_savez
 from fedkrr._src.io.reading import NpzError
+from fedkrr._src.io.reading import available_memory
+from fedkrr._src.io.reading import format_size
 from fedkrr._src.io.reading import read_npz
 from fedkrr._src.problem import FederatedProblem
 from fedkrr._src.problem import ProblemError
@@ -84,6 +87,19 @@ def _check_headers(headers) -> None:
                        f"(of {dtype})")
 
 
+def _check_memory(headers, itemsize: int) -> None:
+  """The memory the problem takes once loaded, decided from the headers before any array
+  is inflated: each array as stored and its copy in the run's dtype (``itemsize``)."""
+  need = sum(math.prod(shape) * (dtype.itemsize + itemsize)
+             for name, (shape, dtype) in headers.items()
+             if _is_problem_array(name) and not name.startswith("kernel_"))
+  free = available_memory()
+  if need > free:
+    raise ValueError(f"its arrays need about {format_size(need)} once loaded (as stored and "
+                     f"in the run's dtype), more than the {format_size(free)} free on this "
+                     f"machine")
+
+
 def load_problem(path: str | os.PathLike, dtype=None) -> tuple[FederatedProblem, Array]:
   """Reads and validates a problem file; returns ``(problem, x_eval)``.
 
@@ -96,7 +112,14 @@ def load_problem(path: str | os.PathLike, dtype=None) -> tuple[FederatedProblem,
   if not os.path.lexists(path):
     raise ProblemError(f"{path}: no such file (expected an .npz with {_LAYOUT})")
   try:
-    arrays = read_npz(path, check=_check_headers, keep=_is_problem_array)
+    itemsize = np.dtype(dtype if dtype is not None else
+                        (np.float64 if jax.config.jax_enable_x64 else np.float32)).itemsize
+
+    def check(headers) -> None:
+      _check_headers(headers)
+      _check_memory(headers, itemsize)
+
+    arrays = read_npz(path, check=check, keep=_is_problem_array)
   except NpzError as e:
     raise ProblemError(f"{e}; expected {_LAYOUT}") from None
 

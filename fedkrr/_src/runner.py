@@ -100,22 +100,46 @@ def method_bytes(problem: FederatedProblem, protocol: str, n_eval: int, kept: in
   return {"closed-form": exact, "matfree": free, "simulate": simulate, "sharded": on_mesh}
 
 
-def auto_method(need: dict[str, int | None], available: int) -> str:
-  """The "auto" rule: the closed form if it fits in half of ``available`` bytes (or the
-  matrix-free path cannot run), else the matrix-free path."""
+MAX_CLOSED_FORM_BLOCKS = 512
+"""The most transfer blocks ``S_i K^j_ij`` (one a pair of agents the protocol couples)
+the closed form is planned with. Its program holds one block each, so compiling it
+takes time and memory in their number: on the 2-core CPU, AvgKD's M (M - 1) blocks of
+one point each took 6 s to compile for M = 10, 38 s for M = 30, and M = 100 (9,900
+blocks) had no result after 200 s at 6 GB, where the literal rounds take seconds.
+Past this, ``method="auto"`` runs the literal rounds and ``"closed-form"`` is refused."""
+
+
+def closed_form_blocks(protocol: str, num_agents: int) -> int:
+  """The transfer blocks the closed form of ``protocol`` forms for ``num_agents`` agents
+  (``fedkrr.PROTOCOLS``' ``transfers``: M for a ring, M^2 for all pairs, else M (M - 1))."""
+  m = num_agents
+  transfers = protocol_info(protocol).transfers
+  return m if transfers == "ring" else m * m if transfers == "all" else m * (m - 1)
+
+
+def auto_method(need: dict[str, int | None], available: int, blocks: int = 0) -> str:
+  """The "auto" rule: the literal rounds if the closed form would form more than
+  :data:`MAX_CLOSED_FORM_BLOCKS` transfer blocks (``blocks``, :func:`closed_form_blocks`);
+  else the closed form if it fits in half of ``available`` bytes (or the matrix-free
+  path cannot run), else the matrix-free path."""
+  if blocks > MAX_CLOSED_FORM_BLOCKS and need.get("simulate") is not None:
+    return "simulate"   # the closed form's program would not compile in reasonable time
   exact = need["closed-form"] or 0
   return "matfree" if need["matfree"] is not None and exact > available // 2 else "closed-form"
 
 
 def choose_method(problem: FederatedProblem, protocol: str, rounds: int | None, n_eval: int, *,
                   every: int = 1, limit: bool = False, available: int | None = None) -> str:
-  """What ``method="auto"`` of :func:`run` picks: "closed-form" or "matfree" (docs/scale.md).
+  """What ``method="auto"`` of :func:`run` picks: "closed-form", "matfree" or "simulate".
 
   The closed form when the matrix-free path cannot run (c = 0, or ``limit``) or when
   the closed form's estimated peak memory (:func:`method_bytes`) is at most half of
   ``available`` (default :func:`fedkrr.memory_limit`: the accelerator's memory, else
   the host's available memory; the other half is headroom for the estimate's error and
   the rest of the process); otherwise the matrix-free path, whose memory is O(N (m + d)).
+  The literal rounds first when the closed form would form more than
+  :data:`MAX_CLOSED_FORM_BLOCKS` transfer blocks (many agents: its program would not
+  compile in reasonable time).
 
   Args:
     problem: the federated problem.
@@ -129,7 +153,9 @@ def choose_method(problem: FederatedProblem, protocol: str, rounds: int | None, 
   check_run(problem, protocol, rounds, every=every, limit=limit)
   need = method_bytes(problem, protocol, int(n_eval), kept_rounds(protocol, rounds, every),
                       jnp.dtype(problem.ridge.dtype).itemsize, limit)
-  return auto_method(need, memory.memory_limit() if available is None else int(available))
+  blocks = 0 if protocol in BASELINES else closed_form_blocks(protocol, problem.num_agents)
+  return auto_method(need, memory.memory_limit() if available is None else int(available),
+                     blocks)
 
 
 def _check_fits(problem: FederatedProblem, protocol: str, rounds: int | None, n_eval: int,
@@ -183,6 +209,14 @@ def check_run(problem: FederatedProblem, protocol: str, rounds: int | None, *,
     if every != 1 or limit:
       raise ValueError(f"{'every' if every != 1 else 'limit'}: the sharded path keeps every "
                        f"round and has no limit; use --method closed-form for them")
+  if not baseline and (method == "closed-form" or limit):
+    blocks = closed_form_blocks(protocol, problem.num_agents)
+    if blocks > MAX_CLOSED_FORM_BLOCKS:
+      raise ValueError(f"{'method' if method == 'closed-form' else 'limit'}: the closed form of "
+                       f"{protocol} for {problem.num_agents} agents forms {blocks} transfer "
+                       f"blocks, more than the {MAX_CLOSED_FORM_BLOCKS} it compiles in "
+                       f"reasonable time; use method 'simulate' (the literal rounds) or "
+                       f"'auto'{'' if method == 'closed-form' else ', without the limit'}")
   if method == "matfree" and limit and not baseline:
     raise ValueError("limit: the limit is one solve with the N x N recurrence matrix, which "
                      "the matrix-free path never forms; drop --limit (limit=True), or use "

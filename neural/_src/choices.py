@@ -33,3 +33,7 @@ WEIGHTINGS = ("size", "equal")   # FedAvg's server average
 STEP_LOOPS = ("auto", "scan", "python")
 AGENT_BATCHING = ("auto", "vmap", "sequential")
 LOSSES = ("mse", "ce")   # training's losses: squared error of the softmax, cross-entropy
+
+# Trees of a random forest agent: far past the papers' 100, short of forests that
+# would never finish growing (scikit-learn holds every tree in memory).
+MAX_FOREST_TREES = 100_000

@@ -33,6 +33,8 @@ from fedkrr import __version__
 from fedkrr.io import ReadError
 from fedkrr.io import exits_on_signals
 from fedkrr.io import parse_json
+from fedkrr.io import printing_failed
+from fedkrr.io import stdout_failure
 from neural._src.choices import MAIN_JOB_PARTS
 from neural._src.datasets.download import DOWNLOADS
 from neural._src.datasets.download import fetch_dataset
@@ -749,9 +751,15 @@ def main(argv: Sequence[str] | None = None) -> int:
       deterministic_ops()
     with warnings.catch_warnings():
       warnings.showwarning = show_warning
-      return _HANDLERS[command](args)
+      code = _HANDLERS[command](args)
+    failure = stdout_failure()   # `> /dev/full`: said, naming the standard output
+    if failure is not None:
+      raise OSError(f"cannot write the standard output ({failure})")
+    return code
   except (ValueError, OSError) as e:   # ConfigError, DataError, ... are ValueErrors
     message = " ".join(str(e).split())
+    if printing_failed(e):   # a print to a full disk or a closed pipe
+      message = f"cannot write the standard output ({e.strerror})"
     print(f"neural: error: {message}", file=sys.stderr)
     return 2
   except Exception as e:   # out of memory, on the host or in XLA: one line, not a traceback

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 import dataclasses
+import math
 import numbers
 from typing import Any
 from typing import ClassVar
@@ -40,6 +41,24 @@ def _number(value: Any) -> bool:
   return isinstance(value, numbers.Real)
 
 
+def _finite(value: Any) -> float | None:
+  """``value`` as a finite float, or ``None`` for anything else (a bool, None, a string,
+  a list, NaN, an integer too large for a float)."""
+  if isinstance(value, bool) or not isinstance(value, numbers.Real):
+    return None
+  try:
+    number = float(value)
+  except (OverflowError, ValueError):
+    return None
+  return number if math.isfinite(number) else None
+
+
+def _above(value: Any, low: float, high: float = math.inf, closed: bool = False) -> bool:
+  """Whether ``value`` is a finite number in (low, high) (``[low, high)`` if ``closed``)."""
+  number = _finite(value)
+  return number is not None and (number >= low if closed else number > low) and number < high
+
+
 def optimizer_problem(name: str = "adam", learning_rate: Any = 1e-3, weight_decay: Any = 0.0,
                       momentum: float = 0.0, schedule: str = "constant",
                       decay_steps: int | None = None, power: float = 1.0,
@@ -50,22 +69,27 @@ def optimizer_problem(name: str = "adam", learning_rate: Any = 1e-3, weight_deca
   decay given as an array (traced: one compiled program trains every value) is not
   range-checked.
   """
-  if name not in OPTIMIZERS:
+  if not isinstance(name, str) or name not in OPTIMIZERS:
     return "name", f"one of {OPTIMIZERS}"
-  if _number(learning_rate) and not float(learning_rate) > 0:
-    return "learning_rate", "a number > 0"
-  if _number(weight_decay) and not float(weight_decay) >= 0:
-    return "weight_decay", "a number >= 0"
-  if not 0 <= float(momentum) < 1:
+  if (_number(learning_rate) or not hasattr(learning_rate, "shape")) \
+      and not _above(learning_rate, 0):
+    return "learning_rate", "a finite number > 0"
+  if (_number(weight_decay) or not hasattr(weight_decay, "shape")) \
+      and not _above(weight_decay, 0, closed=True):
+    return "weight_decay", "a finite number >= 0"
+  if not _above(momentum, 0, 1, closed=True):
     return "momentum", "a number in [0, 1)"
-  if schedule not in SCHEDULES:
+  if not isinstance(schedule, str) or schedule not in SCHEDULES:
     return "schedule", f"one of {SCHEDULES}"
-  if schedule == "cosine" and not (decay_steps and int(decay_steps) >= 1):
+  if decay_steps is not None and (isinstance(decay_steps, bool) or not isinstance(
+      decay_steps, numbers.Integral) or decay_steps < 1):
+    return "decay_steps", "None or an integer >= 1"
+  if schedule == "cosine" and decay_steps is None:
     return "decay_steps", "an integer >= 1 for the cosine schedule"
-  if schedule == "polynomial" and not float(t0) > 0:
-    return "t0", "a number > 0 for the polynomial schedule"
-  if schedule == "polynomial" and not float(power) > 0:
-    return "power", "a number > 0 for the polynomial schedule"
+  if not _above(t0, 0):
+    return "t0", "a finite number > 0"
+  if not _above(power, 0):
+    return "power", "a finite number > 0"
   return None
 
 

@@ -6,6 +6,7 @@ import importlib.util
 from pathlib import Path
 import sys
 
+from fake_runs import write_run
 import numpy as np
 import pytest
 
@@ -239,3 +240,161 @@ def test_feddkc_summaries_from_final_rows(feddkc):
   assert len(summaries) == 2
   np.testing.assert_allclose(summaries[1][0.5, "kkr"][1], [10.0, 11.0])
   np.testing.assert_allclose(summaries[0][3.0, "fedgkt"][5], [50.0, 50.0])
+
+
+# --- every claim script reads runs through neural.read_seeds: finished runs only
+
+
+def _ddist_rows(accuracy, rounds):
+  """A D-Distillation sweep's run: four devices and the mean row (with consensus) a round."""
+  rows = []
+  for t in range(rounds):
+    rows += [{"round": t, "agent": a, "model": "mlp", "test_accuracy": accuracy,
+              "comm_floats_total": 10 * (t + 1)} for a in range(4)]
+    rows.append({"round": t, "agent": "mean", "model": "mlp", "test_accuracy": accuracy,
+                 "consensus_error": 0.8 ** t})
+  return rows
+
+
+def _ddist_sweep(root, seeds=("seed=0", "seed=1", "seed=2"), rounds=6, cut=None):
+  """``root/SEED/method=M`` for the three methods; ``cut = (seed, method, done, logged)``
+  stops that run after ``done`` rounds (its config still has ``rounds``)."""
+  for s in seeds:
+    for i, m in enumerate(("d-distillation", "d-sgd", "silo-sgd")):
+      done = logged = rounds
+      if cut is not None and cut[:2] == (s, f"method={m}"):
+        done, logged = cut[2:]
+      write_run(root / s / f"method={m}", _ddist_rows(0.9 - 0.1 * i, logged), rounds, done)
+
+
+def _repshare_sweep(root, seeds=("seed=0", "seed=1", "seed=2"), rounds=12, cut=None):
+  for s in seeds:
+    for name in ("n2_il", "n2_ours_code"):
+      done = logged = rounds
+      if cut is not None and cut[:2] == (s, name):
+        done, logged = cut[2:]
+      rows = [{"round": t, "agent": a, "test_accuracy": 0.5 + 0.01 * t}
+              for t in range(logged) for a in range(2)]
+      write_run(root / s / name, rows, rounds, done)
+
+
+def _main(module, argv, monkeypatch, capsys):
+  """``(exit status, stdout, stderr)`` of the script's ``main`` with ``argv``."""
+  monkeypatch.setattr(sys, "argv", [f"{module.__name__}.py", *map(str, argv)])
+  try:
+    module.main()
+    code = 0
+  except SystemExit as e:
+    code = e.code
+  out, err = capsys.readouterr()
+  return code, out, err
+
+
+@pytest.fixture(scope="module")
+def ddist():
+  return _load("ddist_claims")
+
+
+@pytest.fixture(scope="module")
+def repshare():
+  return _load("repshare_table")
+
+
+def _one_line_refusal(code, out, err, *words):
+  assert code == 2
+  assert "| reproduced" not in out and "decided over" not in out and "statements" not in out
+  assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+  for w in words:
+    assert w in err, (w, err)
+
+
+# a run stopped by --max-rounds (its checkpoint and metrics at round 1 of 6), one killed
+# between the metrics append and the checkpoint (rows of round 2 logged, checkpoint at
+# round 2), and one cut to round 0 with its checkpoint (the old scripts took each
+# run's last logged round as its last)
+@pytest.mark.parametrize("done, logged", [(1, 1), (2, 3), (0, 1)])
+@pytest.mark.parametrize("script", ["ddist", "repshare"])
+def test_claim_scripts_refuse_an_unfinished_run(script, done, logged, tmp_path, monkeypatch,
+                                                capsys, request):
+  module = request.getfixturevalue(script)
+  if script == "ddist":
+    _ddist_sweep(tmp_path, cut=("seed=1", "method=d-sgd", done, logged))
+    argv, run = ["--workdir", tmp_path], "method=d-sgd"
+  else:
+    _repshare_sweep(tmp_path, cut=("seed=1", "n2_il", done, logged))
+    argv, run = ["--workdir", tmp_path], "n2_il"
+  code, out, err = _main(module, argv, monkeypatch, capsys)
+  _one_line_refusal(code, out, err, f"seed=1/{run}", f"unfinished: {done} of its")
+
+
+@pytest.mark.parametrize("script", ["ddist", "repshare"])
+def test_claim_scripts_refuse_seeds_of_different_rounds(script, tmp_path, monkeypatch, capsys,
+                                                        request):
+  module = request.getfixturevalue(script)
+  sweep = _ddist_sweep if script == "ddist" else _repshare_sweep
+  sweep(tmp_path, seeds=("seed=0", "seed=1"), rounds=6)
+  sweep(tmp_path, seeds=("seed=2",), rounds=4)   # finished, but with other rounds
+  code, out, err = _main(module, ["--workdir", tmp_path], monkeypatch, capsys)
+  _one_line_refusal(code, out, err, "its seeds have different rounds", "seed=2")
+
+
+@pytest.mark.parametrize("script", ["ddist", "repshare"])
+def test_claim_scripts_count_only_seed_folders_named_by_an_integer(script, tmp_path,
+                                                                   monkeypatch, capsys, request):
+  module = request.getfixturevalue(script)
+  sweep = _ddist_sweep if script == "ddist" else _repshare_sweep
+  sweep(tmp_path, seeds=("seed=0", "seed=1", "seed=01", "seed=0.bak", "seed=1 copy",
+                         "seed=+2", "seed="))
+  assert list(neural.seed_folders(tmp_path)) == ["seed=0", "seed=1"]
+  code, out, err = _main(module, ["--workdir", tmp_path], monkeypatch, capsys)
+  assert code == 0, err
+  assert "seed=0, seed=1" in out and "seed=0, seed=1, " not in out
+  assert "seed=01" not in out and "0.bak" not in out
+
+
+@pytest.mark.parametrize("script", ["ddist", "repshare"])
+@pytest.mark.parametrize("case", ["missing", "file", "empty", "empty metrics", "no config"])
+def test_claim_scripts_say_one_line_on_a_missing_or_empty_workdir(script, case, tmp_path,
+                                                                  monkeypatch, capsys, request):
+  module = request.getfixturevalue(script)
+  workdir = tmp_path / "runs"
+  if case == "file":
+    workdir.write_text("not a folder")
+  elif case == "empty":
+    (workdir / "seed=0").mkdir(parents=True)
+  elif case == "empty metrics":
+    run = workdir / "seed=0" / ("method=d-sgd" if script == "ddist" else "n2_il")
+    write_run(run, [], rounds=6)
+  elif case == "no config":
+    run = workdir / "seed=0" / ("method=d-sgd" if script == "ddist" else "n2_il")
+    run.mkdir(parents=True)
+    (run / "metrics.jsonl").write_text('{"round": 0, "agent": 0, "test_accuracy": 0.5}\n')
+  code, out, err = _main(module, ["--workdir", workdir], monkeypatch, capsys)
+  _one_line_refusal(code, out, err, str(workdir))
+  if case == "empty metrics":
+    assert "unfinished: 0 of its 6 rounds" in err
+
+
+def test_read_run_tells_a_finished_run_from_an_unfinished_one(tmp_path):
+  rows = [{"round": t, "agent": 0, "test_accuracy": 0.5} for t in range(3)]
+  finished = neural.read_run(write_run(tmp_path / "a", rows))
+  assert finished.finished and (finished.done, finished.rounds) == (3, 3)
+  assert finished.rows == rows
+  cut = neural.read_run(write_run(tmp_path / "b", rows, rounds=5), finished=False)
+  assert not cut.finished and (cut.done, cut.rounds) == (3, 5)
+  with pytest.raises(neural.ExperimentError, match="unfinished: 3 of its 5 rounds done"):
+    neural.read_run(tmp_path / "b")
+  # metrics that are not the checkpoint's (a row changed by hand)
+  run = write_run(tmp_path / "c", rows)
+  (run / "metrics.jsonl").write_text((run / "metrics.jsonl").read_text().replace("0.5", "0.9"))
+  with pytest.raises(neural.ExperimentError, match="does not match its checkpoint"):
+    neural.read_run(run)
+  # a finished run on read-only media reads back (nothing written, no lock taken)
+  run = write_run(tmp_path / "d", rows)
+  for p in [*run.iterdir(), run]:
+    p.chmod(0o555 if p.is_dir() else 0o444)
+  try:
+    assert neural.read_run(run).finished
+    assert not (run / ".lock").exists()
+  finally:
+    run.chmod(0o755)

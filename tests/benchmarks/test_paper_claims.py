@@ -3,13 +3,14 @@ statement built from a complete synthetic input, a statement reaching every verd
 and the scripts end to end on fake run directories of several seeds (no training)."""
 
 import importlib.util
-import json
 from pathlib import Path
 import sys
 
+from fake_runs import write_run
 import numpy as np
 import pytest
 
+import neural
 from neural._src.evidence import rules
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
@@ -27,11 +28,6 @@ def load(script: str):
 
 repshare = load("repshare_table")
 ddist = load("ddist_claims")
-
-
-def write_run(folder: Path, rows) -> None:
-  folder.mkdir(parents=True)
-  (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
 # (effect per seed, the statement's expected verdict, test points): a clear gain, a
@@ -173,7 +169,7 @@ def test_repshare_table_still_reads_one_workdir(tmp_path, monkeypatch, capsys):
 def test_an_unfinished_seed_is_named(tmp_path):
   write_run(tmp_path / "seed=0" / "n2_il", repshare_rows(0.9, rounds=12))
   write_run(tmp_path / "seed=1" / "n2_il", repshare_rows(0.9, rounds=5))
-  with pytest.raises(SystemExit, match="n2_il"):
+  with pytest.raises(neural.ExperimentError, match="n2_il: its seeds have different rounds"):
     repshare.read_curves(tmp_path)
 
 
@@ -260,5 +256,5 @@ def test_ddist_claims_reads_seeds_and_decides(tmp_path, monkeypatch, capsys):
 def test_ddist_claims_names_a_missing_run(tmp_path):
   write_run(tmp_path / "seed=0" / "method=d-sgd", ddist_rows(0.9, 2))
   results = ddist.read_seeds(tmp_path)
-  with pytest.raises(SystemExit, match="method=d-distillation"):
+  with pytest.raises(neural.ExperimentError, match="method=d-distillation"):
     ddist.report_fig2(results, 360)

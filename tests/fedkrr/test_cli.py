@@ -45,8 +45,9 @@ def test_run_both_methods_agree(protocol, shape, problem_file, tmp_path, assert_
   outs = {}
   for method in ("closed-form", "simulate"):
     out = tmp_path / f"{method}.npz"
+    start = 1 if protocol == "akd" else 0   # the others have no starting agent
     assert _run("--problem", problem_file, "--protocol", protocol, "--rounds", 5,
-                "--start", 1, "--method", method, "--out", out) == 0
+                "--start", start, "--method", method, "--out", out) == 0
     outs[method] = np.load(out)["predictions"]
   assert outs["closed-form"].shape == shape
   assert_close(outs["closed-form"], outs["simulate"])
@@ -341,3 +342,27 @@ def test_hints_only_suggest_what_would_work(wide_problem, tmp_path, capsys, monk
   err = capsys.readouterr().err.splitlines()[-1]
   assert "needs about" in err and "nothing the command offers fits" in err
   assert "matfree" not in err.split("needs about")[1] and "--every" not in err
+
+
+@pytest.mark.parametrize("protocol", ["avgkd", "pkd", "ekd", "backfit-gs", "central"])
+def test_start_outside_akd_is_refused_not_ignored(protocol, problem_file, tmp_path, capsys):
+  assert _run("--problem", problem_file, "--protocol", protocol, "--rounds", "2", "--start", "1",
+              "--out", tmp_path / "o.npz") == 2
+  err = capsys.readouterr().err
+  assert err.count("\n") == 1 and f"--start: protocol {protocol} has no starting agent" in err
+  assert not (tmp_path / "o.npz").exists()
+  assert _run("--problem", problem_file, "--protocol", protocol, "--rounds", "2", "--start", "0",
+              "--out", tmp_path / "o.npz") == 0   # the default, said out loud: fine
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_output_to_a_full_device_names_the_standard_output(problem_file, tmp_path):
+  with open("/dev/full", "w") as full:
+    proc = subprocess.run(
+        [sys.executable, "-m", "fedkrr._src.cli", "run", "--problem", str(problem_file),
+         "--protocol", "akd", "--rounds", "2", "--out", str(tmp_path / "o.npz")],
+        stdout=full, stderr=subprocess.PIPE, text=True,
+        env=os.environ | {"JAX_PLATFORMS": "cpu"})
+  assert proc.returncode == 2
+  assert proc.stderr == ("fedkrr: error: cannot write the standard output (No space left on "
+                         "device)\n"), proc.stderr

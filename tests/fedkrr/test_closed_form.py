@@ -105,11 +105,17 @@ def test_weighted_avgkd_limit_is_where_the_rounds_go(m, x64, assert_close):
 
 
 @pytest.mark.parametrize("weights, message", [
-    ((0.5, 0.5, 0.0), "weights: expected finite weights > 0"),
+    ((0.5, 0.5, 0.0), "weights: expected finite weights in (0, 1]"),
     ((0.5, 0.5), "weights: expected one weight per agent (3), got 2"),
     ((0.5, 0.4, 0.4), "weights: expected weights summing to 1"),
-    ((0.5, float("nan"), 0.5), "weights: expected finite weights > 0"),
+    ((0.5, float("nan"), 0.5), "weights: expected finite weights in (0, 1]"),
     (("a", 0.5, 0.5), "weights: expected 3 numbers"),
+    # fsum of these overflows: each is checked in (0, 1] first
+    ((1e308,) * 3, "weights: expected finite weights in (0, 1]"),
+    ((1e308, -1e308, 1.0), "weights: expected finite weights in (0, 1]"),
+    ((10**400, 0.5, 0.5), "weights: expected 3 numbers"),
+    ((True, 0.5, 0.5), "weights: expected 3 numbers"),
+    ("0.5", "weights: expected 3 numbers"),
 ])
 def test_bad_weights_are_named(weights, message):
   xs, ys, x_eval = _data(3)
@@ -434,3 +440,17 @@ def test_limits_are_accurate_to_the_conditioning(x64, protocol):
   got = np.asarray(fedkrr.limit(problem, protocol, data.x_test).predictions)
   error = np.max(np.abs(got - truth)) / np.max(np.abs(truth))
   assert error <= 10 * np.finfo(np.float64).eps * cond, error
+
+
+@pytest.mark.parametrize("kind", [list, np.asarray, tuple])
+def test_weights_as_a_list_or_an_array_work_on_every_path(kind, x64, assert_close):
+  """A list of weights was an unhashable static argument in the closed form only."""
+  xs, ys, x_eval = _data(3)
+  problem = fedkrr.make_problem(xs, ys, fedkrr.RBF(0.5), 0.1)
+  params = fedkrr.ProtocolParams(weights=kind([0.5, 0.3, 0.2]))
+  assert params.weights == (0.5, 0.3, 0.2) and hash(params) == hash(
+      fedkrr.ProtocolParams(weights=(0.5, 0.3, 0.2)))
+  closed = fedkrr.trajectory(problem, "weighted-avgkd", 3, x_eval, params=params)
+  literal = fedkrr.simulate("weighted-avgkd", fedkrr.krr_learners(problem), problem.xs,
+                            problem.ys, 3, x_eval, params=params)
+  assert_close(closed, literal)

@@ -43,6 +43,8 @@ def _zip(path, members, compress=zipfile.ZIP_STORED):
     ('{"lr": Infinity}', "Infinity is not a finite number"),
     ('{"lr": 1e999}', "1e999 is not a finite number"),
     ('{"lr": 1', "not valid JSON"),
+    ('{"rounds": 1, "rounds": 2}', "the key 'rounds' is given twice in one object"),
+    ('{"base": {"a": {"x": 1, "x": 1}}}', "the key 'x' is given twice"),
 ])
 def test_json_is_bounded_and_finite(text, message):
   with pytest.raises(ReadError, match=message) as info:
@@ -198,3 +200,93 @@ def test_a_set_of_files_is_written_all_or_none(tmp_path, monkeypatch):
     fedkrr.io.write_files({tmp_path / "a.txt": "new a", tmp_path / "b.txt": "new b"})
   assert (tmp_path / "a.txt").read_text() == "old a" and (tmp_path / "b.txt").read_text() == "old b"
   assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt", "b.txt"]
+
+
+def _central_offsets(data: bytes):
+  """``{member name: the offset of its central directory entry}`` of a zip file's bytes."""
+  out, at = {}, data.find(b"PK\x01\x02")
+  while at >= 0:
+    n = struct.unpack("<H", data[at + 28:at + 30])[0]
+    out[data[at + 46:at + 46 + n].decode()] = at
+    at = data.find(b"PK\x01\x02", at + 46 + n)
+  return out
+
+
+def _damaged(path, how):
+  """The archive with its zip directory damaged: one flipped bit in a local header offset,
+  two entries that overlap, a member declaring more than its stored bytes can hold, or
+  a deflate stream that is garbage."""
+  data = bytearray(path.read_bytes())
+  entries = _central_offsets(bytes(data))
+  first, second = (entries[k] for k in sorted(entries)[:2])
+  if how == "offset bit":
+    data[second + 42] ^= 0x04
+  elif how == "overlap":
+    data[second + 42:second + 46] = data[first + 42:first + 46]
+  elif how == "declared size":
+    data[second + 24:second + 28] = struct.pack("<I", 2**32 - 1)
+  elif how == "stream":
+    local = struct.unpack("<I", data[second + 42:second + 46])[0]
+    start = local + 30 + struct.unpack("<H", data[local + 26:local + 28])[0] + \
+        struct.unpack("<H", data[local + 28:local + 30])[0]
+    data[start:start + 8] = b"\xff" * 8
+  path.write_bytes(bytes(data))
+  return path
+
+
+DAMAGES = ["offset bit", "overlap", "declared size", "stream"]
+
+
+@pytest.mark.parametrize("how", DAMAGES)
+def test_a_damaged_zip_directory_is_one_unusable_error(tmp_path, how):
+  path = tmp_path / "d.npz"
+  np.savez_compressed(path, a=np.arange(300.0), b=np.arange(200.0))
+  _damaged(path, how)
+  with pytest.raises(NpzError, match="unusable") as info:
+    fedkrr.io.read_npz(path)
+  assert str(path) in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("how", DAMAGES)
+def test_a_damaged_problem_or_checkpoint_is_one_line(tmp_path, how, capsys):
+  import neural
+
+  rng = np.random.default_rng(0)
+  arrays = {"x_0": rng.normal(size=(50, 2)), "x_1": rng.normal(size=(40, 2)),
+            "y_0": rng.normal(size=50), "y_1": rng.normal(size=40), "ridge": np.asarray(0.1),
+            "kernel_0": np.asarray('{"name": "rbf"}'), "kernel_1": np.asarray('{"name": "rbf"}'),
+            "x_eval": np.zeros((3, 2))}
+  np.savez_compressed(tmp_path / "p.npz", **arrays)
+  _damaged(tmp_path / "p.npz", how)
+  assert main(["run", "--problem", str(tmp_path / "p.npz"), "--protocol", "akd", "--rounds", "2",
+               "--out", str(tmp_path / "o.npz")]) == 2
+  err = capsys.readouterr().err
+  assert err.count("\n") == 1 and "p.npz" in err and "unusable" in err
+  neural.save_checkpoint(tmp_path / "c.npz", {"a": np.arange(300.0), "b": np.arange(200.0)})
+  _damaged(tmp_path / "c.npz", how)
+  with pytest.raises(neural.CheckpointError, match="unusable") as info:
+    neural.read_checkpoint(tmp_path / "c.npz")
+  assert "\n" not in str(info.value)
+
+
+def test_a_problem_is_refused_from_its_headers_before_anything_inflates(tmp_path, monkeypatch,
+                                                                         capsys):
+  """Consistent arrays that need more memory than is free (here: 1 MiB free), declared in
+  a small deflated file: refused from the headers, no array inflated."""
+  from fedkrr._src import problem_io
+  from fedkrr._src.io import reading
+
+  arrays = {"x_0": np.zeros((20_000, 4)), "x_1": np.zeros((20_000, 4)),
+            "y_0": np.zeros(20_000), "y_1": np.zeros(20_000), "ridge": np.asarray(0.1),
+            "kernel_0": np.asarray('{"name": "rbf"}'), "kernel_1": np.asarray('{"name": "rbf"}'),
+            "x_eval": np.zeros((3, 4))}
+  np.savez_compressed(tmp_path / "p.npz", **arrays)
+  assert (tmp_path / "p.npz").stat().st_size < 2**16
+
+  def inflate(*args):
+    raise AssertionError("an array was inflated")
+
+  monkeypatch.setattr(problem_io, "available_memory", lambda: 2**20)
+  monkeypatch.setattr(reading, "_member_data", inflate)
+  with pytest.raises(fedkrr.ProblemError, match=r"its arrays need about 3.\d* MiB once loaded"):
+    fedkrr.load_problem(tmp_path / "p.npz")

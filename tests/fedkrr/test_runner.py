@@ -126,3 +126,44 @@ def test_sizes_past_the_machine_s_memory_raise_before_any_work(problem, method):
   x_eval = np.zeros((50, 2))   # 10^9 rounds of predictions: terabytes on any machine
   with pytest.raises(ValueError, match=r"^avgkd by \S+ on 22 points .* needs about .*every=k"):
     fedkrr.run(problem, "avgkd", 10**9, x_eval, method=method)
+
+
+def _one_point_agents(m, seed=0):
+  rng = np.random.default_rng(seed)
+  xs = [rng.normal(size=(1, 2)) for _ in range(m)]
+  ys = [rng.normal(size=1) for _ in range(m)]
+  return fedkrr.make_problem(xs, ys, fedkrr.RBF(0.5), 0.1), rng.normal(size=(4, 2))
+
+
+def test_the_planner_routes_many_agents_to_the_literal_rounds(x64):
+  """24 agents of one point each: AvgKD's closed form would form 552 transfer blocks (100
+  agents: 9,900, minutes of compilation at 6 GB); "auto" runs the literal rounds, which
+  give the same numbers, and an explicit closed form is refused in one line."""
+  from fedkrr._src import runner
+  problem, x_eval = _one_point_agents(24)
+  assert runner.closed_form_blocks("avgkd", 24) == 552 > runner.MAX_CLOSED_FORM_BLOCKS
+  assert runner.choose_method(problem, "avgkd", 3, 4) == "simulate"
+  result = fedkrr.run(problem, "avgkd", 3, x_eval)
+  assert result.method == "simulate"
+  literal = fedkrr.simulate("avgkd", fedkrr.krr_learners(problem), problem.xs, problem.ys, 3,
+                            x_eval)
+  np.testing.assert_allclose(result.predictions, np.asarray(literal), rtol=1e-10)
+  for kwargs, name in ((dict(method="closed-form"), "method"), (dict(limit=True), "limit")):
+    with pytest.raises(ValueError, match=f"^{name}: the closed form of avgkd for 24 agents "
+                                         f"forms 552 transfer blocks"):
+      fedkrr.run(problem, "avgkd", 3, x_eval, **kwargs)
+  # AKD's ring: 24 blocks, the closed form as before
+  assert runner.choose_method(problem, "akd", 3, 4) == "closed-form"
+
+
+def test_the_command_plans_many_agents_to_the_literal_rounds(tmp_path, capsys):
+  from fedkrr._src.cli import main
+  problem, x_eval = _one_point_agents(24)
+  fedkrr.save_problem(tmp_path / "p.npz", problem, x_eval)
+  assert main(["run", "--problem", str(tmp_path / "p.npz"), "--protocol", "avgkd",
+               "--rounds", "2", "--out", str(tmp_path / "o.npz"), "--method", "auto"]) == 0
+  assert "--method auto: simulate" in capsys.readouterr().err
+  assert main(["run", "--problem", str(tmp_path / "p.npz"), "--protocol", "avgkd",
+               "--rounds", "2", "--out", str(tmp_path / "o.npz")]) == 2   # the closed form
+  err = capsys.readouterr().err
+  assert err.count("\n") == 1 and "--method: the closed form" in err

@@ -3,6 +3,8 @@ verify; shrinking, skipping, bad arguments and the command. (The searches that m
 not find: test_search_finds.py.)"""
 
 
+import json
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -110,3 +112,13 @@ def test_the_command_writes_the_json_and_prints_the_table(tmp_path, capsys, x64)
   assert (out / "prop2-akd-to-zero.json").exists() and (out / "prop2-akd-to-zero.npz").exists()
   problem, _ = load_problem(out / "prop2-akd-to-zero.npz")
   assert problem.num_agents == 2 and jnp.isfinite(problem.ridge)
+
+
+def test_a_tiny_budget_still_searches_one_family(x64):
+  """A budget of 1e-6 s: the result rests on instances (not "holds" after none, with a
+  worst residual of -inf)."""
+  claim = next(i for i in search.search_ids() if i != "prop2-akd-to-zero")
+  result = search.search_claim(claim, 1e-6, max_instances=1)
+  assert result.searched >= 1
+  assert np.isfinite(result.worst_residual) or not result.holds
+  json.dumps(result.as_dict(), allow_nan=False)

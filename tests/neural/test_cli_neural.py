@@ -325,3 +325,13 @@ def test_running_out_of_memory_is_one_line_exit_2(monkeypatch, capsys, error):
   monkeypatch.setitem(cli._HANDLERS, "run", lambda args: 1 / 0)
   with pytest.raises(ZeroDivisionError):   # other errors are not hidden
     cli.main(["run", "--dataset", "digits", "--workdir", "unused"])
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_output_to_a_full_device_names_the_standard_output():
+  with open("/dev/full", "w") as full:
+    proc = subprocess.run([sys.executable, "-m", "neural", "configs"], stdout=full,
+                          stderr=subprocess.PIPE, text=True)
+  assert proc.returncode == 2
+  assert proc.stderr == ("neural: error: cannot write the standard output (No space left on "
+                         "device)\n"), proc.stderr

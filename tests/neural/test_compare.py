@@ -162,3 +162,28 @@ def test_compare_refuses_what_has_no_kernel_twin(changes, kernel, max_points, ma
   with pytest.raises(CompareError, match=match):
     compare(config, tmp_path, kernel=kernel, max_points=max_points)
   assert not (tmp_path / "metrics.jsonl").exists()   # refused before training
+
+
+@pytest.mark.parametrize("options, match", [
+    (dict(ridge=float("nan")), "ridge: expected a finite number >= 0"),
+    (dict(ridge=float("inf")), "ridge: expected a finite number >= 0"),
+    (dict(ridge=-1.0), "ridge: expected a finite number >= 0"),
+    (dict(ridge=True), "ridge: expected a finite number >= 0"),
+    (dict(max_points=0), "max_points: expected an integer >= 1"),
+    (dict(ntk_batch_size=0), "ntk_batch_size: expected an integer >= 1"),
+    (dict(ntk_batch_size=1.5), "ntk_batch_size: expected an integer >= 1"),
+])
+def test_compare_checks_its_numbers_before_training(options, match, tmp_path):
+  with pytest.raises(CompareError, match=match):
+    compare(ExperimentConfig(**TINY), tmp_path, kernel="rbf", **options)
+  assert not (tmp_path / "metrics.jsonl").exists()   # refused before training
+
+
+def test_cli_compare_ridge_nan_is_one_line_before_training(tmp_path, capsys):
+  assert main(["compare", "--workdir", str(tmp_path / "w"), "--ridge", "nan", "--kernel", "rbf",
+               "--dataset", "digits", "--train-subset", "26", "--test-subset", "12",
+               "--models", "mlp", "--width", "8", "--rounds", "2", "--epochs", "1",
+               "--protocol", "akd", "--no-progress"]) == 2
+  err = capsys.readouterr().err
+  assert err.count("\n") == 1 and "ridge: expected a finite number" in err
+  assert not (tmp_path / "w" / "metrics.jsonl").exists()

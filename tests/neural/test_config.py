@@ -69,6 +69,7 @@ def test_partition_params_follow_the_partition():
     (dict(protocol="weighted-avgkd", agent_weights=(0.5, 0.4)), "agent_weights"),
     (dict(protocol="weighted-avgkd", agent_weights=(1.0,)), "agent_weights"),
     (dict(protocol="weighted-avgkd", agent_weights=(1.5, -0.5)), "agent_weights"),
+    (dict(protocol="weighted-avgkd", agent_weights=(1e308, 1e308)), "agent_weights"),
 ])
 def test_bad_values_name_the_field(changes, field):
   with pytest.raises(ConfigError, match=rf"^{field}: expected"):
@@ -310,3 +311,88 @@ def test_agent_weights_travel_as_the_protocol_params():
   assert config.protocol_params.weights == (0.25, 0.75)
   assert ExperimentConfig(protocol="akd", start=1).protocol_params.start == 1
   assert ExperimentConfig(protocol="weighted-avgkd").protocol_params.weights is None
+
+
+def _all_config_classes():
+  from neural._src.methods.registry import method_configs
+  return [ExperimentConfig, *method_configs().values()]
+
+
+def _bad_values(kind):
+  """Values of the wrong type for a field of annotation ``kind``: JSON null (unless the
+  field is optional), a list where a scalar belongs, a float for an integer, an integer
+  of 401 digits for a number, a lone surrogate in a name."""
+  from neural._src.runtime.config import optional_inner
+  inner, optional = optional_inner(kind)
+  out = [] if optional else [None]
+  if inner is int:
+    out += [[1], 1.9, True, "1"]
+  elif inner is float:
+    out += [[1.0], 10**400, -10**400, True, "1.0"]
+  elif inner is str:
+    out += [["a"], 1, "\udc80", "a\udc80b"]
+  elif inner is bool:
+    out += [[True], 1, "true"]
+  elif str(inner).startswith("tuple"):
+    out += [[None], [[1]], "\udc80" if "str" in str(inner) else [10**400]]
+  return out
+
+
+@pytest.mark.parametrize("cls", _all_config_classes(), ids=lambda c: c.__name__)
+def test_every_field_of_every_config_refuses_values_of_the_wrong_type(cls):
+  """One line naming the field, never a TypeError or OverflowError."""
+  from neural._src.runtime.config import field_type
+  base = cls(**{k: v for k, v in _VALID.get(cls, {}).items()
+                if k in cls.field_names()}) if cls is not ExperimentConfig else cls()
+  values = base.to_dict()
+  for f in dataclasses.fields(cls):
+    for bad in _bad_values(field_type(cls, f.name)):
+      if f.name == "method":
+        continue   # the registry's key, checked below
+      with pytest.raises(ConfigError, match=f"^{f.name}: expected") as info:
+        cls.from_dict({**values, f.name: bad})
+      assert "\n" not in str(info.value) and len(str(info.value)) < 400, (f.name, bad)
+
+
+@pytest.mark.parametrize("method", [["mhd"], {"a": 1}, 1, None])
+def test_a_method_that_is_not_a_name_is_one_line(method):
+  from neural._src.jobs.specs import config_from_dict
+  for spec in (ConfigSpec(base={"method": method}),
+               ConfigSpec(base={}, grid=({"method": [method]},))):
+    if method is None:
+      continue   # no method: the KD experiment
+    with pytest.raises(ConfigError, match="^method: expected"):
+      spec.methods()
+  with pytest.raises(ConfigError, match="^method: expected"):
+    config_from_dict({"method": method})
+
+
+@pytest.mark.parametrize("seed", [None, [1], 1.9, True, "1"])
+def test_reproduce_refuses_a_seed_that_is_not_an_integer_before_any_run(seed, tmp_path):
+  with pytest.raises(ConfigError, match="^seed: expected an integer"):
+    neural.reproduce(4, tmp_path / "r", overrides={"seed": seed})
+  assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("changes, field", [
+    (dict(learning_rate=10**400), "learning_rate"), (dict(learning_rate=float("nan")),
+                                                     "learning_rate"),
+    (dict(learning_rate=None), "learning_rate"), (dict(weight_decay=float("inf")),
+                                                  "weight_decay"),
+    (dict(momentum=None), "momentum"), (dict(momentum=True), "momentum"),
+    (dict(name=["adam"]), "name"), (dict(schedule=["cosine"]), "schedule"),
+    (dict(schedule="cosine", decay_steps=1.5), "decay_steps"),
+    (dict(schedule="polynomial", power=10**400), "power"), (dict(t0=float("nan")), "t0"),
+])
+def test_the_optimizer_config_checks_every_argument(changes, field):
+  with pytest.raises(neural.OptimizerError, match=f"^{field}: expected") as info:
+    neural.OptimizerConfig(**changes)
+  assert len(str(info.value)) < 200
+
+
+def test_paper_rounds_past_the_limit_name_the_flag_not_the_field(tmp_path):
+  with pytest.raises(ConfigError, match=r"^paper_rounds \(--paper-rounds\): 100001 paper "
+                                        r"rounds are 200002 logged rounds") as info:
+    neural.reproduce(4, tmp_path / "r", paper_rounds=100_001)
+  assert "\n" not in str(info.value)
+  assert not (tmp_path / "r").exists()

@@ -394,3 +394,44 @@ def test_a_data_file_that_is_a_fifo_is_refused_without_blocking(tmp_path):
   os.mkfifo(image)   # opening it for reading would wait for a writer forever
   with pytest.raises(DataError, match="a FIFO, not a regular file"):
     load_dataset("cinic10", tmp_path)
+
+
+@pytest.mark.parametrize("damage", ["crc", "stream", "truncated", "not gzip"])
+def test_a_damaged_gz_stream_is_one_unusable_error(tmp_path, damage):
+  fake_mnist(tmp_path, n_train=40)
+  path = tmp_path / "train-images-idx3-ubyte.gz"
+  data = bytearray(path.read_bytes())
+  if damage == "crc":
+    data[-8] ^= 0xFF
+  elif damage == "stream":
+    data[len(data) // 2:len(data) // 2 + 8] = b"\xff" * 8
+  elif damage == "truncated":
+    data = data[:len(data) // 2]
+  else:
+    data[:2] = b"PK"
+  path.write_bytes(bytes(data))
+  with pytest.raises(DataError, match="unusable|truncated|not an IDX") as info:
+    load_dataset("mnist", tmp_path)
+  assert str(path) in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_gz_declaring_more_than_it_can_hold_is_refused_uninflated(tmp_path):
+  """60,000 images declared (47 MB) in a gzip file of a few hundred bytes: deflate
+  inflates at most 1032:1, so the file cannot hold them; refused from the header."""
+  fake_mnist(tmp_path)
+  header = (0x803).to_bytes(4, "big") + (60_000).to_bytes(4, "big") + (28).to_bytes(4, "big") * 2
+  with gzip.open(tmp_path / "train-images-idx3-ubyte.gz", "wb") as f:
+    f.write(header + b"\0" * 1000)
+  with pytest.raises(DataError, match="more than a gzip file of .* can hold"):
+    load_dataset("mnist", tmp_path)
+
+
+def test_the_memory_an_idx_file_takes_is_decided_from_its_header(tmp_path, monkeypatch):
+  """The images are held as bytes and as float32 twice: 9 bytes a pixel, all decided from
+  the header (here: 8 bytes a pixel free)."""
+  from neural._src.datasets import data
+
+  fake_mnist(tmp_path, n_train=12)
+  monkeypatch.setattr(data, "available_memory", lambda: 8 * 12 * 28 * 28)
+  with pytest.raises(DataError, match=r"header declares shape \(12, 28, 28\)"):
+    load_dataset("mnist", tmp_path)

@@ -337,3 +337,56 @@ def test_a_part_file_that_is_a_link_is_refused_and_its_target_untouched(serve, t
   with pytest.raises(neural.DataError, match="f.bin.part: expected a partial download"):
     download.fetch_file(f"{server.url}/f.bin", _remote("f.bin", blob), tmp_path / "f.bin")
   assert elsewhere.read_bytes() == b"keep me" and not (tmp_path / "f.bin").exists()
+
+
+@pytest.mark.parametrize("have", [0, 7])
+def test_a_part_file_hard_linked_elsewhere_is_neither_truncated_nor_written(serve, tmp_path,
+                                                                            have):
+  """The opened NAME.part is checked (one link) before a byte is truncated or written."""
+  blob = b"data" * 100
+  server = serve({"f.bin": blob})
+  elsewhere = tmp_path / "elsewhere"
+  elsewhere.write_bytes(b"keep me"[:have] if have else b"keep me too, all of it")
+  before = elsewhere.read_bytes()
+  (tmp_path / "f.bin.part").hardlink_to(elsewhere)
+  with pytest.raises(neural.DataError, match="f.bin.part: expected a partial download .* "
+                                             "2 hard links") as info:
+    download.fetch_file(f"{server.url}/f.bin", _remote("f.bin", blob), tmp_path / "f.bin")
+  assert "\n" not in str(info.value)
+  assert elsewhere.read_bytes() == before and not (tmp_path / "f.bin").exists()
+
+
+def test_a_206_from_another_offset_is_refused(tmp_path):
+  """A server answering 206 with bytes from another place than asked is not appended."""
+  blob = b"abcdefgh" * 100
+
+  class Wrong(http.server.BaseHTTPRequestHandler):   # 206, but always from byte 0
+    def do_GET(self):
+      self.send_response(206)
+      self.send_header("Content-Range", f"bytes 0-{len(blob) - 1}/{len(blob)}")
+      self.send_header("Content-Length", str(len(blob)))
+      self.end_headers()
+      self.wfile.write(blob)
+
+    def log_message(self, *args):
+      pass
+
+  (tmp_path / "f.bin.part").write_bytes(blob[:100])
+  wrong = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Wrong)
+  threading.Thread(target=wrong.serve_forever, daemon=True).start()
+  try:
+    url = f"http://127.0.0.1:{wrong.server_address[1]}/f.bin"
+    with pytest.raises(neural.DataError, match="Content-Range 'bytes 0-799/800'"):
+      download.fetch_file(url, _remote("f.bin", blob), tmp_path / "f.bin")
+    assert (tmp_path / "f.bin.part").read_bytes() == blob[:100]
+  finally:
+    wrong.shutdown()
+    wrong.server_close()
+
+
+@pytest.mark.parametrize("base_url", ["", "   "])
+def test_an_empty_base_url_is_refused_not_replaced_by_the_default(tmp_path, capsys, base_url):
+  assert main(["data", "fetch", "mnist", "--dir", str(tmp_path / "d"), "--base-url",
+               base_url]) == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and "--base-url: expected a URL" in err[0], err

@@ -57,8 +57,19 @@ def test_avgkd_with_an_mlp_and_a_forest(digits):
   np.testing.assert_allclose(np.sum(preds, axis=-1), 1.0, rtol=1e-5)
 
 
-@pytest.mark.parametrize("kwargs, match", [(dict(n_estimators=0), "n_estimators"),
-                                           (dict(max_depth=0), "max_depth")])
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(n_estimators=0), "n_estimators"), (dict(max_depth=0), "max_depth"),
+    # 2^31 - 1 trees would never finish growing; 2.5 and True are not counts
+    (dict(n_estimators=2**31 - 1), r"n_estimators: expected an integer in 1\.\.100000"),
+    (dict(n_estimators=2.5), "n_estimators"), (dict(n_estimators=True), "n_estimators"),
+    (dict(max_depth=1.5), "max_depth"),
+])
 def test_bad_settings_are_named(kwargs, match):
   with pytest.raises(neural.ForestError, match=match):
     neural.ForestLearner(**kwargs)
+
+
+def test_forest_trees_past_the_limit_name_the_field():
+  from neural._src.runtime.config import ConfigError
+  with pytest.raises(ConfigError, match=r"^forest_trees: expected an integer in 1\.\.100000"):
+    neural.ExperimentConfig(models=("forest",), forest_trees=2**31 - 1)

@@ -389,9 +389,8 @@ def test_a_run_that_diverges_stops_naming_round_agent_and_learning_rate(tmp_path
   assert main(["run", *FLAGS, "--lr", "1e30", "--workdir", str(workdir)]) == 2
   err = capsys.readouterr().err.strip().splitlines()
   assert len(err) == 1 and "round 0, agent 0" in err[0] and "learning_rate=1e+30" in err[0]
-  assert not (workdir / METRICS_FILE).exists() and not (workdir / CHECKPOINT_FILE).exists()
+  assert not workdir.exists()   # a start that finished no round leaves nothing behind
   assert main(["run", *FLAGS, "--workdir", str(workdir)]) == 0   # a corrected config runs
-  assert "replaced" in capsys.readouterr().err
 
 
 def test_a_method_that_diverges_stops_before_writing_the_round(tmp_path):
@@ -503,3 +502,112 @@ def test_a_checkpoint_written_before_a_field_existed_still_matches_its_config():
   weighted = dataclasses.replace(config, protocol="weighted-avgkd", agent_weights=(0.5, 0.5))
   assert not rundir._same_config(old, weighted)
   assert not rundir._same_config({**old, "epochs": 3}, config)
+
+
+@pytest.mark.parametrize("link", ["symlink", "hardlink"])
+def test_metrics_are_never_appended_through_a_link(tmp_path, link):
+  """The one append helper opens with O_NOFOLLOW and checks the opened file's links."""
+  outside = tmp_path / "outside.txt"
+  outside.write_text("keep me\n")
+  path = tmp_path / "metrics.jsonl"
+  (path.symlink_to if link == "symlink" else path.hardlink_to)(outside)
+  with pytest.raises(fedkrr.io.WriteError, match="symbolic link|2 hard links") as info:
+    rundir.append_metrics(tmp_path, [{"round": 0, "agent": 0, "test_accuracy": 0.5}])
+  assert "\n" not in str(info.value)
+  assert outside.read_text() == "keep me\n"
+
+
+@pytest.mark.parametrize("link", ["symlink", "hardlink"])
+def test_a_resume_refuses_metrics_linked_outside_the_workdir(tmp_path, link):
+  workdir = tmp_path / "run"
+  config = ExperimentConfig(**TINY)
+  train_and_evaluate(config, workdir, max_rounds=1)
+  outside = tmp_path / "outside.jsonl"
+  outside.write_bytes((workdir / METRICS_FILE).read_bytes())
+  before = outside.read_bytes()
+  (workdir / METRICS_FILE).unlink()
+  ((workdir / METRICS_FILE).symlink_to if link == "symlink"
+   else (workdir / METRICS_FILE).hardlink_to)(outside)
+  with pytest.raises(neural.ExperimentError, match="never writes through"):
+    train_and_evaluate(config, workdir)
+  assert outside.read_bytes() == before
+
+
+def test_staging_files_of_a_killed_run_are_removed_on_the_next_start(tmp_path):
+  workdir = tmp_path / "run"
+  config = ExperimentConfig(**TINY)
+  train_and_evaluate(config, workdir, max_rounds=1)
+  stale = [workdir / ".checkpoint.npz.a1b2c3d4.tmp", workdir / ".metrics.jsonl.zz_9YY8x.tmp",
+           workdir / ".config.json.abcdefgh.tmp"]
+  for p in stale:
+    p.write_bytes(b"\0" * 1000)
+  others = [workdir / ".notes.txt.abcdefgh.tmp", workdir / "mine.tmp"]
+  for p in others:
+    p.write_text("not a run's")
+  (workdir / ".accuracy.png.linklink.tmp").symlink_to(tmp_path / "elsewhere")
+  train_and_evaluate(config, workdir)
+  assert not any(p.exists() for p in stale)
+  assert all(p.exists() for p in others)
+  assert os.path.islink(workdir / ".accuracy.png.linklink.tmp")
+
+
+def test_a_finished_run_on_read_only_media_reads_back(finished_run, monkeypatch):
+  """The rerun of a finished run whose lock cannot be created (EROFS) reads its rows."""
+  import errno
+
+  from neural._src.jobs.runs import run_one
+  workdir, rows = finished_run
+
+  def read_only(self, *args, **kwargs):
+    raise OSError(errno.EROFS, "Read-only file system")
+
+  monkeypatch.setattr(filelock.FileLock, "acquire", read_only)
+  assert rundir.finished_rows(workdir, ExperimentConfig(**TINY), 2) == rows
+  assert run_one(ExperimentConfig(**TINY), workdir) == rows
+
+
+@pytest.mark.parametrize("fresh", [True, False])
+def test_a_start_that_fails_before_its_first_round_leaves_nothing(tmp_path, fresh):
+  """A model that cannot be built (a width that does not fit, say) fails in the run's
+  first step: no config.json, no .lock, no directory are left behind."""
+  from neural._src.runtime.rounds import run_rounds
+  workdir = tmp_path / "run"
+  if not fresh:
+    workdir.mkdir()
+    (workdir / "notes.txt").write_text("mine")
+  config = ExperimentConfig(**TINY)
+
+  def begin(data, checkpoint):
+    raise MemoryError("the model does not fit")
+
+  with pytest.raises(MemoryError):
+    run_rounds(config, workdir, from_dict=ExperimentConfig.from_dict, rounds=2,
+               load_data=lambda: None, expected=lambda data, done: {}, begin=begin,
+               desc="", title="")
+  if fresh:
+    assert not workdir.exists()
+  else:
+    assert sorted(p.name for p in workdir.iterdir()) == [".lock", "notes.txt"]
+
+
+def test_a_disk_error_reading_the_checkpoint_never_advises_deleting_it(tmp_path, monkeypatch):
+  import errno
+  import zipfile
+
+  workdir = tmp_path / "run"
+  config = ExperimentConfig(**TINY)
+  train_and_evaluate(config, workdir, max_rounds=1)
+  before = (workdir / CHECKPOINT_FILE).read_bytes()
+
+  def eio(self, *args):
+    raise OSError(errno.EIO, "Input/output error")
+
+  monkeypatch.setattr(zipfile.ZipExtFile, "read", eio)
+  with pytest.raises(fedkrr.io.DiskReadError):
+    fedkrr.io.read_npz(workdir / CHECKPOINT_FILE)
+  with pytest.raises(neural.ExperimentError, match="the disk failed while it was read") as info:
+    train_and_evaluate(config, workdir)
+  assert "do not delete it" in str(info.value) and "delete it and" not in str(info.value)
+  monkeypatch.undo()
+  assert (workdir / CHECKPOINT_FILE).read_bytes() == before
+  assert len(train_and_evaluate(config, workdir)) > 0   # the disk is back: it resumes

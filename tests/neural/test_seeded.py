@@ -2,6 +2,8 @@
 interval, minimum effect and verdicts (each verdict reached, the Bonferroni widening of a
 statement of several effects, the one-seed floor, bad input)."""
 
+import re
+
 import numpy as np
 import pytest
 from scipy import stats
@@ -102,3 +104,61 @@ def test_mismatched_seeds_and_no_effects():
     neural.difference("a - b", [0.1, 0.2], [0.1], 10)
   with pytest.raises(ValueError, match="at least one Effect"):
     neural.judge([])
+
+
+_GOOD = dict(label="e", per_seed=[0.05, 0.06, 0.05], accuracies=[0.5, 0.6], n=360, theta=0.0,
+             above=True, scale=1.0)
+
+
+@pytest.mark.parametrize("field, bad", [
+    # scale 0 divided the error away (inconclusive became reproduced); < 0, NaN, a bool
+    ("scale", 0), ("scale", -1.0), ("scale", float("nan")), ("scale", True), ("scale", "1"),
+    # NaN was reported as "± nan"
+    ("n", float("nan")), ("n", 0.5), ("n", True), ("n", "360"), ("n", None), ("n", -1),
+    ("theta", float("nan")), ("theta", float("inf")), ("theta", None), ("theta", False),
+    ("accuracies", [0.5, float("nan")]), ("accuracies", [True, False]), ("accuracies", "ab"),
+    ("accuracies", [[0.5], [0.6, 0.7]]),
+    # "False" is a true string: it decided the opposite statement
+    ("above", "False"), ("above", 0), ("above", None),
+    ("per_seed", [[0.05, 0.06], [0.05, 0.04]]), ("per_seed", 0.05), ("per_seed", [True, False]),
+    ("per_seed", ["0.05"]), ("per_seed", None), ("per_seed", [10**400]),
+    ("label", None),
+])
+def test_every_argument_of_an_effect_is_checked(field, bad):
+  effect = neural.Effect(**{**_GOOD, field: bad})
+  with pytest.raises(ValueError, match=f": {field}: expected") as info:
+    neural.judge(effect)
+  assert "\n" not in str(info.value) and len(str(info.value)) < 300
+  with pytest.raises(ValueError, match=f": {field}: expected"):   # among others too
+    neural.judge([neural.Effect(**_GOOD), effect])
+
+
+@pytest.mark.parametrize("floor", [-0.01, float("nan"), float("inf"), True, "0.01", None])
+def test_judge_checks_its_floor(floor):
+  with pytest.raises(ValueError, match="judge: floor: expected"):
+    neural.judge(neural.Effect(**_GOOD), floor=floor)
+
+
+@pytest.mark.parametrize("a, b, scale, match", [
+    ([0.5, "x"], [0.4, 0.4], 1.0, "a: expected"), ([0.5, 0.5], [True, False], 1.0, "b: expected"),
+    ([0.5, 0.5], [0.4, 0.4], 0.0, "scale: expected"),
+])
+def test_difference_checks_its_arguments(a, b, scale, match):
+  with pytest.raises(ValueError, match=match):
+    neural.difference("a - b", a, b, 10, scale)
+
+
+def test_numpy_scalars_are_numbers():
+  effect = neural.Effect("e", np.array([0.05, 0.06, 0.05]), np.array([0.5, 0.6]), np.int64(360),
+                         np.float64(0.0), np.bool_(True), np.float32(1.0))
+  assert neural.judge(effect).verdict == neural.judge(neural.Effect(**_GOOD)).verdict
+
+
+def test_a_bar_or_a_line_break_in_a_cell_keeps_the_table_s_columns():
+  j = neural.judge(neural.Effect("|a| - |b|", [0.05, 0.06, 0.05], [0.5, 0.6], 360))
+  table = neural.judgement_table([("A | B beats C\nat every round", "\"p|q\" \\| r", j)])
+  row = table.splitlines()[2]
+  # five cells: six unescaped bars
+  assert len(re.findall(r"(?<!\\)\|", row)) == 6, row
+  assert "A \\| B beats C at every round" in row and "\\|a\\| - \\|b\\|" in row
+  assert "\"p\\|q\" \\| r" in row

@@ -219,3 +219,15 @@ def test_small_config_runs_one_round(name, tmp_path):
     assert all(0.0 <= r["test_accuracy"] <= 1.0 for r in rows)
     assert (tmp_path / run_name / "accuracy.png").exists()
   assert (tmp_path / "accuracy.png").exists()
+
+
+@pytest.mark.parametrize("name", ["sweep.json", "accuracy.png", "reproduce.md", "Sweep.JSON",
+                                  ".lock", "metrics.jsonl", "a\udc80b"])
+def test_a_grid_entry_named_like_a_file_of_the_sweep_is_refused(name, tmp_path):
+  spec = {"base": {"dataset": "digits"},
+          "grid": [{name: {"rounds": 1}, "other": {"rounds": 2}}]}
+  path = tmp_path / "c.json"
+  path.write_text(json.dumps(spec))
+  with pytest.raises(ConfigError, match="the run name") as info:
+    load_spec(path).expand()
+  assert "\n" not in str(info.value)

@@ -65,3 +65,33 @@ def test_workers_take_the_gpus_in_turn_and_their_own_cores(monkeypatch, tmp_path
   monkeypatch.setattr(workers.subprocess, "Popen", real)
   for (_, config, _), got, s in zip(tasks, rows, range(3), strict=True):
     assert got == run_one(config, tmp_path / f"here{s}")
+
+
+def test_cpu_workers_are_at_most_one_per_core(monkeypatch, tmp_path):
+  """--jobs 50 on a CPU of two cores starts two workers, not one per run."""
+  counts = []
+
+  class Stop(Exception):
+    pass
+
+  def shares(count):
+    counts.append(count)
+    raise Stop   # before any worker starts
+
+  monkeypatch.setattr(workers, "gpu_ids", lambda: [])
+  monkeypatch.setattr(workers, "allowed_cores", lambda: [0, 1])
+  monkeypatch.setattr(workers, "core_shares", shares)
+  tasks = [(f"seed={s}", ExperimentConfig(**TINY, seed=s), tmp_path / f"w{s}")
+           for s in range(8)]
+  for jobs, expected in ((50, 2), (2, 2), (1, 1)):
+    try:
+      workers.run_in_workers(tasks, jobs)
+    except Stop:
+      pass
+    assert counts[-1] == expected, jobs
+  monkeypatch.setattr(workers, "gpu_ids", lambda: ["0"])   # GPUs: as many as asked
+  try:
+    workers.run_in_workers(tasks, 5)
+  except Stop:
+    pass
+  assert counts[-1] == 5

@@ -16,7 +16,9 @@ import errno
 import io
 import os
 from pathlib import Path
+import re
 import stat
+import sys
 import tempfile
 from typing import Any
 
@@ -127,6 +129,117 @@ def write_files(files: Mapping[str | os.PathLike, bytes | str]) -> list[Path]:
         Path(tmp).unlink(missing_ok=True)
       interrupts.untrack_temp(tmp)
   return [path for path, _ in items]
+
+
+def append_file(path: str | os.PathLike, data: bytes | str) -> Path:
+  """Appends ``data`` to ``path`` (created if missing), flushed and synced; returns the path.
+
+  The one way a file is appended to (a run's ``metrics.jsonl``): never through a link.
+  The file is opened with ``O_NOFOLLOW`` (a symbolic link is refused by the kernel, not
+  by a check that a swap could race) and the opened descriptor is checked before a byte
+  is written: a regular file, one link (a hard link would write into the other name's
+  file, outside the directory), owned by this user.
+
+  Raises:
+    WriteError: the file is a link or not a regular file of this user's, or cannot be
+      written (the message names it).
+  """
+  path = Path(path)
+  blob = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+  flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW \
+      | getattr(os, "O_NONBLOCK", 0)
+  try:
+    fd = os.open(path, flags, _mode(path) if not os.path.lexists(path) else 0o666)
+  except OSError as e:
+    if e.errno == errno.ELOOP:
+      raise WriteError(f"cannot write {path}: it is a symbolic link, which is never "
+                       f"written through; move it away") from None
+    raise WriteError(f"cannot write {path}: {_write_reason(e)}") from None
+  try:
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+      raise WriteError(f"cannot write {path}: not a regular file")
+    if info.st_nlink != 1:
+      raise WriteError(f"cannot write {path}: it has {info.st_nlink} hard links, and a "
+                       f"write would change the other names' file too; move it away")
+    if hasattr(os, "geteuid") and info.st_uid != os.geteuid():
+      raise WriteError(f"cannot write {path}: it belongs to another user (uid "
+                       f"{info.st_uid}); move it away")
+    view = memoryview(blob)
+    while view:
+      written = os.write(fd, view)
+      view = view[written:]
+    os.fsync(fd)
+  except OSError as e:
+    if isinstance(e, WriteError):
+      raise
+    raise WriteError(f"cannot write {path}: {_write_reason(e)}") from None
+  finally:
+    os.close(fd)
+  return path
+
+
+STAGING = re.compile(r"\.(?P<name>.+)\.[A-Za-z0-9_]{8}\.tmp")
+"""The names :func:`atomic_write` stages a file ``NAME`` under: ``.NAME.XXXXXXXX.tmp``."""
+
+
+def remove_staging(directory: str | os.PathLike, names: Sequence[str]) -> list[Path]:
+  """Removes the staging files of ``names`` that a killed process left in ``directory``.
+
+  Call it only where no other process can be writing those files (a run directory
+  under its lock): a SIGKILL between staging and the rename leaves a hidden
+  ``.NAME.XXXXXXXX.tmp`` (as large as the file) that nothing else removes. Only
+  regular files (not links) named so are removed.
+
+  Returns:
+    The files removed.
+  """
+  removed = []
+  try:
+    entries = list(os.scandir(directory))
+  except OSError:
+    return removed
+  for entry in entries:
+    match = STAGING.fullmatch(entry.name)
+    if match and match.group("name") in names and entry.is_file(follow_symlinks=False):
+      try:
+        os.unlink(entry.path)
+        removed.append(Path(entry.path))
+      except OSError:
+        pass
+  return removed
+
+
+def stdout_failure() -> str | None:
+  """Flushes the standard output; ``None`` if that works, else why it cannot be written.
+
+  A command whose output goes to a full disk, ``/dev/full`` or a closed pipe then says
+  so in one line naming the standard output (not a bare ``[Errno 28]``). What is left
+  of the output is sent to ``/dev/null``, so that the exit does not fail once more.
+  """
+  try:
+    sys.stdout.flush()
+    return None
+  except (OSError, ValueError) as e:
+    try:
+      devnull = os.open(os.devnull, os.O_WRONLY)
+      os.dup2(devnull, sys.stdout.fileno())
+      os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+      pass
+    return (e.strerror if isinstance(e, OSError) else None) or str(e) or type(e).__name__
+
+
+def printing_failed(e: BaseException) -> bool:
+  """Whether ``e`` is what a ``print`` to a full disk or a closed pipe raises: a plain
+  ``OSError`` (or ``BrokenPipeError``) of ENOSPC, EPIPE or EIO naming no file. The files
+  the toolkit writes fail with a :class:`WriteError` naming them instead."""
+  if type(e) not in (OSError, BrokenPipeError) or getattr(e, "filename", None) is not None:
+    return False
+  if e.errno in (errno.ENOSPC, errno.EPIPE, errno.EIO):
+    stdout_failure()   # what is left of the output goes to /dev/null
+    return True
+  return False
 
 
 def figure_bytes(fig: Any, path: str | os.PathLike, **kwargs: Any) -> bytes:

@@ -16,7 +16,9 @@ field (an array of an archive, a key of a document).
   of each (shape, dtype) is read and checked (no Python objects, declared size =
   stored size, a caller's ``check`` of all headers, the total against free memory)
   before any array data is read; the inflated size of a member is bounded by the
-  size its header declares.
+  size its header declares, and a declared size is refused where the bytes stored
+  for it could not hold it (:func:`inflation_bound`). Every archive error (a damaged
+  zip directory, a bad stream) is the one line "the archive is unusable".
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from typing import Any
 from typing import BinaryIO
 from typing import cast
 import zipfile
+import zlib
 
 import numpy as np
 
@@ -41,6 +44,15 @@ MAX_JSON_BYTES = 64 * 2**20
 MAX_JSON_DEPTH = 64
 MAX_NPZ_MEMBERS = 100_000
 MAX_NPY_HEADER = 100_000
+# The most bytes deflate inflates one byte into (RFC 1951: a 258-byte match in at most
+# 2 bits, 1032:1 over a stream), with room for a stream's header and end: a member or a
+# .gz file declaring more than this many times its compressed size cannot hold it.
+MAX_INFLATION = 1032
+
+
+def inflation_bound(compressed: int) -> int:
+  """The most bytes a deflate (zip, gzip) stream of ``compressed`` bytes inflates to."""
+  return MAX_INFLATION * compressed + 2**16
 
 
 class ReadError(ValueError):
@@ -49,6 +61,11 @@ class ReadError(ValueError):
 
 class NpzError(ReadError):
   """A file that :func:`read_npz` does not read (the message says why)."""
+
+
+class DiskReadError(NpzError):
+  """The disk failed while a file was read (EIO and the like): the file itself may be
+  intact, and reading it again may work; never a reason to delete it."""
 
 
 def available_memory() -> int:
@@ -183,6 +200,18 @@ def _finite_float(text: str) -> float:
   return value
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+  """An object's members; a key given twice is an error (JSON leaves it to the reader, and
+  Python's "the last wins" would drop a value without a word)."""
+  out = dict(pairs)
+  if len(out) != len(pairs):
+    seen: set[str] = set()
+    key = next(k for k, _ in pairs if k in seen or seen.add(k))
+    shown = repr(key) if len(repr(key)) <= 40 else repr(key)[:37] + "..."
+    raise ValueError(f"the key {shown} is given twice in one object")
+  return out
+
+
 def parse_json(text: str | bytes, where: str, *, max_depth: int = MAX_JSON_DEPTH) -> Any:
   """JSON ``text`` parsed with its nesting bounded and finite numbers only.
 
@@ -192,8 +221,9 @@ def parse_json(text: str | bytes, where: str, *, max_depth: int = MAX_JSON_DEPTH
     max_depth: the deepest nesting of arrays and objects allowed.
 
   Raises:
-    ReadError: not UTF-8, nested deeper than ``max_depth``, not valid JSON, or a
-      number that is not finite (``NaN``, ``Infinity``, ``1e999``).
+    ReadError: not UTF-8, nested deeper than ``max_depth``, not valid JSON, a
+      number that is not finite (``NaN``, ``Infinity``, ``1e999``), or a key given
+      twice in one object.
   """
   if isinstance(text, bytes):
     try:
@@ -204,7 +234,8 @@ def parse_json(text: str | bytes, where: str, *, max_depth: int = MAX_JSON_DEPTH
   if depth > max_depth:
     raise ReadError(f"{where}: JSON nested more than {max_depth} levels deep")
   try:
-    return json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
+    return json.loads(text, parse_constant=_no_constant, parse_float=_finite_float,
+                      object_pairs_hook=_unique_keys)
   except json.JSONDecodeError as e:
     raise ReadError(f"{where}: not valid JSON ({e.msg} at line {e.lineno} column "
                     f"{e.colno})") from None
@@ -245,10 +276,13 @@ Headers = Mapping[str, tuple[tuple[int, ...], np.dtype]]
 
 def _member_header(zf: zipfile.ZipFile, info: zipfile.ZipInfo, key: str, name: str
                    ) -> tuple[tuple[int, ...], bool, np.dtype, int]:
-  """(shape, fortran order, dtype, header bytes) of one member, its data unread."""
-  with zf.open(info) as raw:
-    stream = _Counting(raw)
-    try:
+  """(shape, fortran order, dtype, header bytes) of one member, its data unread.
+
+  Opening the member is inside the ``try``: a damaged zip directory (a local header
+  offset that points elsewhere, overlapping entries) is refused there."""
+  try:
+    with zf.open(info) as raw:
+      stream = _Counting(raw)
       version = np.lib.format.read_magic(stream)   # type: ignore[arg-type]
       if version == (1, 0):
         shape, fortran, dtype = np.lib.format.read_array_header_1_0(
@@ -259,15 +293,21 @@ def _member_header(zf: zipfile.ZipFile, info: zipfile.ZipInfo, key: str, name: s
       else:
         raise NpzError(f"{name}: {key}: .npy format version {version} is not read "
                        f"(1.0 and 2.0 are)")
-    except NpzError:
-      raise
-    except (ValueError, EOFError, OSError, SyntaxError, TypeError, RecursionError,
-            MemoryError, zipfile.BadZipFile) as e:
-      raise NpzError(f"{name}: {key}: not a .npy array ({' '.join(str(e).split())[:100]})") \
-          from None
+      count = stream.count
+  except NpzError:
+    raise
+  except (zipfile.BadZipFile, zlib.error, NotImplementedError) as e:
+    raise NpzError(f"{name}: {key}: the archive is unusable (a damaged zip directory or "
+                   f"stream: {' '.join(str(e).split())[:100]})") from None
+  except OSError as e:
+    raise DiskReadError(f"{name}: {key}: the disk failed while it was read "
+                        f"({e.strerror or e})") from None
+  except (ValueError, EOFError, SyntaxError, TypeError, RecursionError, MemoryError) as e:
+    raise NpzError(f"{name}: {key}: not a .npy array ({' '.join(str(e).split())[:100]})") \
+        from None
   if dtype.hasobject:
     raise NpzError(f"{name}: {key} holds Python objects, which are never loaded")
-  return tuple(int(s) for s in shape), bool(fortran), dtype, stream.count
+  return tuple(int(s) for s in shape), bool(fortran), dtype, count
 
 
 def read_npz(path: str | os.PathLike, *, check: Callable[[Headers], None] | None = None,
@@ -303,7 +343,10 @@ def read_npz(path: str | os.PathLike, *, check: Callable[[Headers], None] | None
   with f:
     try:
       zf = zipfile.ZipFile(f)
-    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as e:
+    except OSError as e:
+      raise DiskReadError(f"{name}: the disk failed while it was read ({e.strerror or e})") \
+          from None
+    except (zipfile.BadZipFile, EOFError, ValueError) as e:
       raise NpzError(f"{name}: not an .npz archive (np.savez writes one; truncated, or another "
                      f"format: {' '.join(str(e).split())[:80]})") from None
     with zf:
@@ -311,7 +354,8 @@ def read_npz(path: str | os.PathLike, *, check: Callable[[Headers], None] | None
       if len(infos) > MAX_NPZ_MEMBERS:
         raise NpzError(f"{name}: {len(infos)} members, more than the {MAX_NPZ_MEMBERS} read")
       members: dict[str, tuple[zipfile.ZipInfo, tuple[int, ...], bool, np.dtype, int]] = {}
-      total = 0
+      total = packed = 0
+      size = os.fstat(f.fileno()).st_size
       for info in infos:
         key = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
         if info.is_dir() or not info.filename.endswith(".npy"):
@@ -321,6 +365,16 @@ def read_npz(path: str | os.PathLike, *, check: Callable[[Headers], None] | None
         if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
           raise NpzError(f"{name}: {key}: compression method {info.compress_type} is not read "
                          f"(np.savez and np.savez_compressed use stored and deflated)")
+        stored = info.compress_size if info.compress_type == zipfile.ZIP_DEFLATED else \
+            info.file_size
+        if info.compress_size != stored or info.file_size > inflation_bound(stored):
+          raise NpzError(f"{name}: {key}: the archive is unusable: its directory declares "
+                         f"{format_size(info.file_size)} from {format_size(info.compress_size)} "
+                         f"stored, more than they can hold")
+        packed += info.compress_size
+        if packed > size:
+          raise NpzError(f"{name}: {key}: the archive is unusable: its directory declares "
+                         f"{format_size(packed)} stored in a file of {format_size(size)}")
         shape, fortran, dtype, header = _member_header(zf, info, key, name)
         nbytes = math.prod(shape) * dtype.itemsize
         if header + nbytes != info.file_size:
@@ -367,6 +421,10 @@ def _member_data(zf: zipfile.ZipFile, name: str, key: str, info: zipfile.ZipInfo
         raise NpzError(f"{name}: {key}: more data than its header declares")
   except NpzError:
     raise
-  except (zipfile.BadZipFile, OSError, EOFError, ValueError) as e:
-    raise NpzError(f"{name}: {key}: unreadable ({' '.join(str(e).split())[:100]})") from None
+  except (zipfile.BadZipFile, EOFError, ValueError, NotImplementedError, zlib.error) as e:
+    raise NpzError(f"{name}: {key}: the archive is unusable "
+                   f"({' '.join(str(e).split())[:100]})") from None
+  except OSError as e:
+    raise DiskReadError(f"{name}: {key}: the disk failed while it was read "
+                        f"({e.strerror or e})") from None
   return out

@@ -40,6 +40,7 @@ import numpy as np
 from fedkrr.io import ReadError
 from fedkrr.io import available_memory
 from fedkrr.io import format_size
+from fedkrr.io import inflation_bound
 from fedkrr.io import open_regular
 from fedkrr.io import read_bytes
 
@@ -312,15 +313,19 @@ def _find(directory: str, fname: str) -> str | None:
   return None
 
 
-def _read_exactly(stream: Any, n: int, path: str, what: str) -> bytes:
-  data = bytearray()
-  while len(data) < n:
-    chunk = stream.read(min(n - len(data), 2**24))
+def _read_exactly(stream: Any, n: int, path: str, what: str) -> np.ndarray:
+  """``n`` bytes of ``stream`` read into one preallocated uint8 array (no second copy)."""
+  data = np.empty(n, dtype=np.uint8)
+  view = memoryview(cast(Any, data))
+  filled = 0
+  while filled < n:
+    chunk = stream.read(min(n - filled, 2**24))
     if not chunk:
-      raise DataError(f"{path!r}: the file ends inside the {what} ({len(data)} of {n} bytes; "
+      raise DataError(f"{path!r}: the file ends inside the {what} ({filled} of {n} bytes; "
                       f"truncated)")
-    data += chunk
-  return bytes(data)
+    view[filled:filled + len(chunk)] = chunk
+    filled += len(chunk)
+  return data
 
 
 def _read_idx(path: str, magic: int, rank: int) -> np.ndarray:
@@ -342,10 +347,17 @@ def _read_idx(path: str, magic: int, rank: int) -> np.ndarray:
       if rank == 3 and dims[1:] != (28, 28):
         raise DataError(f"{path!r}: header declares images of {dims[1]}x{dims[2]} pixels, "
                         f"expected MNIST's 28x28")
-      if size > _MAX_DATA_FILE or 4 * size > available_memory():
+      # held at once: the bytes, then two float32 copies (_to_unit), all decided here
+      if size > _MAX_DATA_FILE or 9 * size > available_memory():
         raise DataError(f"{path!r}: header declares shape {dims} ({format_size(size)}), more "
                         f"than this machine can hold as float32 images")
-      if not path.endswith(".gz"):
+      if path.endswith(".gz"):
+        packed = os.fstat(raw.fileno()).st_size
+        if size > inflation_bound(packed):
+          raise DataError(f"{path!r}: header declares shape {dims} ({format_size(size)}), "
+                          f"more than a gzip file of {format_size(packed)} can hold; the file "
+                          f"is unusable")
+      else:
         stored = os.fstat(raw.fileno()).st_size - header
         if stored != size:
           raise DataError(f"{path!r}: header says shape {dims} ({size} bytes), file has "
@@ -355,9 +367,10 @@ def _read_idx(path: str, magic: int, rank: int) -> np.ndarray:
         raise DataError(f"{path!r}: more data than its header declares (shape {dims})")
   except ReadError as e:
     raise DataError(str(e)) from None
-  except (OSError, EOFError, zlib.error) as e:
-    raise DataError(f"cannot read {path!r}: {e}") from None
-  return np.frombuffer(data, dtype=np.uint8).reshape(dims)
+  except (OSError, EOFError, zlib.error) as e:   # gzip.BadGzipFile is an OSError
+    raise DataError(f"{path!r}: the file is unusable ({' '.join(str(e).split())[:100]})") \
+        from None
+  return data.reshape(dims)
 
 
 def read_idx_images(path: str) -> np.ndarray:

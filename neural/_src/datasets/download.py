@@ -24,9 +24,12 @@ import hashlib
 import http.client
 import os
 from pathlib import Path
+import re
 import shutil
+import stat
 import tarfile
 import tempfile
+from typing import Any
 from typing import NamedTuple
 import urllib.error
 import urllib.parse
@@ -130,6 +133,48 @@ def _check(path: Path, remote: Remote) -> str | None:
   return None
 
 
+def _open_part(part: Path, have: int) -> Any:
+  """``NAME.part`` opened for writing at byte ``have`` (0: emptied), never through a link.
+
+  ``O_NOFOLLOW`` refuses a symbolic link; the opened file is then checked before a
+  byte is written or truncated: a regular file with one link (a hard link to a file
+  elsewhere would be overwritten there).
+  """
+  flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+  try:
+    fd = os.open(part, flags, 0o666)
+  except OSError as e:
+    raise DataError(f"{part}: cannot write the partial download ({e.strerror or e}); remove "
+                    f"it if it is a link, and run the command again") from None
+  try:
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+      what = ("not a regular file" if not stat.S_ISREG(info.st_mode) else
+              f"a file of {info.st_nlink} hard links")
+      raise DataError(f"{part}: expected a partial download (a regular file) or nothing, "
+                      f"found {what}; remove it and run the command again")
+    if have:
+      os.lseek(fd, 0, os.SEEK_END)
+    else:
+      os.ftruncate(fd, 0)
+    return os.fdopen(fd, "ab")
+  except BaseException:
+    os.close(fd)
+    raise
+
+
+def _check_range(header: str | None, have: int, remote: Remote, url: str) -> None:
+  """A 206 answer must send the bytes asked for: ``Content-Range: bytes HAVE-END/SIZE``."""
+  if header is None:   # not sent (RFC 9110 requires it): nothing to check it against
+    return
+  match = re.fullmatch(r"\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*", header)
+  if not match or int(match.group(1)) != have or (
+      match.group(3) != "*" and int(match.group(3)) != remote.size):
+    raise DataError(f"{url}: the server answered 206 with Content-Range {header!r}, not the "
+                    f"bytes {have}- of {remote.size} asked for; try again later, or "
+                    f"--base-url with a mirror")
+
+
 def fetch_file(url: str, remote: Remote, target: str | os.PathLike,
                progress: bool = False, timeout: float = 60.0) -> Path:
   """Downloads ``url`` to ``target`` (a file path): resumed, checked, then renamed.
@@ -169,7 +214,9 @@ def fetch_file(url: str, remote: Remote, target: str | os.PathLike,
       with urllib.request.urlopen(request, timeout=timeout) as response:
         if have and response.status != 206:   # the Range was ignored: the whole file again
           have = 0
-        with open(part, "ab" if have else "wb") as out, tqdm(
+        if have:
+          _check_range(response.headers.get("Content-Range"), have, remote, url)
+        with _open_part(part, have) as out, tqdm(
             total=remote.size, initial=have, unit="B", unit_scale=True, unit_divisor=1024,
             desc=remote.name, disable=not progress) as bar:
           written = have
@@ -182,6 +229,8 @@ def fetch_file(url: str, remote: Remote, target: str | os.PathLike,
             bar.update(len(block))
           out.flush()
           os.fsync(out.fileno())
+    except DataError:   # a .part that is a link, a 206 of other bytes: said already
+      raise
     except urllib.error.HTTPError as e:
       if e.code == 416 and have:   # asked past the end: the part may be whole; check it
         pass
@@ -281,7 +330,9 @@ def fetch_dataset(name: str, directory: str | os.PathLike, base_url: str | None 
   directory.mkdir(parents=True, exist_ok=True)
   if spec.unpack is not None and (directory / spec.unpack[0]).is_dir():
     return [directory / spec.unpack[0]]   # unpacked before (and checked then)
-  base = (base_url or spec.base_url).rstrip("/")
+  if base_url is not None and (not isinstance(base_url, str) or not base_url.strip()):
+    raise DataError(f"--base-url: expected a URL (http:// or https://), got {base_url!r}")
+  base = (spec.base_url if base_url is None else base_url).rstrip("/")
   paths = []
   for remote in spec.files:
     target = directory / remote.name

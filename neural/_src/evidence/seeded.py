@@ -26,6 +26,7 @@ same setting) or read its verdict as resting on the test set's noise alone.
 from __future__ import annotations
 
 from collections.abc import Sequence
+import numbers
 from typing import Any
 from typing import NamedTuple
 
@@ -59,9 +60,15 @@ class Effect(NamedTuple):
 
 def difference(label: str, a: Any, b: Any, n: int, scale: float = 1.0) -> Effect:
   """The effect "a > b", per seed: a - b, with the binomial error of both."""
+  for name, value in (("a", a), ("b", b)):
+    if _numbers(value) is None:
+      raise ValueError(f"difference {_shown(label)}: {name}: expected numbers, one per seed, "
+                       f"got {_shown(value)}")
+  _check_number(f"difference {_shown(label)}", "scale", scale, _real(scale) and scale > 0,
+                "a finite number > 0")
   a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
   if a.shape != b.shape:
-    raise ValueError(f"difference {label!r}: a and b need one value per seed each, got "
+    raise ValueError(f"difference {_shown(label)}: a and b need one value per seed each, got "
                      f"shapes {a.shape} and {b.shape}")
   return Effect(label, a - b, np.concatenate([a.ravel(), b.ravel()]) / scale, n, scale=scale)
 
@@ -88,18 +95,74 @@ class Judgement(NamedTuple):
     return "; ".join(out)
 
 
+def _shown(value: Any) -> str:
+  text = repr(value)
+  return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _real(value: Any) -> bool:
+  """A finite real number (a Python or NumPy one), not a bool."""
+  return (isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
+          and bool(np.isfinite(float(value))))
+
+
+def _numbers(value: Any) -> np.ndarray | None:
+  """``value`` as a float array if it holds numbers only (no bools, strings, None)."""
+  try:
+    array = np.asarray(value)
+  except (ValueError, TypeError):   # ragged
+    return None
+  if array.dtype.kind not in "iuf" and not (array.size == 0 and array.dtype.kind == "f"):
+    return None
+  try:
+    return array.astype(float)
+  except OverflowError:
+    return None
+
+
+def _check_number(where: str, name: str, value: Any, ok: bool, expected: str) -> None:
+  if not ok:
+    raise ValueError(f"{where}: {name}: expected {expected}, got {_shown(value)}")
+
+
+def _check_effect(effect: Effect) -> None:
+  """Raises ``ValueError`` (one line naming the effect and the argument) unless every
+  argument of ``effect`` has its type and range: a 1-D ``per_seed`` of finite numbers,
+  finite accuracies in [0, 1] when ``n`` > 0, ``n`` an integer >= 0, ``theta`` finite,
+  ``above`` a bool, ``scale`` finite and > 0 (booleans are not numbers here)."""
+  where = f"effect {_shown(effect.label)}"
+  if not isinstance(effect, Effect):
+    raise ValueError(f"judge: effects: expected Effects, got {_shown(effect)}")
+  _check_number("effect", "label", effect.label, isinstance(effect.label, str), "a string")
+  values = _numbers(effect.per_seed)
+  _check_number(where, "per_seed", effect.per_seed,
+                values is not None and values.ndim == 1 and values.size > 0
+                and bool(np.all(np.isfinite(values))),
+                "a 1-D array of finite numbers, one per seed")
+  n = effect.n
+  _check_number(where, "n", n, isinstance(n, numbers.Integral) and not isinstance(
+      n, (bool, np.bool_)) and n >= 0, "an integer >= 0 (test points)")
+  accuracies = _numbers(effect.accuracies)
+  _check_number(where, "accuracies", effect.accuracies,
+                accuracies is not None and bool(np.all(np.isfinite(accuracies))),
+                "finite numbers")
+  assert accuracies is not None
+  if n and (accuracies.size == 0 or np.any((accuracies < 0) | (accuracies > 1))):
+    raise ValueError(f"{where}: accuracies: expected values in [0, 1] (fractions) for the "
+                     f"binomial error of n = {n}, got {_shown(effect.accuracies)}")
+  _check_number(where, "theta", effect.theta, _real(effect.theta), "a finite number")
+  _check_number(where, "above", effect.above, isinstance(effect.above, (bool, np.bool_)),
+                "True or False")
+  _check_number(where, "scale", effect.scale, _real(effect.scale) and effect.scale > 0,
+                "a finite number > 0")
+
+
 def _evidence(effect: Effect) -> rules.Evidence:
-  values = np.ravel(np.asarray(effect.per_seed, dtype=float))
-  if values.size == 0 or not np.all(np.isfinite(values)):
-    raise ValueError(f"effect {effect.label!r}: per_seed: expected one finite value per "
-                     f"seed, got {values}")
+  _check_effect(effect)
+  values = np.asarray(effect.per_seed, dtype=float)
   accuracies = np.ravel(np.asarray(effect.accuracies, dtype=float))
-  if effect.n < 0:
-    raise ValueError(f"effect {effect.label!r}: n: expected test points >= 0, got {effect.n}")
-  if effect.n and (accuracies.size == 0 or np.any((accuracies < 0) | (accuracies > 1))):
-    raise ValueError(f"effect {effect.label!r}: accuracies: expected values in [0, 1] "
-                     f"(fractions) for the binomial error of n = {effect.n}, got {accuracies}")
-  return rules.evidence(values, accuracies if effect.n else 0.5, effect.n, effect.scale)
+  return rules.evidence(values, accuracies if effect.n else 0.5, int(effect.n),
+                        float(effect.scale))
 
 
 def judge(effects: Sequence[Effect] | Effect, floor: float = 0.0) -> Judgement:
@@ -117,6 +180,10 @@ def judge(effects: Sequence[Effect] | Effect, floor: float = 0.0) -> Judgement:
   effects = (effects,) if isinstance(effects, Effect) else tuple(effects)
   if not effects:
     raise ValueError("judge: effects: expected at least one Effect")
+  if not _real(floor) or floor < 0:
+    raise ValueError(f"judge: floor: expected a finite number >= 0, got {_shown(floor)}")
+  for effect in effects:
+    _check_effect(effect)
   with rules.noise_floor(floor):
     evidence = [_evidence(effect) for effect in effects]
   k = len(effects)
@@ -144,13 +211,21 @@ def count_verdicts(verdicts: Sequence[str]) -> str:
   return ", ".join(counts + ([f"{other} other"] if other else []))
 
 
+def _cell(text: str) -> str:
+  """``text`` as one markdown table cell: ``|`` escaped, line breaks as spaces."""
+  flat = str(text).replace("\r\n", " ").replace("\n", " ").replace("\r", " ")
+  return flat.replace("\\|", "|").replace("|", "\\|")
+
+
 def judgement_table(rows: Sequence[tuple[str, str, Judgement]]) -> str:
   """A markdown table: statement | paper | measured (mean ± 95% half-width over S seeds)
   | verdict, one row per ``(statement, the paper's words or numbers, judgement)``,
-  and the count of verdicts under it."""
+  and the count of verdicts under it. A ``|`` in a cell is escaped (``\\|``) and a line
+  break becomes a space, so every row keeps its five cells."""
   lines = ["| statement | paper | measured: mean ± 95% half-width over the seeds | seeds "
            "| verdict |", "| --- | --- | --- | --- | --- |"]
   for text, paper, j in rows:
-    lines.append(f"| {text} | {paper} | {j.measured()} | {j.seeds} | {j.verdict} |")
+    cells = (text, paper, j.measured(), str(j.seeds), j.verdict)
+    lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
   lines += ["", count_verdicts([j.verdict for _, _, j in rows]) + "."]
   return "\n".join(lines)

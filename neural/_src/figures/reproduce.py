@@ -151,8 +151,16 @@ def with_paper_rounds(runs: list[tuple[str, Any]], paper_rounds: int | None
   ``None``: as they are)."""
   if paper_rounds is None:
     return runs
-  return [(name, config.replace(rounds=steps_for_paper_rounds(
-      config.protocol, paper_rounds, config.agents))) for name, config in runs]
+  out = []
+  for name, config in runs:
+    steps = steps_for_paper_rounds(config.protocol, paper_rounds, config.agents)
+    try:
+      out.append((name, config.replace(rounds=steps)))
+    except ConfigError as e:   # the flag the user set, not the field it became
+      raise ConfigError(f"paper_rounds (--paper-rounds): {paper_rounds} paper rounds are "
+                        f"{steps} logged rounds of {name or 'the run'}, which its config "
+                        f"refuses ({e})") from None
+  return out
 
 
 def reproduce(figure: int | str, workdir: str | os.PathLike, scale: str = "small",
@@ -238,7 +246,9 @@ def reproduce(figure: int | str, workdir: str | os.PathLike, scale: str = "small
     other_curves.update(_read_other(path)[1])
   workdir = Path(workdir)
   specs = [(name, load_spec(name)) for name in names]
-  base = int(overrides.get("seed", 0))
+  base = overrides.get("seed", 0)
+  if isinstance(base, bool) or not isinstance(base, int):   # null, [1], 1.9: never int()ed
+    raise ConfigError(f"seed: expected an integer, got {repr(base)[:80]}")
   planned = [(name, spec, [with_paper_rounds(spec.expand({**overrides, "seed": base + k}),
                                              paper_rounds) for k in range(count)])
              for name, spec in specs]   # validates every run before any starts

@@ -104,7 +104,11 @@ class ConfigSpec:
 
   def methods(self) -> tuple[str | None, ...]:
     """The methods the runs name (``"method"``; ``None`` for a KD experiment), each once."""
-    return tuple(dict.fromkeys(values.get("method") for _, values in self.run_values()))
+    methods = [values.get("method") for _, values in self.run_values()]
+    for method in methods:
+      if method is not None and not isinstance(method, str):
+        raise ConfigError(f"method: expected a method name, got {shown(method)}")
+    return tuple(dict.fromkeys(methods))
 
 
 def _axis_entries(axis: Any, where: str) -> list[tuple[str, dict[str, Any]]]:
@@ -126,13 +130,26 @@ def _axis_entries(axis: Any, where: str) -> list[tuple[str, dict[str, Any]]]:
   return entries
 
 
+# The files a sweep's workdir (and a reproduction's) holds beside its runs' folders, and
+# a run directory's own: a run named so would collide with one of them.
+RESERVED_NAMES = frozenset({"sweep.json", "accuracy.png", "reproduce.md", "reproduce.json",
+                            "reproduce.png", "config.json", "metrics.jsonl", "checkpoint.npz",
+                            ".lock"})
+
+
 def _check_run_name(name: str, where: str) -> None:
-  """A grid entry's name becomes a folder under the workdir: a plain folder name only."""
+  """A grid entry's name becomes a folder under the workdir: a plain folder name only,
+  UTF-8 text, and none of the files beside it (:data:`RESERVED_NAMES`)."""
   if (not name or name in (".", "..") or any(c in name for c in "/\\\0")
-      or os.path.isabs(name) or len(name.encode("utf-8", "surrogatepass")) > 200):
+      or os.path.isabs(name) or len(name.encode("utf-8", "surrogatepass")) > 200
+      or name != name.encode("utf-8", "replace").decode("utf-8")):
     raise ConfigError(f"{where}: the run name {shown(name)} is not a plain folder name "
-                      f"(expected 1-200 bytes, no / or \\, not . or ..); it names the run's "
-                      f"folder under the workdir")
+                      f"(expected 1-200 bytes of UTF-8, no / or \\, not . or ..); it names "
+                      f"the run's folder under the workdir")
+  if name.lower() in RESERVED_NAMES:
+    raise ConfigError(f"{where}: the run name {shown(name)} is the name of a file the sweep "
+                      f"writes beside its runs ({', '.join(sorted(RESERVED_NAMES))}); "
+                      f"rename the run")
 
 
 def _fmt(value: Any) -> str:

@@ -272,9 +272,10 @@ def run_in_workers(tasks: Sequence[Task] | Sequence[Sequence[Task]], jobs: int, 
       may be a list of runs instead: a batch, run in one worker by
       :func:`neural._src.jobs.batched.run_batch`; its result is then the list of its
       runs' rows.
-    jobs: how many worker processes (at most one per task). On a machine with GPUs each
-      sees one GPU, the workers taking the GPUs in turn (worker i the GPU i mod G): every
-      GPU of the machine is used. Their CPU cores: :func:`worker_cores`.
+    jobs: how many worker processes (at most one per task, and without GPUs at most one
+      per CPU core this process may use). On a machine with GPUs each sees one GPU, the
+      workers taking the GPUs in turn (worker i the GPU i mod G): every GPU of the machine
+      is used. Their CPU cores: :func:`worker_cores`.
     max_rounds: do at most this many rounds of each run (as ``neural run --max-rounds``).
     progress: a bar over the finished runs (the runs themselves show none).
     label: the bar's description.
@@ -311,6 +312,8 @@ def run_in_workers(tasks: Sequence[Task] | Sequence[Sequence[Task]], jobs: int, 
     try:
       count = max(1, min(jobs, len(tasks)))
       gpus = gpu_ids()
+      if not gpus:   # CPU workers: at most one per core (more only queue for the cores)
+        count = max(1, min(count, len(allowed_cores())))
       for i, cores in enumerate(worker_cores(count)):
         worker = subprocess.Popen(
             [sys.executable, "-P", "-m", "neural._src.jobs.workers", str(os.getpid()),

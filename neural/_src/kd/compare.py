@@ -81,6 +81,7 @@ from collections.abc import Sequence
 import functools
 import json
 import math
+import numbers
 import os
 from pathlib import Path
 import time
@@ -275,6 +276,18 @@ def matched_ridge(config: ExperimentConfig, num_classes: int) -> float:
   Goes with each agent's kernel scaled by ``N / N_a``.
   """
   return float(num_classes) * float(config.weight_decay) / 2.0
+
+
+def check_options(ridge: Any = None, max_points: Any = 5000, ntk_batch_size: Any = 64) -> None:
+  """Raises :class:`CompareError` (naming the option) unless the comparison's numbers are
+  usable: ``ridge`` None or a finite number >= 0, ``max_points`` and ``ntk_batch_size``
+  integers >= 1. Checked before anything trains."""
+  if ridge is not None and (isinstance(ridge, bool) or not isinstance(ridge, numbers.Real)
+                            or not math.isfinite(float(ridge)) or float(ridge) < 0):
+    raise CompareError(f"ridge: expected a finite number >= 0, got {ridge!r}")
+  for name, value in (("max_points", max_points), ("ntk_batch_size", ntk_batch_size)):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+      raise CompareError(f"{name}: expected an integer >= 1, got {value!r}")
 
 
 def check_config(config: ExperimentConfig, kernel: str) -> None:
@@ -696,6 +709,7 @@ def compare(config: ExperimentConfig, workdir: str | os.PathLike, *, kernel: str
     ['figure', 'json', 'markdown']
   """
   check_config(config, kernel)
+  check_options(ridge, max_points, ntk_batch_size)   # before anything trains
   workdir = Path(workdir)
   data = load_run_data(config)
   n = sum(int(x.shape[0]) for x in data.xs) + int(data.x_test.shape[0])

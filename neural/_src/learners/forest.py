@@ -10,11 +10,15 @@ the predicted rows are non-negative and sum to 1.
 from __future__ import annotations
 
 import dataclasses
+import numbers
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from sklearn.ensemble import RandomForestRegressor
+
+from neural._src.choices import MAX_FOREST_TREES
 
 Array = jax.Array
 ArrayLike = jax.typing.ArrayLike
@@ -62,10 +66,14 @@ class ForestLearner:
   n_jobs: int | None = None
 
   def __post_init__(self):
-    if int(self.n_estimators) < 1:
-      raise ForestError(f"n_estimators: expected a positive int, got {self.n_estimators}")
-    if self.max_depth is not None and int(self.max_depth) < 1:
-      raise ForestError(f"max_depth: expected None or a positive int, got {self.max_depth}")
+    def whole(value: Any) -> bool:
+      return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
+
+    if not whole(self.n_estimators) or not 1 <= self.n_estimators <= MAX_FOREST_TREES:
+      raise ForestError(f"n_estimators: expected an integer in 1..{MAX_FOREST_TREES}, got "
+                        f"{self.n_estimators!r}")
+    if self.max_depth is not None and (not whole(self.max_depth) or self.max_depth < 1):
+      raise ForestError(f"max_depth: expected None or a positive int, got {self.max_depth!r}")
 
   def with_key(self, key: Array) -> ForestLearner:
     """The same learner with ``seed`` drawn from a PRNG key (one per round and agent)."""

@@ -49,6 +49,7 @@ from typing import cast
 
 import numpy as np
 
+from fedkrr.io import DiskReadError
 from fedkrr.io import NpzError
 from fedkrr.io import ReadError
 from fedkrr.io import atomic_write
@@ -66,6 +67,10 @@ _FOREST_TYPES = ("sklearn.tree._tree.Tree",)   # beyond skops' defaults
 
 class CheckpointError(ValueError):
   """A checkpoint that cannot be written or read (the message names the file)."""
+
+
+class CheckpointReadFailed(CheckpointError):
+  """The disk failed while a checkpoint was read (EIO): it may be intact; read it again."""
 
 
 class Node(NamedTuple):
@@ -275,6 +280,8 @@ def read_checkpoint(path: str | os.PathLike) -> Any:
     if not isinstance(skeleton, dict) or skeleton.get("format") not in FORMATS:
       raise CheckpointError(f"it is not a {FORMAT} file")
     return _decode(skeleton.get("tree"), arrays)
+  except DiskReadError as e:
+    raise CheckpointReadFailed(f"checkpoint {e}") from None
   except NpzError as e:
     raise CheckpointError(f"checkpoint {e}") from None
   except ReadError as e:

@@ -47,6 +47,7 @@ from fedkrr.io import parse_json
 from neural._src.choices import AGENT_BATCHING
 from neural._src.choices import AUGMENTS
 from neural._src.choices import LOSSES
+from neural._src.choices import MAX_FOREST_TREES
 from neural._src.choices import MODELS
 from neural._src.choices import STEP_LOOPS
 from neural._src.choices import WEIGHTINGS
@@ -205,11 +206,17 @@ def coerce(name: str, kind: Any, value: Any) -> Any:
     ok = isinstance(value, int) and not isinstance(value, bool)
   elif kind is float:
     ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    value = float(value) if ok else value
+    try:
+      value = float(value) if ok else value
+    except OverflowError:   # an integer of hundreds of digits
+      raise ConfigError(f"{name}: expected a finite number, got an integer of "
+                        f"{len(str(abs(value)))} digits") from None
     if ok and not math.isfinite(value):
       raise ConfigError(f"{name}: expected a finite number, got {value!r}")
   elif kind is str:
     ok = isinstance(value, str)
+    if ok and not _utf8(value):   # a lone surrogate ("\udc80"): no file, plot or JSON takes it
+      raise ConfigError(f"{name}: expected UTF-8 text, got {shown(value)} (a lone surrogate)")
   elif typing.get_origin(kind) is tuple:
     item = typing.get_args(kind)[0]
     if item is str and isinstance(value, str):
@@ -227,6 +234,15 @@ def coerce(name: str, kind: Any, value: Any) -> Any:
   if not ok:
     raise ConfigError(f"{name}: expected {describe_type(kind)}, got {shown(value)}")
   return value
+
+
+def _utf8(text: str) -> bool:
+  """Whether ``text`` encodes as UTF-8 (no lone surrogates)."""
+  try:
+    text.encode("utf-8")
+  except UnicodeEncodeError:
+    return False
+  return True
 
 
 def describe_type(kind: Any) -> str:
@@ -498,7 +514,8 @@ class ExperimentConfig(RunConfig, EpochSettings):
     need(self.width is None or (len(self.width) in (1, self.agents)
                                 and all(w >= 1 for w in self.width)),
          "width", f"None, or integers >= 1: one, or one per agent ({self.agents})")
-    need(self.forest_trees >= 1, "forest_trees", "an integer >= 1")
+    need(1 <= self.forest_trees <= MAX_FOREST_TREES, "forest_trees",
+         f"an integer in 1..{MAX_FOREST_TREES}")
     need(self.forest_max_depth is None or self.forest_max_depth >= 1, "forest_max_depth",
          "None or an integer >= 1")
     need(self.devices in DEVICE_CHOICES, "devices", "'one' or 'all'")

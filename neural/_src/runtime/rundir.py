@@ -42,6 +42,7 @@ from collections.abc import Iterator
 from collections.abc import Sequence
 import contextlib
 import dataclasses
+import errno
 import json
 import os
 from pathlib import Path
@@ -53,6 +54,7 @@ import numpy as np
 
 from fedkrr.io import ReadError
 from fedkrr.io import WriteError
+from fedkrr.io import append_file
 from fedkrr.io import atomic_write
 from fedkrr.io import available_memory
 from fedkrr.io import check_output
@@ -60,7 +62,9 @@ from fedkrr.io import commit
 from fedkrr.io import parse_json
 from fedkrr.io import read_bytes
 from fedkrr.io import read_json
+from fedkrr.io import remove_staging
 from neural._src.runtime.checkpoint import CheckpointError
+from neural._src.runtime.checkpoint import CheckpointReadFailed
 from neural._src.runtime.checkpoint import load_checkpoint_entries
 from neural._src.runtime.checkpoint import read_checkpoint
 from neural._src.runtime.checkpoint import restore_checkpoint
@@ -140,16 +144,24 @@ def _write_metrics(workdir: Path, rows: Sequence[dict[str, Any]]) -> None:
 
 
 def append_metrics(workdir: Path, rows: Sequence[dict[str, Any]]) -> None:
-  """Appends metric rows to ``metrics.jsonl`` (flushed and synced; valid JSON only)."""
-  text = _lines(rows)
-  path = workdir / METRICS_FILE
+  """Appends metric rows to ``metrics.jsonl`` (flushed and synced; valid JSON only), never
+  through a symbolic or hard link (``fedkrr.io.append_file``: ``WriteError``)."""
+  append_file(workdir / METRICS_FILE, _lines(rows))   # never through a link
+
+
+def _refuse_links(path: Path) -> None:
+  """Refuses a run whose appended file is a link before any round runs (``append_file``
+  checks again, on the opened file, before each write)."""
   try:
-    with open(path, "a") as f:
-      f.write(text)
-      f.flush()
-      os.fsync(f.fileno())
+    info = os.lstat(path)
+  except FileNotFoundError:
+    return
   except OSError as e:
-    raise WriteError(f"cannot write {path}: {e.strerror or e}") from None
+    raise ExperimentError(f"workdir: cannot read {path} ({e.strerror or e})") from None
+  if os.path.islink(path) or info.st_nlink > 1:
+    kind = "a symbolic link" if os.path.islink(path) else f"a file of {info.st_nlink} hard links"
+    raise ExperimentError(f"workdir: {path} is {kind}, which a run never writes through; "
+                          f"move it away (or copy it in its place) to resume")
 
 
 def _saved_config(workdir: Path, from_dict: Callable[[dict[str, Any]], Any]) -> Any:
@@ -391,10 +403,14 @@ def open_run(workdir: str | os.PathLike, config: Any, *,
   except WriteError as e:
     raise ExperimentError(str(e)) from None
   data = None
+  created = False
   if not workdir.exists():
     data = load_data()                       # fails before anything is created
     try:
-      workdir.mkdir(parents=True, exist_ok=True)   # a run started at the same time: its lock
+      workdir.mkdir(parents=True)
+      created = True
+    except FileExistsError:
+      pass                                   # a run started at the same time: its lock
     except OSError as e:
       raise ExperimentError(f"workdir: cannot create {workdir} ({e.strerror or e})") from None
   lock = FileLock(workdir / LOCK_FILE)
@@ -405,6 +421,9 @@ def open_run(workdir: str | os.PathLike, config: Any, *,
                           f"{workdir / LOCK_FILE}); wait for that run or use another "
                           f"workdir") from None
   try:
+    # under the lock no other process writes here: a killed run's staging files go
+    remove_staging(workdir, (CONFIG_FILE, METRICS_FILE, CHECKPOINT_FILE, PLOT_FILE))
+    _refuse_links(workdir / METRICS_FILE)
     if (workdir / LEGACY_CHECKPOINT).exists():
       raise ExperimentError(f"workdir: {workdir / LEGACY_CHECKPOINT} is a pickled checkpoint "
                             f"of an older version, which is never read (unpickling can run "
@@ -414,6 +433,9 @@ def open_run(workdir: str | os.PathLike, config: Any, *,
     if os.path.lexists(path):
       try:
         raw = read_checkpoint(path)
+      except CheckpointReadFailed as e:   # the disk, not the file: never advise deleting it
+        raise ExperimentError(f"{e}; the file may be intact: check the disk and run the same "
+                              f"command again (do not delete it)") from None
       except CheckpointError as e:
         raise ExperimentError(f"{e}; {_restart()}") from None
     saved = _saved_config(workdir, from_dict)
@@ -444,9 +466,42 @@ def open_run(workdir: str | os.PathLike, config: Any, *,
     if replace:
       atomic_write(workdir / CONFIG_FILE, config.to_json())
     _repair_metrics(workdir, rows, done)
-    yield Run(workdir, checkpoint, done, list(rows), data, config)
+    run = Run(workdir, checkpoint, done, list(rows), data, config)
+    try:
+      yield run
+    except BaseException:
+      if raw is None and run.done == 0:      # a start that failed leaves nothing behind
+        _undo_start(workdir, replace)
+      else:
+        created = False
+      raise
+    created = False
   finally:
     lock.release()
+    if created:
+      _remove_empty(workdir)
+
+
+def _undo_start(workdir: Path, wrote_config: bool) -> None:
+  """Removes what a start that finished no round wrote: its config, an empty metrics file."""
+  try:
+    if wrote_config:
+      (workdir / CONFIG_FILE).unlink(missing_ok=True)
+    metrics = workdir / METRICS_FILE
+    if metrics.is_file() and not metrics.is_symlink() and metrics.stat().st_size == 0:
+      metrics.unlink()
+  except OSError:
+    pass
+
+
+def _remove_empty(workdir: Path) -> None:
+  """Removes a workdir this call created, if only its lock is left in it."""
+  try:
+    if {p.name for p in workdir.iterdir()} <= {LOCK_FILE}:
+      (workdir / LOCK_FILE).unlink(missing_ok=True)
+      workdir.rmdir()
+  except OSError:
+    pass
 
 
 def finished_rows(workdir: str | os.PathLike, config: Any, rounds: int
@@ -459,7 +514,8 @@ def finished_rows(workdir: str | os.PathLike, config: Any, rounds: int
   wrong, as on a resume, or repairs it) unless the saved config is ``config``'s, the
   checkpoint passes the resume's checks (its config is ``config``'s, its rows are those
   of its rounds) with exactly ``rounds`` rounds, and the metrics file holds exactly its
-  rows.
+  rows. On read-only media (the lock cannot be created) it reads without the lock: no
+  run can write there.
   """
   from filelock import FileLock
   from filelock import Timeout
@@ -468,10 +524,15 @@ def finished_rows(workdir: str | os.PathLike, config: Any, rounds: int
   if not (workdir / CHECKPOINT_FILE).is_file() or not (workdir / CONFIG_FILE).is_file():
     return None
   lock = FileLock(workdir / LOCK_FILE)
+  held = True
   try:
     lock.acquire(timeout=0)
-  except (Timeout, OSError):
+  except Timeout:
     return None
+  except OSError as e:   # read-only media: no run can write here, so read without the lock
+    if e.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+      return None
+    held = False
   try:
     try:
       saved = read_json(workdir / CONFIG_FILE, "config")
@@ -487,7 +548,50 @@ def finished_rows(workdir: str | os.PathLike, config: Any, rounds: int
     found, dropped = _metric_rows(workdir / METRICS_FILE)
     return rows if found == rows and not dropped else None
   finally:
-    lock.release()
+    if held:
+      lock.release()
+
+
+def run_status(workdir: str | os.PathLike, config: Any, rounds: int
+               ) -> tuple[list[dict[str, Any]], int, str]:
+  """Whether ``workdir`` holds the finished run of ``config``: what a verdict may read.
+
+  A run's metrics say what was logged, not whether the run finished: a run stopped by
+  ``--max-rounds`` or a kill holds the rows of its first rounds only. The run is
+  finished when its checkpoint passes the resume's checks (its config is ``config``'s,
+  its rows are those of its rounds) with exactly ``rounds`` rounds and
+  ``metrics.jsonl`` holds exactly those rows. Reads only (no lock, nothing written,
+  no data loaded), so a finished run on read-only media reads back.
+
+  Returns:
+    ``(rows, done, problem)``: the rows of the rounds done (the checkpoint's, else the
+    intact rows logged), how many rounds are done, and ``""`` for a finished run, else
+    one line saying what is not finished.
+
+  Raises:
+    ExperimentError: ``metrics.jsonl`` cannot be read.
+  """
+  workdir = Path(workdir)
+  logged, dropped = _metric_rows(workdir / METRICS_FILE)
+  seen = {r["round"] for r in logged}
+  done = next(t for t in range(len(seen) + 1) if t not in seen)
+  path = workdir / CHECKPOINT_FILE
+  if not os.path.lexists(path):
+    return logged, done, (f"unfinished: {done} of its {rounds} rounds logged and no "
+                          f"{CHECKPOINT_FILE}")
+  try:
+    entries = load_checkpoint_entries(path, ("round", "rows", "config"))
+    done, rows = _check_checkpoint({**entries, "state": None}, config, rounds)
+  except (OSError, ValueError) as e:   # CheckpointError is a ValueError
+    text = " ".join(str(e).split())
+    return logged, done, text if text.startswith("checkpoint ") else \
+        f"checkpoint {path} is unusable: {text}"
+  if done < rounds:
+    return rows, done, f"unfinished: {done} of its {rounds} rounds done"
+  if logged != rows or dropped:
+    return rows, done, (f"{METRICS_FILE} does not match its checkpoint's {len(rows)} rows "
+                        f"(run it again to repair it)")
+  return rows, done, ""
 
 
 def _repair_metrics(workdir: Path, rows: list[dict[str, Any]], done: int) -> None:

@@ -92,7 +92,9 @@ class OptimizerConfig:
                                    for f in dataclasses.fields(self)})
     if problem is not None:
       name, expected = problem
-      raise OptimizerError(f"{name}: expected {expected}, got {getattr(self, name)!r}")
+      got = repr(getattr(self, name))
+      raise OptimizerError(f"{name}: expected {expected}, got "
+                           f"{got if len(got) <= 80 else got[:77] + '...'}")
 
   @property
   def decays(self) -> bool:
