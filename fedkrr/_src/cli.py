@@ -203,7 +203,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   except commands.ERRORS as e:
     message = " ".join(str(e).split())
     if printing_failed(e):   # a print to a full disk or a closed pipe
-      message = f"cannot write the standard output ({e.strerror})"
+      message = f"cannot write the standard output ({getattr(e, 'strerror', e)})"
     print(f"fedkrr: error: {message}", file=sys.stderr)
     return 2
   except KeyboardInterrupt:

@@ -167,16 +167,17 @@ def run_command(args: argparse.Namespace) -> int:
                      f"takes --start), got {args.start}; leave it out")
   dtype = jnp.float32 if args.float32 else jnp.float64
   problem, x_eval = load_problem(args.problem, dtype=dtype)
-  options = dict(start=args.start, every=args.every, limit=args.limit)
   try:
-    runner.check_run(problem, args.protocol, args.rounds, method=args.method, **options)
+    runner.check_run(problem, args.protocol, args.rounds, method=args.method, start=args.start,
+                     every=args.every, limit=args.limit)
   except ValueError as e:   # the library names its argument; the flag is that name
     raise ValueError(f"--{e}") from None
   if args.method == "matfree":
     check_matfree_problem(problem)   # c > 0, before the estimate
   method = _plan_memory(problem, args, x_eval.shape[0], args.float32)
   result = runner.run(problem, args.protocol, args.rounds, x_eval, method=method,
-                      progress=args.progress, **options)
+                      progress=args.progress, start=args.start, every=args.every,
+                      limit=args.limit)
   for note in result.notes:
     print(f"fedkrr: note: {note}", file=sys.stderr)
   out: dict[str, np.ndarray] = {}

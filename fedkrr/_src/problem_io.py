@@ -113,7 +113,7 @@ def load_problem(path: str | os.PathLike, dtype=None) -> tuple[FederatedProblem,
     raise ProblemError(f"{path}: no such file (expected an .npz with {_LAYOUT})")
   try:
     itemsize = np.dtype(dtype if dtype is not None else
-                        (np.float64 if jax.config.jax_enable_x64 else np.float32)).itemsize
+                        (np.float64 if jax.config.read("jax_enable_x64") else np.float32)).itemsize
 
     def check(headers) -> None:
       _check_headers(headers)

@@ -322,7 +322,7 @@ def run(problem: FederatedProblem, protocol: str, rounds: int | None, x_eval: An
                                          progress=progress, params=params, **matfree_options)
     elif method == "sharded":   # on fedkrr.agent_mesh(M): every process's devices
       preds = sharded.sharded_trajectory(problem, protocol, rounds, x_eval,
-                                         start=params.start)
+                                         start=start if params is None else params.start)
     else:
       preds = protocols.simulate(protocol, krr_learners(problem), problem.xs, problem.ys,
                                  rounds, x_eval, progress=progress, every=every, params=params)

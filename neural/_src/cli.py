@@ -759,7 +759,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   except (ValueError, OSError) as e:   # ConfigError, DataError, ... are ValueErrors
     message = " ".join(str(e).split())
     if printing_failed(e):   # a print to a full disk or a closed pipe
-      message = f"cannot write the standard output ({e.strerror})"
+      message = f"cannot write the standard output ({getattr(e, 'strerror', e)})"
     print(f"neural: error: {message}", file=sys.stderr)
     return 2
   except Exception as e:   # out of memory, on the host or in XLA: one line, not a traceback

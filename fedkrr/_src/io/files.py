@@ -236,7 +236,7 @@ def printing_failed(e: BaseException) -> bool:
   the toolkit writes fail with a :class:`WriteError` naming them instead."""
   if type(e) not in (OSError, BrokenPipeError) or getattr(e, "filename", None) is not None:
     return False
-  if e.errno in (errno.ENOSPC, errno.EPIPE, errno.EIO):
+  if getattr(e, "errno", None) in (errno.ENOSPC, errno.EPIPE, errno.EIO):
     stdout_failure()   # what is left of the output goes to /dev/null
     return True
   return False

@@ -23,6 +23,7 @@ from typing import Any
 
 import jax
 from jax.experimental import multihost_utils
+import jax.numpy as jnp
 from jax.sharding import Mesh
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec
@@ -174,7 +175,7 @@ def shard_agents(tree: Any, mesh: Mesh) -> Any:
 
 def _global_array(leaf: Any, mesh: Mesh) -> jax.Array:
   """``leaf`` (the same on every process) sharded over a mesh that spans processes."""
-  if isinstance(leaf, jax.Array) and jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+  if isinstance(leaf, jax.Array) and jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key):
     data = _global_array(jax.random.key_data(leaf), mesh)   # typed keys: place their data
     return jax.random.wrap_key_data(data, impl=jax.random.key_impl(leaf))
   host = host_arrays(leaf)   # a global array already: gathered (JAX reshards across

@@ -87,6 +87,7 @@ def distributed_settings(coordinator: str | None = None, num_processes: int | No
            "process_id": PROCESS_ID_ENV}
     raise ValueError(f"{missing[0]}: missing (pass it or set ${env[missing[0]]}); several "
                       f"processes need the coordinator, their number and each one's id")
+  assert coordinator is not None and num_processes is not None and process_id is not None
   if not 0 <= process_id < num_processes:
     raise ValueError(f"process_id: expected 0 .. {num_processes - 1} for {num_processes} "
                       f"processes, got {process_id}")
@@ -136,7 +137,7 @@ def initialize_distributed(coordinator: str | None = None, num_processes: int | 
 
   if jax.distributed.is_initialized():   # connected already (a second command in-process)
     return True
-  if jax.config.jax_cpu_collectives_implementation is None:
+  if jax.config.read("jax_cpu_collectives_implementation") is None:
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
   coordinator, num_processes, process_id = settings
   jax.distributed.initialize(coordinator, num_processes, process_id)

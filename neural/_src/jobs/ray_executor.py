@@ -48,6 +48,7 @@ from fedkrr.io import before_exit
 from neural._src.jobs.workers import AUTO_JOBS_GPU
 from neural._src.jobs.workers import Task
 from neural._src.jobs.workers import answer
+from neural._src.jobs.workers import is_run
 from neural._src.jobs.workers import run_error
 from neural._src.jobs.workers import task_message
 from neural._src.jobs.workers import task_weight
@@ -233,7 +234,7 @@ def _reply(ray: Any, ref: Any) -> dict[str, Any] | None:
                        f"{' '.join(str(cause).split())[:300]}"}
 
 
-def run_in_ray(tasks: Sequence[Task] | Sequence[Sequence[Task]], *,
+def run_in_ray(tasks: Sequence[Task | Sequence[Task]], *,
                address: str | None = None, max_rounds: int | None = None,
                progress: bool = False, label: str = "runs",
                resources: Mapping[str, float] | None = None) -> list[Any]:
@@ -265,13 +266,14 @@ def run_in_ray(tasks: Sequence[Task] | Sequence[Sequence[Task]], *,
       its message starting with the run's name; the other tasks are cancelled first.
   """
   ray = import_ray()
-  tasks = [(t[0], t[1], Path(os.path.abspath(t[2]))) if isinstance(t, tuple) else
-           [(name, config, Path(os.path.abspath(path))) for name, config, path in t]
-           for t in tasks]
+  def absolute(run: Task) -> Task:
+    return run[0], run[1], Path(os.path.abspath(run[2]))
+
+  tasks = [absolute(t) if is_run(t) else [absolute(r) for r in t] for t in tasks]
   if not tasks:
     return []
-  runs = [[t] if isinstance(t, tuple) else list(t) for t in tasks]
-  names = [t[0] if isinstance(t, tuple) else f"batch of {', '.join(r[0] for r in t)}"
+  runs = [[t] if is_run(t) else list(t) for t in tasks]
+  names = [t[0] if is_run(t) else f"batch of {', '.join(r[0] for r in t)}"
            for t in tasks]
   if address not in (None, "auto"):
     _host_port(cast(str, address))   # a malformed address: before anything starts
@@ -287,7 +289,7 @@ def run_in_ray(tasks: Sequence[Task] | Sequence[Sequence[Task]], *,
         order = sorted(range(len(tasks)), key=lambda i: -task_weight(tasks[i]))
         refs = {remote.remote(task_message(tasks[i], max_rounds), str(marker), token): i
                 for i in order}
-        return _gather(ray, refs, names, [len(batch) if not isinstance(tasks[i], tuple)
+        return _gather(ray, refs, names, [len(batch) if not is_run(tasks[i])
                                           else 0 for i, batch in enumerate(runs)],
                        progress, label)
   finally:

@@ -46,6 +46,8 @@ from typing import IO
 from typing import Any
 import warnings
 
+from typing_extensions import TypeIs
+
 from fedkrr.io import allowed_cores
 from fedkrr.io import before_exit
 from fedkrr.io import core_shares
@@ -71,6 +73,11 @@ AUTO_JOBS_CPU = 2
 STOP_SECONDS = 60.0   # the longest the command waits for a stopped worker's last commit
 _PARENT_POLL = 1.0    # seconds between a worker's looks at its parent
 Task = tuple[str, RunConfig, Path]   # a run: its name, config and directory (a batch: a list)
+
+
+def is_run(task: Task | Sequence[Task]) -> TypeIs[Task]:
+  """Whether a task of :func:`run_in_workers` is one run (else a batch: a list of runs)."""
+  return is_run(task) and len(task) == 3 and isinstance(task[0], str)
 # The errors a worker sends back by name (the others arrive as ExperimentError).
 _ERRORS: dict[str, type[ValueError]] = {e.__name__: e for e in (
     ConfigError, DataError, ExperimentError, DivergenceError)}
@@ -236,12 +243,12 @@ def stop_workers(workers: Sequence[subprocess.Popen], timeout: float = STOP_SECO
 
 def task_weight(task: Task | Sequence[Task]) -> int:
   """The rounds of a task (a batch's: its longest run's), for the order of the queue."""
-  return rounds_of(task[1]) if isinstance(task, tuple) else max(rounds_of(t[1]) for t in task)
+  return rounds_of(task[1]) if is_run(task) else max(rounds_of(t[1]) for t in task)
 
 
 def task_message(task: Task | Sequence[Task], max_rounds: int | None) -> dict[str, Any]:
   """The JSON task of a run, or of a batch of runs (``runs``)."""
-  if isinstance(task, tuple):
+  if is_run(task):
     return {"config": task[1].to_dict(), "workdir": str(task[2]), "max_rounds": max_rounds}
   return {"runs": [{"name": name, "config": config.to_dict(), "workdir": str(path)}
                    for name, config, path in task], "max_rounds": max_rounds}
@@ -262,7 +269,7 @@ def run_error(name: str, reply: dict[str, Any] | None, named: bool = False) -> V
                                        else f" ({reply['error']})"))
 
 
-def run_in_workers(tasks: Sequence[Task] | Sequence[Sequence[Task]], jobs: int, *,
+def run_in_workers(tasks: Sequence[Task | Sequence[Task]], jobs: int, *,
                    max_rounds: int | None = None, progress: bool = False,
                    label: str = "runs") -> list[Any]:
   """Runs (or resumes) every ``(name, config, directory)`` of ``tasks``, ``jobs`` at a time.
@@ -292,9 +299,9 @@ def run_in_workers(tasks: Sequence[Task] | Sequence[Sequence[Task]], jobs: int, 
 
   results: list[Any] = [None] * len(tasks)
   queue = sorted(range(len(tasks)), key=lambda i: -task_weight(tasks[i]))
-  names = [t[0] if isinstance(t, tuple) else f"batch of {', '.join(r[0] for r in t)}"
+  names = [t[0] if is_run(t) else f"batch of {', '.join(r[0] for r in t)}"
            for t in tasks]
-  runs = [1 if isinstance(t, tuple) else len(t) for t in tasks]
+  runs = [1 if is_run(t) else len(t) for t in tasks]
   workers: list[subprocess.Popen] = []
   busy: dict[subprocess.Popen, int] = {}
   selector = selectors.DefaultSelector()
@@ -329,7 +336,7 @@ def run_in_workers(tasks: Sequence[Task] | Sequence[Sequence[Task]], jobs: int, 
           i = busy.pop(worker)
           reply = json.loads(line) if line else None
           if reply is None or "error" in reply:
-            raise run_error(names[i], reply, named=not isinstance(tasks[i], tuple))
+            raise run_error(names[i], reply, named=not is_run(tasks[i]))
           results[i] = reply["rows"]
           bar.update(runs[i])
           bar.set_postfix_str(names[i], refresh=True)

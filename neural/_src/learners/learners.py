@@ -242,8 +242,9 @@ class FlaxLearner:
         teachers = teachers._replace(**shard_agents(
             {"variables": teachers.variables, "weights": teachers.weights}, first.mesh))
       config = dataclasses.replace(config, agent_batching="vmap")
-    tests = first.eval_data if all(learner.eval_data is first.eval_data for learner in learners
-                                   ) else [learner.eval_data for learner in learners]
+    tests: Any = (first.eval_data if all(learner.eval_data is first.eval_data
+                                         for learner in learners)
+                  else [learner.eval_data for learner in learners])
     hook, scores = _epoch_scores(first.model, tests, len(learners), stacked=True)
     hyper = None
     if any(learner.config != first.config for learner in learners):   # runs of a batch
@@ -282,7 +283,8 @@ def _epoch_scores(model: nn.Module,
   scores: list[list[float]] = [[] for _ in range(num_agents)]
   if eval_data is None:
     return None, scores
-  tests = list(eval_data) if isinstance(eval_data, list) else [eval_data] * num_agents
+  tests: list[Any] = (list(eval_data) if isinstance(eval_data, list)
+                      else [eval_data] * num_agents)
 
   def hook(epoch, variables, agent):
     if agent is None and stacked:
