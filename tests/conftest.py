@@ -31,18 +31,6 @@ if "--xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
                              + " --xla_backend_optimization_level=0").strip()
 
 from fedkrr import avoid_cpu_eigh_deadlock  # noqa: E402
-from fedkrr.io import core_shares  # noqa: E402
-from fedkrr.io import use_cores  # noqa: E402
-
-# Each pytest-xdist worker on its own share of the cores, before JAX starts: the suite's
-# programs are small, and XLA's threads split over cores the other worker keeps busy wait
-# for each other (fedkrr/_src/platform/cores.py, benchmarks/busy_cores.py). The processes a
-# test starts inherit their worker's share. Set FEDKRR_TEST_ALL_CORES=1 to keep every core.
-if (os.environ.get("PYTEST_XDIST_WORKER", "").startswith("gw")
-    and os.environ.get("FEDKRR_TEST_ALL_CORES", "") != "1"):
-  _workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-  _index = int(os.environ["PYTEST_XDIST_WORKER"][2:])
-  use_cores(core_shares(_workers)[_index % _workers])
 
 avoid_cpu_eigh_deadlock()  # before the first computation (importing fedkrr runs none)
 

@@ -80,7 +80,7 @@ def test_cpu_workers_are_at_most_one_per_core(monkeypatch, tmp_path):
 
   monkeypatch.setattr(workers, "gpu_ids", lambda: [])
   monkeypatch.setattr(workers, "allowed_cores", lambda: [0, 1])
-  monkeypatch.setattr(workers, "core_shares", shares)
+  monkeypatch.setattr(workers, "worker_cores", shares)
   tasks = [(f"seed={s}", ExperimentConfig(**TINY, seed=s), tmp_path / f"w{s}")
            for s in range(8)]
   for jobs, expected in ((50, 2), (2, 2), (1, 1)):

@@ -10,8 +10,8 @@ allowed onto one core took 0.08, 0.08 and 0.12 s (``benchmarks/busy_cores.py``).
 process restricted to fewer cores sizes its pool (and OpenBLAS its threads) to them.
 
 So processes started side by side can each take their own share of the cores
-(:func:`core_shares`) before JAX starts (:func:`use_cores`): the test suite's pytest-xdist
-workers do, and ``neural reproduce --jobs J``'s workers with ``NEURAL_WORKER_CORES=own``.
+(:func:`core_shares`) before JAX starts (:func:`use_cores`): ``neural reproduce --jobs J``'s
+workers do with ``NEURAL_WORKER_CORES=own``.
 A single process keeps every core: on an idle machine the large programs (factorisations
 of thousands of points) use them. On a machine busy with other work, run a small job on
 fewer cores yourself (``taskset -c 0 fedkrr ...``).

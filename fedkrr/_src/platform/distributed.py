@@ -137,7 +137,8 @@ def initialize_distributed(coordinator: str | None = None, num_processes: int | 
 
   if jax.distributed.is_initialized():   # connected already (a second command in-process)
     return True
-  if jax.config.read("jax_cpu_collectives_implementation") is None:
+  # a flag with a context manager: read as an attribute (config.read refuses it)
+  if jax.config.jax_cpu_collectives_implementation is None:  # pyright: ignore
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
   coordinator, num_processes, process_id = settings
   jax.distributed.initialize(coordinator, num_processes, process_id)
