@@ -346,7 +346,7 @@ def reproduce_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
   parser = argparse.ArgumentParser(
       prog="neural reproduce",
       usage="neural reproduce [-h] --figure N [--scale small|paper] --workdir DIR "
-            "[--seeds K] [--with DIR] [--paper-rounds K] [--FIELD VALUE ...] "
+            "[--seeds K] [--with DIR] [--jobs J|auto] [--paper-rounds K] [--FIELD VALUE ...] "
             "[--set FIELD=VALUE] [--max-rounds K] [--batch B] [--executor local|ray] "
             "[--address ADDR] [--progress | --no-progress]",
       description="Runs (or resumes) every run of the shipped config(s) of Fig. N (small: "
@@ -374,10 +374,10 @@ def reproduce_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
                            "for the statements that compare figures (Fig. 8 with Fig. 6)")
   parser.add_argument("--jobs", type=_jobs, default=1, metavar="J",
                       help="run J runs at a time in worker processes, with the same numbers "
-                           "(default 1; on a 2-core CPU 2 does 1.25-1.4x the runs per hour), "
-                           "each on its own CPU cores and, with several GPUs, the workers "
-                           "taking the GPUs in turn; 'auto': 3 per GPU, 2 on a CPU of 2 "
-                           "cores or more (the measured best), 1 otherwise")
+                           "(default 1; on a 2-core CPU 2 does 1.25-1.4x the runs per hour; at "
+                           "most one per core without GPUs); with several GPUs the workers "
+                           "take the GPUs in turn; 'auto': 3 per GPU, 2 on a CPU of 2 cores "
+                           "or more (the measured best), 1 otherwise")
   parser.add_argument("--paper-rounds", type=_count(1), metavar="K",
                       help="give every run K paper rounds, keeping its steps per paper round "
                            "(AKD M, EKD 2): the small configs have 5; 20, the paper's, "
