@@ -11,7 +11,7 @@ directories, one after the other:
 - ``jobs1``: every run in the command's own process (``--jobs 1``);
 - ``workers``: the local pool, ``--jobs J`` (every worker on every core);
 - ``workers-own-cores``: the same with each worker on its own share of the cores
-  (``NEURAL_WORKER_CORES=own``: XLA's threads hold up, the CNN's last digits change);
+  (``NEURAL_WORKER_CORES=own``: XLA's threads hold up, the CNN's numbers change);
 - ``batch``: runs that share a protocol and shapes in one vmapped program each
   (``--batch B``), in the command's process;
 - ``ray``: one Ray task per run on a local Ray instance that the command starts
