@@ -78,6 +78,8 @@ Task = tuple[str, RunConfig, Path]   # a run: its name, config and directory (a 
 def is_run(task: Task | Sequence[Task]) -> TypeIs[Task]:
   """Whether a task of :func:`run_in_workers` is one run (else a batch: a list of runs)."""
   return isinstance(task, tuple) and len(task) == 3 and isinstance(task[0], str)
+
+
 # The errors a worker sends back by name (the others arrive as ExperimentError).
 _ERRORS: dict[str, type[ValueError]] = {e.__name__: e for e in (
     ConfigError, DataError, ExperimentError, DivergenceError)}
