@@ -288,9 +288,3 @@ def run_batch(items: Sequence[Item], *, max_rounds: int | None = None,
     i, error = gather.errors[0]
     raise _named(items[i][0], error) from error
   return [rows if rows is not None else [] for rows in results]   # every run returned
-
-
-def batched_items(items: Sequence[Item], size: int) -> list[list[Item]]:
-  """``items`` cut into the batches of :func:`batch_groups` (each at most ``size`` runs)."""
-  return [[items[i] for i in members]
-          for members in batch_groups([config for _, config, _ in items], size)]

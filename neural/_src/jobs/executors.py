@@ -19,13 +19,13 @@ import os
 from pathlib import Path
 from typing import Any
 
-from neural._src.jobs.batched import batch_groups
 from neural._src.jobs.ray_executor import EXECUTORS
 from neural._src.jobs.ray_executor import import_ray
 from neural._src.jobs.ray_executor import run_in_ray
 from neural._src.jobs.runs import run_dirs
 from neural._src.jobs.runs import write_sweep
 from neural._src.jobs.workers import Task
+from neural._src.jobs.workers import run_grouped
 from neural._src.jobs.workers import run_in_batches
 from neural._src.jobs.workers import run_in_workers
 from neural._src.runtime.config import ConfigError
@@ -75,17 +75,13 @@ def run_tasks(tasks: Sequence[Task], *, jobs: int = 1, batch: int = 1,
       named by its run; the others are stopped first.
   """
   if executor == "ray":
-    groups = batch_groups([config for _, config, _ in tasks], batch)
-    batches = [tasks[m[0]] if len(m) == 1 else [tasks[i] for i in m] for m in groups]
-    if progress:
-      print(f"{label}: {len(tasks)} runs as {len(batches)} Ray tasks", flush=True)
-    replies = run_in_ray(batches, address=address, max_rounds=max_rounds, progress=progress,
-                         label=label)
-    results: list[list[dict[str, Any]]] = [[] for _ in tasks]
-    for members, reply in zip(groups, replies, strict=True):
-      for i, rows in zip(members, [reply] if len(members) == 1 else reply, strict=True):
-        results[i] = rows
-    return results
+    def in_ray(parts: Sequence[Task | Sequence[Task]]) -> list[Any]:
+      if progress:
+        print(f"{label}: {len(tasks)} runs as {len(parts)} Ray tasks", flush=True)
+      return run_in_ray(parts, address=address, max_rounds=max_rounds, progress=progress,
+                        label=label)
+
+    return run_grouped(tasks, batch, in_ray)
   if progress and batch > 1:
     print(f"{label}: {len(tasks)} runs in batches of up to {batch}" + (
         f", {jobs} batches at a time in worker processes" if jobs > 1 else ""), flush=True)

@@ -32,6 +32,7 @@ where it stopped, as without workers.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from collections.abc import Sequence
 import json
 import os
@@ -375,23 +376,36 @@ def run_in_batches(tasks: Sequence[Task], batch: int, jobs: int = 1, *,
   """
   from tqdm.auto import tqdm
 
-  groups = batch_groups([config for _, config, _ in tasks], batch)
-  batches = [[tasks[i] for i in members] for members in groups]
   if jobs > 1:
-    replies = run_in_workers([b[0] if len(b) == 1 else b for b in batches], jobs,
-                             max_rounds=max_rounds, progress=progress, label=label)
-    done = [[rows] if len(b) == 1 else rows for b, rows in zip(batches, replies, strict=True)]
-  else:
-    done = []
+    return run_grouped(tasks, batch, lambda parts: run_in_workers(
+        parts, jobs, max_rounds=max_rounds, progress=progress, label=label))
+
+  def in_process(parts: Sequence[Task | Sequence[Task]]) -> list[Any]:
+    replies = []
     with tqdm(total=len(tasks), desc=label, unit="run", disable=not progress,
               dynamic_ncols=True) as bar:
-      for b in batches:
-        done.append(run_batch(b, max_rounds=max_rounds, units=units))
-        bar.update(len(b))
+      for part in parts:
+        rows = run_batch([part] if is_run(part) else part, max_rounds=max_rounds, units=units)
+        replies.append(rows[0] if is_run(part) else rows)
+        bar.update(len(rows))
+    return replies
+
+  return run_grouped(tasks, batch, in_process)
+
+
+def run_grouped(tasks: Sequence[Task], batch: int,
+                run: Callable[[Sequence[Task | Sequence[Task]]], Sequence[Any]]
+                ) -> list[list[dict[str, Any]]]:
+  """``tasks`` cut into batches (:func:`neural._src.jobs.batched.batch_groups`, at most
+  ``batch`` runs each) and handed to ``run`` as one list: a batch of one as its run, the
+  others as lists. ``run`` replies as :func:`run_in_workers` does (a run's rows, a batch's
+  list of rows); returned: each task's rows, in the order of ``tasks``."""
+  groups = batch_groups([config for _, config, _ in tasks], batch)
+  replies = run([tasks[m[0]] if len(m) == 1 else [tasks[i] for i in m] for m in groups])
   results: list[list[dict[str, Any]]] = [[] for _ in tasks]
-  for members, rows in zip(groups, done, strict=True):
-    for i, run_rows in zip(members, rows, strict=True):
-      results[i] = run_rows
+  for members, reply in zip(groups, replies, strict=True):
+    for i, rows in zip(members, [reply] if len(members) == 1 else reply, strict=True):
+      results[i] = rows
   return results
 
 
