@@ -22,6 +22,29 @@ import time
 ROOT = Path(__file__).resolve().parent.parent
 
 
+# A child's lines that pass the convention's variables (JAX_COORDINATOR_ADDRESS, ...) on to
+# a command line as its flags (--coordinator, ...), in a list named ``flags``.
+FLAGS_FROM_ENV = """
+flags = []   # the convention's variables, passed on as the command's flags
+for flag, var in (("--coordinator", "JAX_COORDINATOR_ADDRESS"),
+                  ("--num-processes", "JAX_NUM_PROCESSES"),
+                  ("--process-id", "JAX_PROCESS_ID")):
+  if var in os.environ:
+    flags += [flag, os.environ.pop(var)]
+"""
+
+
+def _child_env(devices: int, paths: tuple[Path, ...]) -> dict[str, str]:
+  """The environment of a child with ``devices`` host CPU devices, this checkout and
+  ``paths`` first on its import path."""
+  env = dict(os.environ)
+  env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") +
+                      f" --xla_force_host_platform_device_count={devices}")
+  env["JAX_PLATFORMS"] = "cpu"
+  env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *map(str, paths), env.get("PYTHONPATH", "")])
+  return env
+
+
 def child_report(code: str, devices: int = 4, paths: tuple[Path, ...] = (),
                  timeout: float = 300) -> dict:
   """Runs ``code`` with ``devices`` host CPU devices and returns its JSON report.
@@ -32,12 +55,8 @@ def child_report(code: str, devices: int = 4, paths: tuple[Path, ...] = (),
     paths: folders put on the child's import path after the repository root.
     timeout: seconds before the child is stopped (the test then fails).
   """
-  env = dict(os.environ)
-  env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") +
-                      f" --xla_force_host_platform_device_count={devices}")
-  env["JAX_PLATFORMS"] = "cpu"
-  env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *map(str, paths), env.get("PYTHONPATH", "")])
-  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env=_child_env(devices, paths),
                        timeout=timeout)
   assert out.returncode == 0, out.stderr[-3000:]
   return json.loads(out.stdout.strip().splitlines()[-1])
@@ -68,11 +87,7 @@ def distributed_reports(code: str, processes: int = 2, devices: int = 2,
     paths: folders put on the children's import path after the repository root.
     timeout: seconds before the children are killed (the test then fails).
   """
-  env = dict(os.environ)
-  env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") +
-                      f" --xla_force_host_platform_device_count={devices}")
-  env["JAX_PLATFORMS"] = "cpu"
-  env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *map(str, paths), env.get("PYTHONPATH", "")])
+  env = _child_env(devices, paths)
   env["JAX_COORDINATOR_ADDRESS"] = f"127.0.0.1:{free_port()}"
   env["JAX_NUM_PROCESSES"] = str(processes)
   command = [sys.executable, "-c", code]

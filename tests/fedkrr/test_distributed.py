@@ -87,12 +87,7 @@ CLI_CHILD = textwrap.dedent("""
     import os
     from fedkrr._src.cli import main
 
-    flags = []   # the convention's variables, passed on as the command's flags
-    for flag, var in (("--coordinator", "JAX_COORDINATOR_ADDRESS"),
-                      ("--num-processes", "JAX_NUM_PROCESSES"),
-                      ("--process-id", "JAX_PROCESS_ID")):
-      if var in os.environ:
-        flags += [flag, os.environ.pop(var)]
+    {flags_from_env}
     status = main(["run", "--problem", {problem!r}, "--protocol", "avgkd", "--rounds", "3",
                    "--method", "sharded", "--no-progress", "--out", {out!r}, *flags])
     import jax
@@ -200,7 +195,8 @@ def test_fedkrr_run_sharded_across_processes_writes_the_closed_form_s_rounds_onc
   problem, x_eval = _cli_problem()
   fedkrr.save_problem(tmp_path / "p.npz", problem, x_eval)
   out = tmp_path / "out.npz"
-  code = CLI_CHILD.format(problem=str(tmp_path / "p.npz"), out=str(out))
+  code = CLI_CHILD.format(problem=str(tmp_path / "p.npz"), out=str(out),
+                          flags_from_env=multi_device.FLAGS_FROM_ENV)
   reports = multi_device.distributed_reports(code, processes=2, devices=2, timeout=100)
   assert [(r["status"], r["process"], r["devices"]) for r in reports] == [(0, 0, 4), (0, 1, 4)]
   assert sorted(p.name for p in tmp_path.iterdir()) == ["out.npz", "p.npz"]   # process 0's

@@ -32,12 +32,7 @@ CHILD = textwrap.dedent("""
     import jax
     from neural._src.cli import main
 
-    flags = []   # the convention's variables, passed on as the command's flags
-    for flag, var in (("--coordinator", "JAX_COORDINATOR_ADDRESS"),
-                      ("--num-processes", "JAX_NUM_PROCESSES"),
-                      ("--process-id", "JAX_PROCESS_ID")):
-      if var in os.environ:
-        flags += [flag, os.environ.pop(var)]
+    {flags_from_env}
     report = {{"runs": {{}}}}
     for devices in {devices}:
       workdir = Path({workdir!r}) / devices
@@ -58,7 +53,8 @@ CHILD = textwrap.dedent("""
 
 
 def _child(workdir: str, devices: tuple[str, ...], resume: bool) -> str:
-  return CHILD.format(workdir=workdir, devices=devices, flags=FLAGS, resume=resume)
+  return CHILD.format(workdir=workdir, devices=devices, flags=FLAGS, resume=resume,
+                      flags_from_env=multi_device.FLAGS_FROM_ENV)
 
 
 @functools.cache
