@@ -34,6 +34,14 @@ class Curve(NamedTuple):
     models: each agent's model name.
     test_points: the size of the test set (0: unknown; no binomial term).
     dataset: the data the run used ("" where unknown).
+    test_sets: per seed, which test images it was scored on (a key such as
+      ``"mnist:all"`` or ``"mnist-subset:seed=2"``); () where unknown. Seeds with
+      different keys each drew their own test images, so the seeds' spread already
+      holds the test set's noise (:attr:`shares_test`).
+    outcomes: per seed, a (paper rounds, test points) array of per-image scores whose
+      mean over the images is ``values[seed][round]`` (for the agents' mean: the share
+      of agents right on the image); () where the run did not record them. Seeds
+      scored on the same images give a paired test-set term from them.
   """
 
   name: str
@@ -46,6 +54,14 @@ class Curve(NamedTuple):
   models: tuple[str, ...] = ()
   test_points: int = 0
   dataset: str = ""
+  test_sets: tuple[str, ...] = ()
+  outcomes: tuple[Any, ...] = ()
+
+  @property
+  def shares_test(self) -> bool:
+    """Whether every seed was scored on the same test images (also where unknown, the
+    cautious reading: the seeds' spread then need not hold the test set's noise)."""
+    return len(set(self.test_sets)) <= 1
 
   @property
   def seeds(self) -> int:
@@ -77,6 +93,7 @@ class Curve(NamedTuple):
     return self._replace(
         values=tuple(v[:rounds] for v in self.values),
         agents=tuple(tuple(a[:rounds] for a in seed) for seed in self.agents),
+        outcomes=tuple(o[:rounds] for o in self.outcomes),
         rounds=min(self.rounds or self.done, rounds))
 
   def array(self) -> np.ndarray:
@@ -94,6 +111,13 @@ class Curve(NamedTuple):
   def mean(self) -> np.ndarray:
     """The mean over the seeds, per paper round."""
     return self.array().mean(axis=0)
+
+  def outcome_array(self) -> np.ndarray | None:
+    """``outcomes`` as a (seeds, rounds, test points) array over the rounds every seed
+    has, or None where some seed has none."""
+    if not self.outcomes or len(self.outcomes) != self.seeds:
+      return None
+    return np.stack([np.asarray(o, dtype=float)[:self.done] for o in self.outcomes])
 
   @property
   def spread(self) -> np.ndarray:

@@ -56,6 +56,16 @@ def test_points(config: RunConfig) -> int:
   return size if config.test_subset is None else min(size, config.test_subset)
 
 
+def test_key(config: RunConfig) -> str:
+  """Which test images a run of ``config`` is scored on: ``"mnist:all"`` for a fixed test
+  split scored whole (every seed the same images), ``"mnist-subset:seed=2"`` where the
+  split or the test subset is drawn from the run's data seed (each seed its own)."""
+  if config.dataset in _TEST_SIZES and config.test_subset is None:
+    return f"{config.dataset}:all"
+  subset = "" if config.test_subset is None else f":subset={config.test_subset}"
+  return f"{config.dataset}:seed={config.data_seed}{subset}"
+
+
 def _curve(name: str, rows: Sequence[Mapping[str, Any]], accuracy: str,
            steps: int | None, points: int, dataset: str) -> Curve:
   protocol = str(rows[0]["protocol"])
@@ -136,8 +146,10 @@ def paper_curves(results: Mapping[str, Sequence[Mapping[str, Any]]],
   """
   curves: dict[str, Curve] = {}
   for name, rows in results.items():
-    for curve in _run_curves(name, list(rows), (configs or {}).get(name)):
-      curves[curve.name] = curve
+    config = (configs or {}).get(name)
+    for curve in _run_curves(name, list(rows), config):
+      curves[curve.name] = curve if config is None else curve._replace(
+          test_sets=(test_key(config),))
   return curves
 
 
@@ -151,7 +163,9 @@ def merge_seeds(per_seed: Sequence[Mapping[str, Curve]]) -> dict[str, Curve]:
         continue
       m = merged[name]
       merged[name] = m._replace(values=m.values + c.values, agents=m.agents + c.agents,
-                                local=m.local + c.local)
+                                local=m.local + c.local, test_sets=m.test_sets + c.test_sets,
+                                outcomes=m.outcomes + c.outcomes
+                                if m.outcomes and c.outcomes else ())
   return merged
 
 
