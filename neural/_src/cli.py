@@ -68,7 +68,7 @@ COMMANDS = {
 }
 # What `neural reproduce` costs (measured with `time neural reproduce --figure 4` on a 2-core
 # machine): printed in its --help.
-REPRODUCE_TIME = ("Time: at --scale small each figure runs 3 seeds (5 with --jobs auto on a GPU, "
+REPRODUCE_TIME = ("Time: at --scale small each figure runs 3 seeds (10 with --jobs auto on a GPU, "
                   "minutes per figure there), and --jobs 2 runs two runs at a time (1.25-1.4x "
                   "the runs per hour on 2 cores); docs/reproduce.md lists what "
                   "each figure took on a 2-core machine. --scale paper takes hours and wants a "
@@ -368,7 +368,7 @@ def reproduce_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
   parser.add_argument("--workdir", required=True, metavar="DIR", help="the run directory")
   parser.add_argument("--seeds", type=int, metavar="K",
                       help="run every run with K seeds: seed, seed + 1, ... (default: 3 at "
-                           "small scale, 5 there with --jobs auto on a GPU, 1 at paper scale)")
+                           "small scale, 10 there with --jobs auto on a GPU, 1 at paper scale)")
   parser.add_argument("--with", dest="others", action="append", default=[], metavar="DIR",
                       help="another figure's reproduction (its workdir or reproduce.json) "
                            "for the statements that compare figures (Fig. 8 with Fig. 6)")
@@ -677,19 +677,22 @@ def _reproduce(args: argparse.Namespace) -> int:
                      jobs=args.jobs, paper_rounds=args.paper_rounds, executor=args.executor,
                      address=args.address, batch=args.batch)
   counts = result.counts()
-  apart = result.apart()
+  apart = ", ".join(f"{len(checks)} {standing}" for standing, checks in result.apart().items()
+                    if checks) or "none"
+  total = (f" ({result.seconds_total / 60:.1f} min over {result.calls} calls)"
+           if result.calls > 1 else "")
   print(f"{result.paths['md']}: {result.figure} at {result.scale} scale, "
-        f"{len(result.seeds)} seed(s), {result.seconds / 60:.1f} min: {len(result.counted)} "
-        f"checks in their sentence's scope: {counts['reproduced']} reproduced, "
+        f"{len(result.seeds)} seed(s), {result.seconds / 60:.1f} min{total}: "
+        f"{result.sentences} sentences, {len(result.counted)} checks: "
+        f"{counts['reproduced']} reproduced, "
         f"{counts['not reproduced']} not reproduced, {counts['no difference']} no difference, "
         f"{counts['inconclusive']} inconclusive, {counts['not testable here']} not testable "
-        f"here; apart, not counted: {len(apart['out of scope'])} out of scope, "
-        f"{len(apart['by construction'])} by construction, "
-        f"{len(apart['beyond the horizon'])} beyond the horizon")
+        f"here; apart, not counted: {apart}")
   for check in result.checks:
     where = f" [{check.setting}]" if check.setting else ""
     aside = "" if check.standing == "in scope" else f" ({check.standing}: not counted)"
-    print(f"  {check.verdict:17s} {check.statement}{where}{aside}: {check.numbers}")
+    near = " (near the threshold)" if check.near_threshold and check.numbers else ""
+    print(f"  {check.verdict:17s} {check.statement}{where}{aside}{near}: {check.numbers}")
   return 0
 
 

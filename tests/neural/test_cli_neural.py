@@ -259,10 +259,10 @@ def test_jobs_auto_is_the_measured_best_for_the_backend_and_bad_counts_are_refus
     neural.reproduce(5, "unused", jobs="many")
 
 
-def test_default_seeds_are_five_with_jobs_auto_on_a_gpu_else_three_or_one(monkeypatch):
+def test_default_seeds_are_ten_with_jobs_auto_on_a_gpu_else_three_or_one(monkeypatch):
   from neural._src.figures import reproduce as module
 
-  for gpu, expected in ((True, (5, 3, 1)), (False, (3, 3, 1))):
+  for gpu, expected in ((True, (10, 3, 1)), (False, (3, 3, 1))):
     monkeypatch.setattr(module, "on_gpu", lambda gpu=gpu: gpu)
     assert (module.default_seeds("small", True), module.default_seeds("small", False),
             module.default_seeds("paper", True)) == expected

@@ -363,11 +363,16 @@ def test_the_report_shows_the_control_and_lists_what_the_authors_runs_do_not_sup
   assert "authors' runs" in md and "do not support this at these tolerances" in md
   row = next(line for line in md.splitlines() if "| AvgKD consistently outperforms FedAvg |"
              in line and "alpha=1.0" in line)
-  assert row.endswith("| no difference | no difference (see below) |")   # a tie, not a loss
+  assert row.endswith("| no difference |  | no difference (see below) |  |")   # a tie
   n = len(checks)
-  assert (f"of {n} checks: {n} reach the control's verdict, 0 are inconclusive here where the "
-          f"control decides, 0 are decided here where the control is not, and 0 reach another "
-          f"decided verdict") in md
+  tally = against_control(result)
+  same, neither = len(tally["same"]), len(tally["neither"])
+  assert same + neither == n and neither == sum(
+      c.verdict in ("inconclusive", NOT_TESTABLE) for c in checks)
+  assert (f"of {n} checks: {same} reach the control's decided verdict, 0 are inconclusive "
+          f"here where the control decides, 0 are decided here where the control is not, "
+          f"{neither} are decided on neither side (not counted as agreement), and 0 reach "
+          f"another decided verdict") in md
   assert "reach different decided verdicts" not in md
 
 
@@ -409,10 +414,13 @@ def test_the_report_counts_and_lists_verdicts_against_the_control():
       "fig06", "", "w", own, tuple(checks), control, "w/reproduce.png"),),
       {"md": "", "json": ""}, 1.0)
   tally = against_control(result)
+  undecided = sum(c.verdict in ("inconclusive", NOT_TESTABLE) for c in checks) - 1
   assert {k: len(v) for k, v in tally.items()} == {
-      "same": len(checks) - 3, "inconclusive": 1, "undecided": 0, "opposite": 2}
+      "same": len(checks) - 3 - undecided, "inconclusive": 1, "undecided": 0,
+      "neither": undecided, "opposite": 2}
   md = markdown(result, "w")
-  assert (f"{len(checks) - 3} reach the control's verdict, 1 is inconclusive here") in md
+  assert (f"{len(checks) - 3 - undecided} reach the control's decided verdict, 1 is "
+          "inconclusive here") in md
   assert "and 2 reach another decided verdict" in md
   listed = md.split("reach different decided verdicts", 1)[1].strip().splitlines()
   first = checks[held[0]]

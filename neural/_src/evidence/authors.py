@@ -101,13 +101,19 @@ def control_checks(figure: str, horizons: Mapping[str, int] | None = None,
   return evaluate(figure_claims(figure), curves, floors) if curves else []
 
 
-def matched_control(figure: str, checks: Sequence[Check],
-                    curves: Mapping[str, Curve]) -> dict[tuple[str, str], Check]:
+def matched_control(figure: str, checks: Sequence[Check], curves: Mapping[str, Curve],
+                    borrowed: bool = False) -> dict[tuple[str, str], Check]:
   """The control of a reproduction's ``checks`` on its ``curves``: the authors' curves cut
-  to the runs' rounds, the runs' spreads as floors, by (statement, setting); a check the
-  authors' runs cannot decide (a method they never ran) has no entry: "no control"."""
+  to the runs' rounds, by (statement, setting); a check the authors' runs cannot decide
+  (a method they never ran) has no entry: "no control".
+
+  Args:
+    borrowed: False: their one seed with their test set's binomial noise alone (the
+      control's verdict); True: with the runs' seed-to-seed spread of each check as the
+      floor of their one seed's training randomness (the "at our noise" column).
+  """
   horizons = {name: c.done for name, c in curves.items()}
-  floors = {(c.statement, c.setting): c.spread for c in checks}
+  floors = {(c.statement, c.setting): c.spread for c in checks} if borrowed else None
   return {(c.statement, c.setting): c for c in control_checks(figure, horizons, floors)
           if c.verdict != NOT_TESTABLE}
 

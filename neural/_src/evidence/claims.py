@@ -33,10 +33,17 @@ from collections.abc import Mapping
 from collections.abc import Sequence
 import dataclasses
 import fnmatch
+import math
+from typing import Any
 from typing import NamedTuple
 
+import numpy as np
+
+from neural._src.evidence import intervals
 from neural._src.evidence.curves import Curve
 from neural._src.evidence.curves import Group
+from neural._src.evidence.rules import INCONCLUSIVE
+from neural._src.evidence.rules import MACHINE_SPREAD
 from neural._src.evidence.rules import NOT_TESTABLE
 from neural._src.evidence.rules import AgentsAlike
 from neural._src.evidence.rules import AgentsBenefit
@@ -49,6 +56,7 @@ from neural._src.evidence.rules import Outperforms
 from neural._src.evidence.rules import Rule
 from neural._src.evidence.rules import Steady
 from neural._src.evidence.rules import Trend
+from neural._src.evidence.rules import decisions
 from neural._src.evidence.rules import noise_floor
 from neural._src.evidence.rules import seed_spreads
 
@@ -81,7 +89,11 @@ class Claim:
       the methods do ("": it does not); such a check is "by construction".
     horizon: the paper rounds the statement needs; runs with fewer make the check
       "beyond the horizon".
-    weaker: how our statement or rule is weaker than the sentence ("": it is not).
+    weaker: how our statement or rule is weaker than the sentence ("": it is not);
+      such a check is listed apart ("weaker than its sentence").
+    reading: why this is a second reading of its sentence ("": the primary reading,
+      the paper's own setting: the authors' algorithm, the paper's scoring); such a
+      check is listed apart, so that each sentence is counted once.
   """
 
   figure: str
@@ -96,13 +108,16 @@ class Claim:
   construction: str = ""
   horizon: int = 1
   weaker: str = ""
+  reading: str = ""
 
 
 IN_SCOPE = "in scope"                    # the sentence covers it and these runs decide it
 OUT_OF_SCOPE = "out of scope"            # a setting the sentence does not cover
 BY_CONSTRUCTION = "by construction"      # holds at this setup whatever the methods do
 BEYOND_HORIZON = "beyond the horizon"    # the runs have fewer rounds than it needs
-STANDINGS = (IN_SCOPE, OUT_OF_SCOPE, BY_CONSTRUCTION, BEYOND_HORIZON)
+SECOND_READING = "second reading"        # the sentence is counted by its primary reading
+WEAKER = "weaker than its sentence"      # our rule asks less than the sentence says
+STANDINGS = (IN_SCOPE, OUT_OF_SCOPE, BY_CONSTRUCTION, BEYOND_HORIZON, SECOND_READING, WEAKER)
 APART = STANDINGS[1:]   # verdicts computed and shown, not counted as the paper's
 
 
@@ -128,6 +143,17 @@ class Check(NamedTuple):
     quote: the paper's words the statement stands for.
     why: why the check stands apart ("" in scope).
     weaker: how the statement or its rule asks less than the sentence ("": it does not).
+    term: the test set's term of its intervals ("seeds": own test images, none;
+      "paired": from per-image outcomes; "binomial": the unpaired bound).
+    detectable: for an inconclusive verdict, the smallest true distance from the
+      threshold these seeds decide with 80% probability (the statistic's units; NaN
+      where not computed).
+    seeds_needed: for an inconclusive verdict, the seeds that the measured distance
+      would need at 80% power (0: not computed or one seed; -1: no number of seeds
+      up to 1,000 decides it: below the minimum effect, or the test set too small).
+    margin: how far the statistics could move before the verdict changes (NaN where
+      not decided on numbers): a verdict with a margin below the spread measured
+      across machines (``rules.MACHINE_SPREAD``) is "near the threshold".
   """
 
   figure: str
@@ -144,6 +170,16 @@ class Check(NamedTuple):
   quote: str = ""
   why: str = ""
   weaker: str = ""
+  term: str = ""
+  detectable: float = math.nan
+  seeds_needed: int = 0
+  margin: float = math.nan
+
+  @property
+  def near_threshold(self) -> bool:
+    """Whether the verdict could change on another machine: its margin is below the
+    spread of the same statistics measured across machines."""
+    return bool(self.margin < MACHINE_SPREAD)
 
 
 _ALPHAS = ("alpha=0.0", "alpha=0.01", "alpha=0.1", "alpha=1.0")   # most heterogeneous first
@@ -233,6 +269,8 @@ _ORDER = ("the order along Alpha allows a step back of 0.03 between neighbours; 
 _AT_THE_END = "tested at the end; the sentence says consistently (every round)"
 _ANY_DROP = "a drop of 0.01 suffices; the sentence says the performance significantly degrades"
 _FEW_ROUNDS = "no degradation over the runs' rounds; the paper shows 20"
+_OTHER_FIGURES = ("the sentence is about Figs. 3-5; no sentence of the paper compares AvgKD "
+                  "with AKD in Fig. 6")
 
 
 def _by_alpha(variant: str = "") -> tuple[str, ...]:
@@ -327,29 +365,43 @@ def _model_heterogeneity(f: str, same: str, where: str, quote: str) -> tuple[Cla
   )
 
 
-def _with_twins(claims: tuple[Claim, ...], run: str, twin: str, note: str) -> tuple[Claim, ...]:
+def _with_twins(claims: tuple[Claim, ...], run: str, twin: str, note: str,
+                twin_primary: bool, reading: str) -> tuple[Claim, ...]:
   """Each claim, then, where it compares a run ending in ``run``, the same claim with that
-  run's name extended by ``twin`` and ``note`` added to the statement."""
+  run's name extended by ``twin`` and ``note`` added to the statement. ``twin_primary``:
+  the twin is the sentence's primary reading and the claim the second one (else the
+  other way round); the second gets ``reading``."""
   out: list[Claim] = []
   for claim in claims:
-    out.append(claim)
-    if any(r.endswith(run) for r in claim.runs):
-      runs = tuple(r + twin if r.endswith(run) else r for r in claim.runs)
-      out.append(dataclasses.replace(claim, runs=runs, statement=f"{claim.statement} ({note})"))
+    if not any(r.endswith(run) for r in claim.runs):
+      out.append(claim)
+      continue
+    runs = tuple(r + twin if r.endswith(run) else r for r in claim.runs)
+    other = dataclasses.replace(claim, runs=runs, statement=f"{claim.statement} ({note})")
+    if twin_primary:
+      out += [dataclasses.replace(claim, reading=reading), other]
+    else:
+      out += [claim, dataclasses.replace(other, reading=reading)]
   return tuple(out)
 
 
 def _fedavg_both_ways(claims: tuple[Claim, ...]) -> tuple[Claim, ...]:
   """Each claim comparing with FedAvg (scored, as in the paper, by its clients after local
-  training), then the same claim against FedAvg's averaged model (``<run>:server``)."""
+  training: the primary reading), then the same claim against FedAvg's averaged model
+  (``<run>:server``: a second reading)."""
   return _with_twins(claims, "__fedavg", ":server",
-                     "FedAvg's averaged model; the paper scored its clients")
+                     "FedAvg's averaged model; the paper scored its clients", False,
+                     "FedAvg's averaged model: the paper scored FedAvg by its clients after "
+                     "local training")
 
 
 def _authors_pkd(claims: tuple[Claim, ...]) -> tuple[Claim, ...]:
-  """Each claim about PKD, then the same claim about ``pkd-mean``, the PKD of the authors'
-  code (which drew the figures; ``pkd`` follows the paper's equations)."""
-  return _with_twins(claims, "__pkd", "-mean", "pkd-mean")
+  """Each claim about PKD (the paper's equations: a second reading), then the same claim
+  about ``pkd-mean``, the PKD of the authors' code, which drew the figures (the primary
+  reading)."""
+  return _with_twins(claims, "__pkd", "-mean", "pkd-mean", True,
+                     "PKD by the paper's equations: the authors' code, which drew the "
+                     "figures, ran pkd-mean")
 
 
 CLAIMS: tuple[Claim, ...] = _fedavg_both_ways(_authors_pkd((
@@ -385,7 +437,7 @@ CLAIMS: tuple[Claim, ...] = _fedavg_both_ways(_authors_pkd((
     Claim("Fig. 6", "Sec. 6.2", "AvgKD's improvement is larger with more data heterogeneity",
           _by_alpha("avgkd"), Ordered("gain"), quote=_Q_AVGKD_GAIN_LARGER, weaker=_ORDER),
     Claim("Fig. 6", "Sec. 6.2", "AvgKD outperforms AKD", ("{p}__avgkd", _EKD_AKD),
-          Outperforms(), ALL, quote=_Q_AVGKD_OVER_AKD),
+          Outperforms(), ALL, quote=_Q_AVGKD_OVER_AKD, reading=_OTHER_FIGURES),
     Claim("Fig. 6", "Sec. 6.2", "EKD improves with rounds", ("{p}__ekd",), Trend("improves"),
           ALL, quote=_Q_EKD_IMPROVES, horizon=LONG),
     Claim("Fig. 6", "Sec. 6.2", "EKD does not reach the centralised model",
@@ -504,6 +556,7 @@ def evaluate(claims: Sequence[Claim], curves: Mapping[str, Curve],
       data = sorted({c.dataset for g in groups for c in g.curves if c.dataset})
       seeds = min((c.seeds for g in groups for c in g.curves), default=0)
       spread = 0.0
+      power: dict[str, Any] = {}
       if missing:
         verdict, numbers = NOT_TESTABLE, "no run " + ", ".join(missing) + " here"
         names = patterns
@@ -516,20 +569,73 @@ def evaluate(claims: Sequence[Claim], curves: Mapping[str, Curve],
             f"{', '.join(data)}")
       else:
         floor = (floors or {}).get((claim.statement, setting), 0.0)
-        with seed_spreads() as spreads, noise_floor(floor):
+        term, paired = _test_term(claim, groups)
+        with seed_spreads() as spreads, noise_floor(floor), \
+            intervals.with_test_term(term, paired), decisions() as decided:
           verdict, numbers = claim.rule(groups)
         spread = max(spreads, default=0.0)
+        power = _power(decided, seeds)
       curves_compared = [c for g in groups for c in g.curves]
       standing, why = _standing(claim, setting, curves_compared)
       checks.append(Check(claim.figure, claim.source, claim.statement, setting, names,
                           claim.rule.text, verdict, numbers, seeds, spread, standing,
-                          claim.quote, why, claim.weaker))
+                          claim.quote, why, claim.weaker, **power))
   return checks
+
+
+def _test_term(claim: Claim, groups: Sequence[Group]) -> tuple[str, list[float]]:
+  """How the test set enters the intervals of a check: none where every run compared
+  has several seeds that each drew their own test images; a paired term where the
+  seeds share the test images and the runs recorded per-image outcomes; else the
+  binomial bound."""
+  curves = list({c.name: c for g in groups for c in g.curves}.values())
+  if all(c.seeds > 1 and not c.shares_test for c in curves):
+    return intervals.SEEDS_ONLY, []
+  outcomes = [c.outcome_array() for c in curves]
+  shapes = {(o.shape[0], o.shape[2]) for o in outcomes if o is not None}
+  if len(shapes) != 1:   # none recorded, or other seeds / test sets: the binomial bound
+    return intervals.BINOMIAL, []
+  index = {c.name: i for i, c in enumerate(curves)}
+  blank = {c.name: _blank(c) for c in curves}
+
+  def resampled(values: Any) -> None:
+    def swap(c: Curve) -> Curve:
+      v = values(index[c.name])
+      shape = (c.seeds, c.done)
+      rows = np.full(shape, np.nan) if v is None else v
+      return blank[c.name]._replace(values=tuple(tuple(float(x) for x in r) for r in rows))
+    claim.rule([Group(g.pattern, tuple(swap(c) for c in g.curves)) for g in groups])
+
+  return intervals.PAIRED, intervals.paired_terms(resampled, outcomes)
+
+
+def _blank(c: Curve) -> Curve:
+  """``c`` with its per-agent and local values unknown (NaN): a resample of the test
+  images moves only the values it has per-image outcomes for."""
+  nan = math.nan
+  return c._replace(agents=tuple(tuple(tuple(nan for _ in a) for a in seed) for seed in c.agents),
+                    local=tuple(tuple(nan for _ in seed) for seed in c.local))
+
+
+def _power(decided: Sequence[Any], seeds: int) -> dict[str, Any]:
+  """A check's power and margin from the verdicts its rule reached: for an inconclusive
+  part, the smallest distance these seeds decide at 80% power and the seeds its
+  measured distance needs (the largest over such parts); the smallest margin of all."""
+  out: dict[str, Any] = {"term": ", ".join(sorted({d.evidence.term for d in decided}))}
+  if decided:
+    out["margin"] = min(d.margin for d in decided)
+  open_parts = [d for d in decided if d.verdict == INCONCLUSIVE]
+  if open_parts and seeds > 1:
+    out["detectable"] = max(d.evidence.detectable() for d in open_parts)
+    needed = [d.evidence.seeds_for(d.distance) for d in open_parts]
+    out["seeds_needed"] = -1 if None in needed else max(n for n in needed if n is not None)
+  return out
 
 
 def _standing(claim: Claim, setting: str, curves: Sequence[Curve]) -> tuple[str, str]:
   """Where a check of ``claim`` in ``setting`` on ``curves`` stands, and why: out of the
-  sentence's scope, by construction, beyond the horizon (in that order), or in scope."""
+  sentence's scope, by construction, beyond the horizon, a second reading, weaker than
+  its sentence (in that order), or in scope."""
   if setting and claim.scope != ALL and setting not in claim.scope:
     return OUT_OF_SCOPE, f"the sentence covers {', '.join(claim.scope)}"
   if claim.construction:
@@ -539,6 +645,10 @@ def _standing(claim: Claim, setting: str, curves: Sequence[Curve]) -> tuple[str,
   if rounds and min(rounds) < claim.horizon:
     return BEYOND_HORIZON, (f"the statement needs {claim.horizon} paper rounds; these runs "
                             f"have {min(rounds)}")
+  if claim.reading:
+    return SECOND_READING, claim.reading
+  if claim.weaker:
+    return WEAKER, claim.weaker
   return IN_SCOPE, ""
 
 

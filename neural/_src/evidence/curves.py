@@ -158,6 +158,19 @@ def _seeds(value: Any, where: str, depth: int) -> tuple:
   return tuple(_seeds(v, f"{where}[{i}]", depth - 1) for i, v in enumerate(value))
 
 
+def _test_sets(value: Any, seeds: int, where: str) -> tuple[str, ...]:
+  """Per seed, a key of the test images it was scored on (see :func:`curves_from_mapping`)."""
+  if value == "shared":
+    return ()
+  if value == "own":
+    return tuple(f"seed {k}" for k in range(seeds))
+  if (isinstance(value, (list, tuple)) and len(value) == seeds
+      and all(isinstance(v, str) for v in value)):
+    return tuple(value)
+  raise ValueError(f"{where}: expected 'own', 'shared' or one string per seed ({seeds}), "
+                   f"got {value!r}")
+
+
 def curves_from_mapping(curves: Mapping[str, Mapping[str, Any]], *, test_points: int = 0,
                         dataset: str = "", accuracy: str = "best", prefix: str = "",
                         protocol: str = "") -> dict[str, Curve]:
@@ -166,7 +179,10 @@ def curves_from_mapping(curves: Mapping[str, Mapping[str, Any]], *, test_points:
   ``data`` is either a list of per-seed lists of per-round accuracies (the agents'
   mean in the paper's rounds), or a dict with ``"mean"`` (that list), and optionally
   ``"agents"`` (per seed, per agent, per round), ``"local"`` (per seed, per agent: EKD's
-  local models), ``"rounds"`` (the rounds of a finished run) and ``"test_points"``.
+  local models), ``"rounds"`` (the rounds of a finished run), ``"test_points"`` and
+  ``"test_sets"``: "own" (each seed scored on its own test images: the intervals are the
+  seeds' own), "shared" (every seed on the same images; the default) or a list of keys,
+  one per seed, naming each seed's test images.
   A variant "" names a one-axis sweep's run (``setting`` alone). Run names are
   ``prefix + setting + "__" + variant``.
 
@@ -184,10 +200,11 @@ def curves_from_mapping(curves: Mapping[str, Mapping[str, Any]], *, test_points:
     for variant, data in runs.items():
       where = f"curves[{setting!r}][{variant!r}]"
       spec = data if isinstance(data, Mapping) else {"mean": data}
-      unknown = set(spec) - {"mean", "agents", "local", "rounds", "test_points", "source"}
+      unknown = set(spec) - {"mean", "agents", "local", "rounds", "test_points", "source",
+                             "test_sets"}
       if unknown or "mean" not in spec:
         raise ValueError(f"{where}: expected a list of seeds or a dict with 'mean' (and "
-                         f"'agents', 'local', 'rounds', 'test_points'), got keys "
+                         f"'agents', 'local', 'rounds', 'test_points', 'test_sets'), got keys "
                          f"{sorted(spec)}")
       values = _seeds(spec["mean"], f"{where}['mean']", 2)
       agents = _seeds(spec["agents"], f"{where}['agents']", 3) if "agents" in spec else ()
@@ -199,5 +216,7 @@ def curves_from_mapping(curves: Mapping[str, Mapping[str, Any]], *, test_points:
       name = prefix + (f"{setting}__{variant}" if variant else str(setting))
       out[name] = Curve(name, protocol_of(str(variant), protocol), values, agents, local,
                         int(spec.get("rounds", 0)), accuracy,
-                        test_points=int(spec.get("test_points", test_points)), dataset=dataset)
+                        test_points=int(spec.get("test_points", test_points)), dataset=dataset,
+                        test_sets=_test_sets(spec.get("test_sets", "shared"), len(values),
+                                             f"{where}['test_sets']"))
   return out

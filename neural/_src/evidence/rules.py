@@ -60,16 +60,20 @@ from collections.abc import Sequence
 import contextlib
 import contextvars
 import dataclasses
-import math
-from typing import Any
 from typing import NamedTuple
 from typing import Protocol
 
 import numpy as np
-from scipy import stats
 
 from neural._src.evidence.curves import Curve
 from neural._src.evidence.curves import Group
+from neural._src.evidence.intervals import CONFIDENCE  # noqa: F401 (part of this module's API)
+from neural._src.evidence.intervals import MIN_EFFECT  # noqa: F401
+from neural._src.evidence.intervals import Evidence
+from neural._src.evidence.intervals import binomial_se  # noqa: F401
+from neural._src.evidence.intervals import evidence
+from neural._src.evidence.intervals import noise_floor  # noqa: F401
+from neural._src.evidence.intervals import seed_spreads  # noqa: F401
 
 REPRODUCED = "reproduced"
 NOT_REPRODUCED = "not reproduced"
@@ -81,8 +85,9 @@ VERDICTS = (REPRODUCED, NOT_REPRODUCED, NO_DIFFERENCE, INCONCLUSIVE, NOT_TESTABL
 TOL = 0.03         # a material change of accuracy (3 points): "no degradation", "steady"
 FLOOR = 0.1        # chance on the paper's 10 classes: what a relative drop is measured above
 EARLY = 5          # "the early rounds": paper rounds 2..EARLY
-CONFIDENCE = 0.95  # two-sided: each interval leaves 2.5% on either side
-MIN_EFFECT = 0.01  # the smallest effect a verdict rests on (1 point of accuracy)
+# How far the same statistic moves between two machines (docs/reproduce.md, "The same
+# verdicts on any machine"): a verdict whose margin is smaller is "near the threshold".
+MACHINE_SPREAD = 0.01
 
 
 Verdict = tuple[str, str]   # (verdict, the numbers used)
@@ -126,119 +131,56 @@ def peak(v: np.ndarray) -> np.ndarray:
   return before_end(v).max(axis=-1)
 
 
-def binomial_se(p: float, n: int) -> float:
-  """The standard error of an accuracy ``p`` measured on ``n`` test points (0 if n is 0)."""
-  if n <= 0:
-    return 0.0
-  p = min(max(float(p), 0.0), 1.0)
-  return math.sqrt(max(p * (1.0 - p), 0.25 / n) / n)
+class Decision(NamedTuple):
+  """One verdict a rule reached on a statistic, kept for the check's power and margin."""
+
+  verdict: str
+  evidence: Evidence
+  theta: float = 0.0
+  above: bool = True
+
+  @property
+  def margin(self) -> float:
+    """How far the statistic (its mean and its interval together) could move before
+    this verdict changes: the smallest distance of the interval's ends from the
+    threshold (and from +- the minimum effect, for a direction), or of the mean from
+    the threshold +- the minimum effect."""
+    e, lo, hi = self.evidence, *self.evidence.interval
+    edges = [lo - self.theta, hi - self.theta, abs(e.effect - self.theta) - e.minimum]
+    if self.above and self.theta == 0:
+      edges += [lo + e.minimum, hi - e.minimum]
+    return float(min(abs(x) for x in edges))
+
+  @property
+  def distance(self) -> float:
+    """The measured distance of the statistic from its threshold."""
+    return abs(self.evidence.effect - self.theta)
 
 
-_FLOOR: contextvars.ContextVar[float] = contextvars.ContextVar("noise_floor", default=0.0)
-_SPREADS: contextvars.ContextVar[list[float] | None] = contextvars.ContextVar(
-    "seed_spreads", default=None)
+_DECISIONS: contextvars.ContextVar[list[Decision] | None] = contextvars.ContextVar(
+    "decisions", default=None)
 
 
 @contextlib.contextmanager
-def noise_floor(floor: float) -> Iterator[None]:
-  """Inside: a statistic of one seed takes ``floor`` (accuracy units, scaled with the
-  statistic) as its seeds' standard deviation (the control's training randomness)."""
-  token = _FLOOR.set(max(float(floor), 0.0))
+def decisions() -> Iterator[list[Decision]]:
+  """Inside: every verdict a rule reaches on a statistic (:func:`decide`, and the
+  verdict of :func:`decide_any` / :func:`decide_all` on its rounds) is appended to the
+  list yielded."""
+  token = _DECISIONS.set([])
   try:
-    yield
+    yield _DECISIONS.get() or []
   finally:
-    _FLOOR.reset(token)
+    _DECISIONS.reset(token)
 
 
-@contextlib.contextmanager
-def seed_spreads() -> Iterator[list[float]]:
-  """Inside: the seeds' standard deviation (accuracy units) of every statistic of two
-  or more seeds a rule decides is appended to the list yielded: the floor of
-  :func:`noise_floor` for the control of the same statement."""
-  spreads: list[float] = []
-  token = _SPREADS.set(spreads)
-  try:
-    yield spreads
-  finally:
-    _SPREADS.reset(token)
+def _noted(verdict: str, e: Evidence, theta: float, above: bool) -> str:
+  noted = _DECISIONS.get()
+  if noted is not None:
+    noted.append(Decision(verdict, e, theta, above))
+  return verdict
 
 
-class Evidence(NamedTuple):
-  """A statistic over the seeds and the interval it is decided on.
-
-  Attributes:
-    effect: the mean over the seeds.
-    spread: the seeds' standard deviation (the floor's for one seed).
-    se: the test set's binomial standard error, in the statistic's units.
-    seeds: how many seeds the mean is over.
-    minimum: ``MIN_EFFECT`` in the statistic's units.
-    tests: the rounds the interval is widened for (Bonferroni; 1: none).
-  """
-
-  effect: float
-  spread: float
-  se: float
-  seeds: int = 1
-  minimum: float = MIN_EFFECT
-  tests: int = 1
-
-  @property
-  def noise(self) -> float:
-    """The interval's half-width q * sqrt(spread^2 / seeds + se^2)."""
-    tail = (1.0 - CONFIDENCE) / (2 * max(self.tests, 1))
-    seeds_part, test_part = self.spread ** 2 / max(self.seeds, 1), self.se ** 2
-    sem = math.sqrt(seeds_part + test_part)
-    if self.seeds > 1 and seeds_part > 0:   # Welch-Satterthwaite: se^2 is known (infinite df)
-      df = (seeds_part + test_part) ** 2 / (seeds_part ** 2 / (self.seeds - 1))
-      return float(stats.t.isf(tail, df)) * sem
-    return float(stats.norm.isf(tail)) * sem
-
-  @property
-  def interval(self) -> tuple[float, float]:
-    """(low, high) at ``CONFIDENCE`` (widened for ``tests``)."""
-    h = self.noise
-    return self.effect - h, self.effect + h
-
-  def __str__(self) -> str:
-    return f"{self.effect:+.3f} ± {self.noise:.3f}"
-
-
-def _flat(values: Any) -> np.ndarray:
-  """Every number of ``values`` (arrays of any shapes, lists of them, scalars) in one vector."""
-  if isinstance(values, (list, tuple)):
-    return np.concatenate([_flat(v) for v in values]) if values else np.zeros(0)
-  return np.ravel(np.asarray(values, dtype=float))
-
-
-def evidence(per_seed: Any, accuracies: Any, n: int, scale: float = 1.0) -> Evidence:
-  """The :class:`Evidence` of a statistic given per seed.
-
-  Args:
-    per_seed: the statistic, one value per seed.
-    accuracies: the accuracies it compares (arrays or lists of them; their mean sets
-      the binomial error).
-    n: the test points (0: no binomial term).
-    scale: the statistic's units per accuracy unit (a relative drop: 1 / headroom).
-  """
-  d = _flat(per_seed)
-  scale = abs(scale)
-  if d.size > 1:
-    spread = float(d.std(ddof=1))
-    collected = _SPREADS.get()
-    if collected is not None:
-      collected.append(spread / scale if scale else 0.0)
-  else:
-    spread = _FLOOR.get() * scale
-  return Evidence(float(d.mean()), spread, binomial_se(float(_flat(accuracies).mean()), n)
-                  * scale, int(d.size), MIN_EFFECT * scale)
-
-
-def decide(e: Evidence, theta: float = 0.0, above: bool = True) -> str:
-  """A verdict for "effect > theta" (``above``) or "effect <= theta" on the interval.
-
-  "No difference" (the interval within +- the minimum effect) is a verdict of the
-  directional statements (theta 0) only.
-  """
+def _verdict(e: Evidence, theta: float = 0.0, above: bool = True) -> str:
   lo, hi = e.interval
   m = e.minimum
   if not above:
@@ -254,18 +196,33 @@ def decide(e: Evidence, theta: float = 0.0, above: bool = True) -> str:
   return INCONCLUSIVE
 
 
+def decide(e: Evidence, theta: float = 0.0, above: bool = True) -> str:
+  """A verdict for "effect > theta" (``above``) or "effect <= theta" on the interval.
+
+  "No difference" (the interval within +- the minimum effect) is a verdict of the
+  directional statements (theta 0) only.
+  """
+  return _noted(_verdict(e, theta, above), e, theta, above)
+
+
 def decide_any(es: Sequence[Evidence], theta: float = 0.0) -> tuple[str, Evidence]:
   """"Some round: effect > theta" over the rounds' evidence: reproduced when one round's
   interval, widened for all of them, is past theta; not reproduced (no difference)
   when every round's plain interval says so (or says one of the two); else inconclusive.
   Returns the verdict and the deciding (else the largest) round's evidence."""
+  verdict, e = _decide_any(es, theta)
+  _noted(verdict, e, theta, True)
+  return verdict, e
+
+
+def _decide_any(es: Sequence[Evidence], theta: float) -> tuple[str, Evidence]:
   widened = [e._replace(tests=len(es)) for e in es]
   best = max(range(len(es)), key=lambda i: es[i].effect)
-  won = [i for i, e in enumerate(widened) if decide(e, theta) == REPRODUCED]
+  won = [i for i, e in enumerate(widened) if _verdict(e, theta) == REPRODUCED]
   if won:
     i = max(won, key=lambda i: es[i].effect)
     return REPRODUCED, widened[i]
-  plain = [decide(e, theta) for e in es]
+  plain = [_verdict(e, theta) for e in es]
   if all(v == NOT_REPRODUCED for v in plain):
     return NOT_REPRODUCED, es[best]
   if all(v in (NOT_REPRODUCED, NO_DIFFERENCE) for v in plain):
@@ -279,15 +236,21 @@ def decide_all(es: Sequence[Evidence], theta: float = 0.0,
   evidence: reproduced when every round's plain interval says so; not reproduced (no
   difference) when one round's interval, widened for all of them, says so; else
   inconclusive. Returns the verdict and the deciding (else the worst) round's evidence."""
+  verdict, e = _decide_all(es, theta, above)
+  _noted(verdict, e, theta, above)
+  return verdict, e
+
+
+def _decide_all(es: Sequence[Evidence], theta: float, above: bool) -> tuple[str, Evidence]:
   sign = 1.0 if above else -1.0
   worst = min(range(len(es)), key=lambda i: sign * es[i].effect)
-  widened = [decide(e._replace(tests=len(es)), theta, above) for e in es]
+  widened = [_verdict(e._replace(tests=len(es)), theta, above) for e in es]
   for verdict in (NOT_REPRODUCED, NO_DIFFERENCE):
     if verdict in widened:
       i = min((i for i, v in enumerate(widened) if v == verdict),
               key=lambda i: sign * es[i].effect)
       return verdict, es[i]._replace(tests=len(es))
-  if all(decide(e, theta, above) == REPRODUCED for e in es):
+  if all(_verdict(e, theta, above) == REPRODUCED for e in es):
     return REPRODUCED, es[worst]
   return INCONCLUSIVE, es[worst]
 
@@ -563,7 +526,7 @@ class Ordered:
       verdicts.append(decide(ends))
       for (m0, _), (m1, _), v0, v1 in zip(measured, measured[1:], arrays, arrays[1:]):
         back = evidence(-sign * (m1 - m0), [v0, v1], n, scale)
-        if decide(back, TOL) == REPRODUCED:   # a step clearly the wrong way
+        if _verdict(back, TOL) == REPRODUCED:   # a step clearly the wrong way
           verdicts.append(NOT_REPRODUCED)
       text = (("" if a is None else f"agent {a + 1}: ")
               + ", ".join(f"{g.pattern} {m.mean():.3f}" for g, (m, _) in zip(groups, measured))

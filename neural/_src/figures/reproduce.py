@@ -39,6 +39,7 @@ import re
 import time
 from typing import Any
 
+from fedkrr.io import append_file
 from fedkrr.io import atomic_write
 from fedkrr.io import read_json
 from neural._src.evidence.authors import matched_control
@@ -65,16 +66,19 @@ from neural._src.jobs.specs import shipped_configs
 from neural._src.jobs.workers import auto_jobs
 from neural._src.jobs.workers import on_gpu
 from neural._src.runtime.config import ConfigError
+from neural._src.runtime.environment import environment
 
 SCALES = ("small", "paper")
 REPORT_MD = "reproduce.md"
+CALLS = "calls.jsonl"   # each call's wall time, appended: the figure's total across resumes
 REPORT_JSON = "reproduce.json"
 FIGURE_PNG = "reproduce.png"
 # The figures the paper draws per agent (agent 1 blue, agent 2 red); the others show
 # one curve per protocol (the agents' mean).
 PER_AGENT = frozenset({"Fig. 5", "Fig. 12", "Fig. 13", "Fig. 14", "Fig. 15"})
 SEEDS = {"small": 3, "paper": 1}   # seeds per run by default, by scale
-GPU_SEEDS = 5   # small scale with --jobs auto on a GPU: a figure takes minutes there
+GPU_SEEDS = 10  # small scale with --jobs auto on a GPU: a figure takes minutes there, and
+# 10 seeds decide effects of about 0.02 at the seeds' median spread (docs/reproduce.md)
 
 
 # ---------------------------------------------------------------------------
@@ -181,7 +185,7 @@ def reproduce(figure: int | str, workdir: str | os.PathLike, scale: str = "small
       full-size config(s): MNIST / CIFAR-10 files in ``data_dir``, a GPU).
     overrides: config fields set in every run (e.g. ``{"data_dir": "~/data"}``,
       or ``{"rounds": 2, "epochs": 1}`` for a quick look).
-    seeds: how many seeds (``None``: 3 at small scale, 5 there with ``jobs="auto"``
+    seeds: how many seeds (``None``: 3 at small scale, 10 there with ``jobs="auto"``
       on a GPU, 1 at paper scale); seed k sets ``seed`` to the config's seed + k.
     others: other reproductions (their directories or ``reproduce.json``) whose
       curves the statements comparing figures use (Fig. 8 with Fig. 6's).
@@ -253,6 +257,47 @@ def reproduce(figure: int | str, workdir: str | os.PathLike, scale: str = "small
                                              paper_rounds) for k in range(count)])
              for name, spec in specs]   # validates every run before any starts
   seed_values = tuple(base + k for k in range(count))
+  try:
+    return _reproduce(label, workdir, scale, overrides, planned, seed_values, count,
+                      other_curves, progress, max_rounds, jobs, batch, executor, address,
+                      started)
+  finally:
+    _log_call(workdir, started)
+
+
+def _log_call(workdir: Path, started: float) -> None:
+  """Appends this call's wall time to ``workdir/calls.jsonl`` (also when it is stopped
+  by an error or Ctrl-C: a figure's total time sums every call that ran it)."""
+  if (workdir / "seed=0").is_dir():   # runs began here (not: refused before any started)
+    append_file(workdir / CALLS, json.dumps({"seconds": round(time.perf_counter() - started, 1),
+                                             "ended": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+                + "\n")
+
+
+def earlier_calls(workdir: Path) -> tuple[int, float]:
+  """How many earlier calls ran in ``workdir`` and their wall time in seconds (lines of
+  ``calls.jsonl`` that do not parse, e.g. cut by a crash, are skipped)."""
+  try:
+    lines = (workdir / CALLS).read_text(errors="replace").splitlines()
+  except OSError:
+    return 0, 0.0
+  seconds = []
+  for line in lines:
+    try:
+      value = json.loads(line)["seconds"]
+    except (ValueError, KeyError, TypeError):
+      continue
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
+      seconds.append(float(value))
+  return len(seconds), sum(seconds)
+
+
+def _reproduce(label: str, workdir: Path, scale: str, overrides: dict[str, Any],
+               planned: list[tuple[str, Any, list[Any]]], seed_values: tuple[int, ...],
+               count: int, other_curves: dict[str, Curve], progress: bool, max_rounds: int | None,
+               jobs: int, batch: int, executor: str, address: str | None,
+               started: float) -> Reproduction:
+  calls, before = earlier_calls(workdir)
 
   def seed_dir(name: str, k: int) -> Path:
     return workdir / f"seed={k}" / ("" if len(planned) == 1 else name)
@@ -276,16 +321,18 @@ def reproduce(figure: int | str, workdir: str | os.PathLike, scale: str = "small
       seed_curves.append(paper_curves(rows, dict(runs)))
     curves = merge_seeds(seed_curves)
     checks = tuple(evaluate(figure_claims(label), {**curves, **other_curves}))
-    control = matched_control(label, checks, {**curves, **other_curves})
+    control = matched_control(label, checks, {**curves, **other_curves}, borrowed=False)
+    at_our_noise = matched_control(label, checks, {**curves, **other_curves}, borrowed=True)
     where.mkdir(parents=True, exist_ok=True)
     png = where / FIGURE_PNG
     plot_reproduction(label, curves, png, title=f"{label}: {name} ({count} seed"
                       f"{'s' if count > 1 else ''})", per_agent=label in PER_AGENT)
     results.append(ConfigReproduction(name, spec.description, str(where), curves, checks,
-                                      control, str(png)))
+                                      control, str(png), at_our_noise))
+  seconds = time.perf_counter() - started
   result = Reproduction(label, scale, overrides, seed_values, tuple(results),
                         {"md": str(workdir / REPORT_MD), "json": str(workdir / REPORT_JSON)},
-                        time.perf_counter() - started)
+                        seconds, before + seconds, calls + 1, environment())
   atomic_write(workdir / REPORT_JSON, json.dumps(result.to_dict(), indent=2) + "\n")
   atomic_write(workdir / REPORT_MD, markdown(result, workdir))
   return result

@@ -179,6 +179,8 @@ def curves_to_mapping(curves: Mapping[str, Curve]) -> dict[str, dict[str, Any]]:
       entry["agents"] = [[list(a) for a in seed] for seed in c.agents]
     if c.local:
       entry["local"] = [list(x) for x in c.local]
+    if c.test_sets:
+      entry["test_sets"] = list(c.test_sets)
     out.setdefault(c.setting, {})[c.variant] = entry
   return out
 
