@@ -175,3 +175,77 @@ def test_power_is_what_a_simulation_of_the_same_noise_decides():
       0, spread, 0, needed - 1).detectable()
   assert e.seeds_for(0.005) is None                       # below the minimum effect
   assert Evidence(0.02, spread, 0.015, 3).seeds_for(0.02) is None   # the test set too small
+
+
+# ---------------------------------------------------------------------------
+# evaluate: the term each check gets, its power and its margin
+
+
+def _pair(rng, seeds, n, test_sets, outcomes, gap=0.02, tau=0.01, rounds=3):
+  """Two runs "s__a" and "s__b" of ``rounds`` rounds, a ahead of b by about ``gap``."""
+  from neural._src.evidence.curves import Curve
+
+  difficulty = rng.standard_normal(n)
+  curves = {}
+  for name, skill in (("s__a", 1.3 + gap * 4), ("s__b", 1.3)):
+    scores = np.stack([_accuracies(rng, skill + tau * rng.standard_normal((seeds, 1)),
+                                   difficulty) for _ in range(rounds)], axis=1)   # (S, R, n)
+    values = tuple(tuple(float(x) for x in row) for row in scores.mean(axis=2))
+    curves[name] = Curve(name, "avgkd", values, rounds=rounds, test_points=n,
+                         test_sets=test_sets, outcomes=tuple(scores) if outcomes else ())
+  return curves
+
+
+def test_evaluate_gives_each_check_the_term_of_how_its_test_images_were_drawn():
+  from neural._src.evidence.claims import Claim
+  from neural._src.evidence.claims import evaluate
+  from neural._src.evidence.rules import Outperforms
+
+  claim = Claim("Fig. T", "test", "a outperforms b", ("s__a", "s__b"), Outperforms())
+  rng = np.random.default_rng(6)
+  own = evaluate([claim], _pair(rng, 3, 1000, ("x:0", "x:1", "x:2"), False))[0]
+  shared = _pair(rng, 3, 1000, ("x:all",) * 3, True)
+  unpaired = evaluate([claim], {k: c._replace(outcomes=()) for k, c in shared.items()})[0]
+  paired = evaluate([claim], shared)[0]
+  assert (own.term, unpaired.term, paired.term) == (SEEDS_ONLY, BINOMIAL, PAIRED)
+  assert paired.numbers.split(": ")[-1] != unpaired.numbers.split(": ")[-1]
+  # Unknown test sets are read as shared (the cautious reading), as are plain numbers.
+  unknown = evaluate([claim], {k: c._replace(test_sets=(), outcomes=()) for k, c in
+                               shared.items()})[0]
+  assert unknown.term == BINOMIAL
+
+
+def test_an_inconclusive_check_says_what_its_seeds_could_decide():
+  from neural._src.evidence.claims import Claim
+  from neural._src.evidence.claims import evaluate
+  from neural._src.evidence.rules import Outperforms
+  from neural._src.figures.reproduce_report import power_text
+
+  claim = Claim("Fig. T", "test", "a outperforms b", ("s__a", "s__b"), Outperforms())
+  rng = np.random.default_rng(7)
+  curves = _pair(rng, 3, 400, ("x:0", "x:1", "x:2"), False, gap=0.004, tau=0.3)
+  (check,) = evaluate([claim], curves)
+  assert check.verdict == "inconclusive" and check.detectable > 0.01
+  text = power_text(check)
+  assert text.startswith(f"decides ±{check.detectable:.3f} at 80% with 3 seeds; the measured "
+                         "effect needs ")
+  assert check.seeds_needed == -1 or check.seeds_needed > 3
+  far = _pair(rng, 3, 2000, ("x:0", "x:1", "x:2"), False, gap=0.1, tau=0.01)
+  (decided,) = evaluate([claim], far)
+  assert decided.verdict == "reproduced" and power_text(decided) == ""
+  assert decided.margin > 0.01 and not decided.near_threshold
+
+
+def test_plain_numbers_say_how_their_test_images_were_drawn():
+  import neural
+
+  runs = {"mean": [[0.5, 0.6, 0.7, 0.75, 0.8], [0.52, 0.61, 0.69, 0.74, 0.79],
+                   [0.49, 0.62, 0.7, 0.76, 0.81]], "test_points": 1000}
+  own = neural.check_claims(6, {"alpha=0.0": {"ekd": {**runs, "test_sets": "own"}}})
+  shared = neural.check_claims(6, {"alpha=0.0": {"ekd": runs}})
+  improves = [[c for c in checks if c.statement == "EKD improves with rounds"][0]
+              for checks in (own, shared)]
+  assert [c.term for c in improves] == [SEEDS_ONLY, BINOMIAL]
+  with pytest.raises(ValueError, match=r"\['test_sets'\]: expected 'own', 'shared' or one "
+                                       r"string per seed \(3\)"):
+    neural.check_claims(6, {"alpha=0.0": {"ekd": {**runs, "test_sets": ["a"]}}})

@@ -166,9 +166,10 @@ def decisions() -> Iterator[list[Decision]]:
   """Inside: every verdict a rule reaches on a statistic (:func:`decide`, and the
   verdict of :func:`decide_any` / :func:`decide_all` on its rounds) is appended to the
   list yielded."""
-  token = _DECISIONS.set([])
+  noted: list[Decision] = []
+  token = _DECISIONS.set(noted)
   try:
-    yield _DECISIONS.get() or []
+    yield noted
   finally:
     _DECISIONS.reset(token)
 
