@@ -189,12 +189,11 @@ def paper_curves(results: Mapping[str, Sequence[Mapping[str, Any]]],
     configs: each run's config, to tell an unfinished run from a finished one and
       to know the test set's size (without it, every run counts as finished and
       the test set's size is unknown).
-    outcomes: each run's outcome lines by (round, agent), as
-      ``neural._src.runtime.outcomes.read_outcomes`` reads them from a run that
-      recorded them (``record_outcomes``): they fill each curve's ``outcomes``, the
-      per-image scores of the very rows its values average (the best local epoch's
-      where the values are; EKD's even sums; FedAvg's server). A curve some of whose
-      rows have no line keeps ``()``.
+    outcomes: each run's outcome lines by (round, agent), as :func:`neural.read_outcomes`
+      reads them from a run that recorded them (``record_outcomes``): they fill each
+      curve's ``outcomes``, the per-image scores of the very rows its values average
+      (the best local epoch's where the values are; EKD's even sums; FedAvg's server).
+      A curve some of whose rows have no line keeps ``()``.
 
   Returns:
     A :class:`neural.Curve` per run with one seed: the agents' mean per paper round

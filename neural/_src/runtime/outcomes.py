@@ -107,7 +107,15 @@ def read_outcome_lines(path: str | os.PathLike) -> tuple[list[dict[str, Any]], i
 
 
 def read_outcomes(workdir: str | os.PathLike) -> dict[RowKey, dict[str, Any]]:
-  """A run directory's outcome lines by (round, agent) (``{}`` where it recorded none)."""
+  """A run directory's outcome lines by (round, agent) (``{}`` where it recorded none).
+
+  Each line (see the module docstring) says which test images that metric row's model
+  got right; :func:`neural.paper_curves` turns them into the curves' per-image outcomes.
+
+  Example:
+    >>> neural.read_outcomes("a-run-without-record-outcomes")
+    {}
+  """
   return {row_key(line): line for line in read_outcome_lines(Path(workdir) / OUTCOMES_FILE)[0]}
 
 
