@@ -213,8 +213,7 @@ class _Evaluator:
   def _model_row(self, t, agent, model, probs, **extra):
     train = np.asarray(model.predict(self.data.xs[agent]))
     train_acc = float(np.mean(np.argmax(train, axis=1) == self.data.labels[agent]))
-    scored = has_capability(model, EpochScoredModel)
-    epochs = tuple(model.epoch_accuracy) if scored else ()
+    epochs = tuple(model.epoch_accuracy) if has_capability(model, EpochScoredModel) else ()
     if epochs:
       extra.update(best_epoch_test_accuracy=max(epochs), epoch_test_accuracy=list(epochs))
     return self._row(t, agent, probs, self.config.agent_models[agent],
