@@ -158,6 +158,7 @@ if TYPE_CHECKING:
   from neural._src.runtime.config import ExperimentConfig
   from neural._src.runtime.config import RunConfig
   from neural._src.runtime.config import field_help
+  from neural._src.runtime.outcomes import read_outcomes
   from neural._src.runtime.plots import plot_run
   from neural._src.runtime.plots import plot_sweep
   from neural._src.runtime.rundir import ExperimentError

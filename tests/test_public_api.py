@@ -56,7 +56,7 @@ def test_neural_public_names_import():
                "metropolis_weights", "skewed_label_split", "Config", "RunConfig",
                "ExperimentConfig", "load_spec", "run_configs", "load_run_data", "run_main_job",
                "MainJobSettings", "methods", "load_run_checkpoint", "load_checkpoint",
-               "read_checkpoint", "restore_checkpoint", "ModelSlot"]:
+               "read_checkpoint", "restore_checkpoint", "ModelSlot", "read_outcomes"]:
     assert name in names, name
   # Subset: tests may register methods of their own (tests/neural/methods/test_registry.py).
   assert {"d-distillation", "d-sgd", "silo-sgd", "mhd", "mhd-isolated", "mhd-fedavg", "repshare",

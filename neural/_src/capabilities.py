@@ -75,9 +75,12 @@ class EpochScoredModel(Protocol):
 
   Attributes:
     epoch_accuracy: the test accuracy after each epoch of its fit (empty if not scored).
+    best_epoch_right: ``numpy.packbits`` of which test points the best of those epochs
+      got right (empty unless kept: ``record_outcomes``).
   """
 
   epoch_accuracy: Any
+  best_epoch_right: Any
 
   def predict(self, x: Any) -> Any:
     """Predictions (``fedkrr.Model``)."""

@@ -67,6 +67,7 @@ from neural._src.jobs.workers import auto_jobs
 from neural._src.jobs.workers import on_gpu
 from neural._src.runtime.config import ConfigError
 from neural._src.runtime.environment import environment
+from neural._src.runtime.outcomes import read_outcomes
 
 SCALES = ("small", "paper")
 REPORT_MD = "reproduce.md"
@@ -318,7 +319,9 @@ def _reproduce(label: str, workdir: Path, scale: str, overrides: dict[str, Any],
       rows = run_configs(runs, seed_dir(name, k), progress=progress and alone,
                          description=spec.description, max_rounds=max_rounds,
                          done=done.get((name, k)))
-      seed_curves.append(paper_curves(rows, dict(runs)))
+      lines = {run: read_outcomes(path)   # the runs' per-image outcomes, where recorded
+               for (run, _), path in zip(runs, run_dirs(runs, seed_dir(name, k)), strict=True)}
+      seed_curves.append(paper_curves(rows, dict(runs), lines))
     curves = merge_seeds(seed_curves)
     checks = tuple(evaluate(figure_claims(label), {**curves, **other_curves}))
     control = matched_control(label, checks, {**curves, **other_curves}, borrowed=False)

@@ -9,6 +9,8 @@ from collections.abc import Sequence
 import re
 from typing import Any
 
+import numpy as np
+
 from neural._src.datasets.data import load_dataset
 from neural._src.evidence.claims import Check
 from neural._src.evidence.claims import evaluate
@@ -23,6 +25,8 @@ from neural._src.kd.experiment import total_rounds
 from neural._src.runtime.config import ConfigError
 from neural._src.runtime.config import ExperimentConfig
 from neural._src.runtime.config import RunConfig
+from neural._src.runtime.outcomes import RowKey
+from neural._src.runtime.outcomes import unpack
 
 # Test-set sizes of the datasets read from files (the embedded ones are split here).
 _TEST_SIZES = {"mnist": 10_000, "cifar10": 10_000, "cinic10": 90_000}
@@ -66,8 +70,51 @@ def test_key(config: RunConfig) -> str:
   return f"{config.dataset}:seed={config.data_seed}{subset}"
 
 
+# A run's outcome lines by (round, agent) (``neural._src.runtime.outcomes.read_outcomes``).
+Lines = Mapping[RowKey, Mapping[str, Any]]
+
+
+def _outcomes(groups: Sequence[Sequence[Mapping[str, Any]]], key: str, lines: Lines
+              ) -> tuple[np.ndarray, ...]:
+  """``(array,)`` of a curve whose paper round r averages the logged rows ``groups[r]``'s
+  ``key`` accuracy: row r is, per test image, the share of those rows' models right on it
+  (``key`` "test_accuracy": the lines' ``right`` bits; ``BEST``: their ``best``). ``()``
+  where some row has no line, or its bits do not give its accuracy (never inconsistent)."""
+  kind = "best" if key == BEST else "right"
+  shares = []
+  for group in groups:
+    bits = []
+    for row in group:
+      line = lines.get((int(row["round"]), row["agent"]))
+      if line is None or kind not in line or key not in row:
+        return ()
+      try:
+        right = unpack(line[kind], int(line["count"]))
+      except ValueError:
+        return ()
+      if abs(float(np.mean(right)) - float(row[key])) > 1e-9:
+        return ()
+      bits.append(right)
+    if not bits or len({len(b) for b in bits} | {len(s) for s in shares}) != 1:
+      return ()   # a round of no rows, or of lines on other test sets
+    shares.append(np.mean(bits, axis=0))
+  return (np.stack(shares),) if shares else ()
+
+
+def _members(paper: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]],
+             ensemble: bool = False) -> list[list[Mapping[str, Any]]]:
+  """Per paper round, the logged rows it averages (its ``steps``): the single models'
+  rows, or with ``ensemble`` the combined predictor's (EKD's even sums)."""
+  by_step: dict[int, list[Mapping[str, Any]]] = {}
+  for r in rows:
+    if r["agent"] == "ensemble" if ensemble else isinstance(r["agent"], int):
+      by_step.setdefault(int(r["round"]), []).append(r)
+  return [sorted((m for s in p["steps"] for m in by_step.get(int(s), [])),
+                 key=lambda m: m["agent"]) for p in paper]
+
+
 def _curve(name: str, rows: Sequence[Mapping[str, Any]], accuracy: str,
-           steps: int | None, points: int, dataset: str) -> Curve:
+           steps: int | None, points: int, dataset: str, lines: Lines) -> Curve:
   protocol = str(rows[0]["protocol"])
   paper = paper_rounds(rows, accuracy)
   agent_rows = [r for r in rows if isinstance(r["agent"], int)]
@@ -75,14 +122,16 @@ def _curve(name: str, rows: Sequence[Mapping[str, Any]], accuracy: str,
   models = {int(r["agent"]): str(r.get("model", "?")) for r in agent_rows}
   per_agent = tuple(tuple(float(v) for v in vs)
                     for vs in zip(*[r["agent_accuracies"] for r in paper]))
+  key = BEST if accuracy == "best" else "test_accuracy"
   return Curve(name, protocol, (tuple(float(r["test_accuracy"]) for r in paper),),
                (per_agent,), (tuple(v[0] for v in per_agent),),
                len(paper) if steps is None else paper_round_count(protocol, steps, agents),
-               accuracy, tuple(models[a] for a in sorted(models)), points, dataset)
+               accuracy, tuple(models[a] for a in sorted(models)), points, dataset,
+               outcomes=_outcomes(_members(paper, rows), key, lines) if lines else ())
 
 
 def _server_curve(name: str, rows: Sequence[Mapping[str, Any]], steps: int | None,
-                  points: int, dataset: str) -> list[Curve]:
+                  points: int, dataset: str, lines: Lines) -> list[Curve]:
   """FedAvg's averaged model after each round (its ``server`` rows), as ``<name>:server``:
   the paper scored FedAvg by its clients after local training (the run's own curve)."""
   server = sorted((r for r in rows if r["agent"] == "server"), key=lambda r: r["round"])
@@ -91,11 +140,13 @@ def _server_curve(name: str, rows: Sequence[Mapping[str, Any]], steps: int | Non
   return [Curve(f"{name}:server", "fedavg", (tuple(float(r["test_accuracy"]) for r in server),),
                 rounds=len(server) if steps is None else steps, accuracy="last",
                 models=(str(server[0].get("model", "?")),), test_points=points,
-                dataset=dataset)]
+                dataset=dataset,
+                outcomes=_outcomes([[r] for r in server], "test_accuracy", lines)
+                if lines else ())]
 
 
 def _run_curves(name: str, rows: Sequence[Mapping[str, Any]],
-                config: RunConfig | None) -> list[Curve]:
+                config: RunConfig | None, lines: Lines) -> list[Curve]:
   steps = total_rounds(config) if isinstance(config, ExperimentConfig) else None
   points = test_points(config) if config is not None else 0
   dataset = config.dataset if config is not None else ""
@@ -106,27 +157,30 @@ def _run_curves(name: str, rows: Sequence[Mapping[str, Any]],
                   test_points=points, dataset=dataset)]
   accuracy = default_accuracy(rows)
   if rows[0].get("protocol") == "fedavg":
-    return [_curve(name, rows, accuracy, steps, points, dataset),
-            *_server_curve(name, rows, steps, points, dataset)]
+    return [_curve(name, rows, accuracy, steps, points, dataset, lines),
+            *_server_curve(name, rows, steps, points, dataset, lines)]
   if rows[0].get("protocol") != "ekd":
-    return [_curve(name, rows, accuracy, steps, points, dataset)]
+    return [_curve(name, rows, accuracy, steps, points, dataset, lines)]
   key = BEST if accuracy == "best" else "test_accuracy"
   local_rows = sorted((r for r in rows if r["round"] == 0 and isinstance(r["agent"], int)),
                       key=lambda r: r["agent"])
-  paper = paper_rounds(rows, accuracy)
+  paper = paper_rounds(rows, accuracy)   # the ensemble's even sums (of last-epoch models)
   curves = [Curve(name, "ekd", (tuple(float(r["test_accuracy"]) for r in paper),), (),
                   (tuple(float(r.get(key, r["test_accuracy"])) for r in local_rows),),
                   len(paper) if steps is None else paper_round_count("ekd", steps, 1), accuracy,
-                  tuple(str(r.get("model", "?")) for r in local_rows), points, dataset)]
+                  tuple(str(r.get("model", "?")) for r in local_rows), points, dataset,
+                  outcomes=_outcomes(_members(paper, rows, ensemble=True), "test_accuracy",
+                                     lines) if lines else ())]
   for start in sorted({int(r["start"]) for r in rows if "start" in r}):
     akd = [{**r, "protocol": "akd"} for r in rows if r.get("start") == start]
     curves.append(_curve(f"{name}:akd-from-agent{start + 1}", akd, accuracy, steps, points,
-                         dataset))
+                         dataset, lines))
   return curves
 
 
 def paper_curves(results: Mapping[str, Sequence[Mapping[str, Any]]],
-                 configs: Mapping[str, RunConfig] | None = None) -> dict[str, Curve]:
+                 configs: Mapping[str, RunConfig] | None = None,
+                 outcomes: Mapping[str, Lines] | None = None) -> dict[str, Curve]:
   """The runs' test accuracy in the paper's units, by run name (one seed each).
 
   Args:
@@ -135,6 +189,11 @@ def paper_curves(results: Mapping[str, Sequence[Mapping[str, Any]]],
     configs: each run's config, to tell an unfinished run from a finished one and
       to know the test set's size (without it, every run counts as finished and
       the test set's size is unknown).
+    outcomes: each run's outcome lines by (round, agent), as :func:`neural.read_outcomes`
+      reads them from a run that recorded them (``record_outcomes``): they fill each
+      curve's ``outcomes``, the per-image scores of the very rows its values average
+      (the best local epoch's where the values are; EKD's even sums; FedAvg's server).
+      A curve some of whose rows have no line keeps ``()``.
 
   Returns:
     A :class:`neural.Curve` per run with one seed: the agents' mean per paper round
@@ -147,7 +206,7 @@ def paper_curves(results: Mapping[str, Sequence[Mapping[str, Any]]],
   curves: dict[str, Curve] = {}
   for name, rows in results.items():
     config = (configs or {}).get(name)
-    for curve in _run_curves(name, list(rows), config):
+    for curve in _run_curves(name, list(rows), config, (outcomes or {}).get(name) or {}):
       curves[curve.name] = curve if config is None else curve._replace(
           test_sets=(test_key(config),))
   return curves

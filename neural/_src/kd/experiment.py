@@ -14,6 +14,8 @@ directory (see ``neural._src.runtime.rundir``) holds::
 
   config.json      the ExperimentConfig (a different config there is an error)
   metrics.jsonl    one JSON object per (round, agent), flushed as it goes
+  outcomes.jsonl   with ``record_outcomes``: per row, which test images were right
+                   (``neural._src.runtime.outcomes``), appended with its rows
   checkpoint.npz   protocol state after the last finished round (arrays and plain data:
                    reading it never runs code)
   accuracy.png     test accuracy per round per agent (written at the end)
@@ -71,6 +73,8 @@ from neural._src.runtime.checkpoint import ModelSlot
 from neural._src.runtime.config import FOREST
 from neural._src.runtime.config import KD_PROTOCOLS
 from neural._src.runtime.config import ExperimentConfig
+from neural._src.runtime.outcomes import outcome_line
+from neural._src.runtime.rounds import RoundResult
 from neural._src.runtime.rounds import Step
 from neural._src.runtime.rounds import run_rounds
 from neural._src.training.augment import Augment
@@ -78,6 +82,7 @@ from neural._src.training.soft_targets import Teacher
 from neural._src.training.soft_targets import concrete
 from neural._src.training.training import TrainConfig
 from neural._src.training.training import init_variables
+from neural._src.training.training import right
 from neural._src.training.training import scores
 
 
@@ -109,7 +114,8 @@ def build_learners(config: ExperimentConfig, input_shape: tuple[int, ...],
                         norm=config.norm)
       learners.append(FlaxLearner(model=model, input_shape=tuple(input_shape),
                                   config=train_config, key=key, eval_data=eval_data,
-                                  mesh=meshes.get(name)))
+                                  mesh=meshes.get(name),
+                                  eval_outcomes=config.record_outcomes))
   return learners
 
 
@@ -187,16 +193,20 @@ def total_rounds(config: ExperimentConfig) -> int:
 
 
 class _Evaluator:
-  """Turns a round's output into metric rows; keeps EKD's running test predictions."""
+  """Turns a round's output into metric rows (and, with ``record_outcomes``, their outcome
+  lines: ``neural._src.runtime.outcomes``); keeps EKD's running test predictions."""
 
   def __init__(self, config: ExperimentConfig, data: RunData, running: np.ndarray | None):
     self.config = config
     self.data = data
     self.test_targets = one_hot(data.y_test, data.num_classes)
     self.running = running
+    self.outcomes: list[dict[str, Any]] = []
 
-  def _row(self, t, agent, probs, model_name, **extra):
+  def _row(self, t, agent, probs, model_name, best=b"", **extra):
     acc, loss = scores(probs, self.data.y_test, self.test_targets, self.config.loss)
+    if self.config.record_outcomes:
+      self.outcomes.append(outcome_line(t, agent, right(probs, self.data.y_test), best))
     return {"round": t, "agent": agent, "protocol": self.config.protocol, "model": model_name,
             "test_accuracy": acc, "test_loss": loss, **extra}
 
@@ -207,8 +217,14 @@ class _Evaluator:
     if epochs:
       extra.update(best_epoch_test_accuracy=max(epochs), epoch_test_accuracy=list(epochs))
     return self._row(t, agent, probs, self.config.agent_models[agent],
+                     best=model.best_epoch_right if epochs else b"",
                      train_accuracy=train_acc, num_train=int(len(self.data.labels[agent])),
                      **extra)
+
+  def take_outcomes(self) -> list[dict[str, Any]]:
+    """The outcome lines of the rows made since the last call."""
+    lines, self.outcomes = self.outcomes, []
+    return lines
 
   def rows(self, t: int, state: Any, out: RoundOutput) -> list[dict[str, Any]]:
     x_test = self.data.x_test
@@ -399,7 +415,7 @@ def _begin(config: ExperimentConfig, data: RunData, checkpoint: dict[str, Any] |
                     and fedkrr.protocol_info(config.protocol).one_fit_per_round
                     else config.agents)
 
-  def step(t: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+  def step(t: int) -> RoundResult:
     nonlocal state
     fit_bar = tqdm(total=fits_per_round, desc=f"round {t} fits", unit="fit", leave=False,
                    disable=not progress)
@@ -416,7 +432,8 @@ def _begin(config: ExperimentConfig, data: RunData, checkpoint: dict[str, Any] |
       if has_capability(model, ParameterModel):
         inits[agent] = model.variables
     rows = evaluator.rows(t, state, out)
-    return rows, {"state": state, "inits": inits, "running": evaluator.running}
+    return RoundResult(rows, {"state": state, "inits": inits, "running": evaluator.running},
+                       evaluator.take_outcomes())
 
   return step
 

@@ -157,7 +157,8 @@ def fedavg(initial_variables: Any, weighting: str = "size") -> Protocol:
     weights = [n / sum(sizes) for n in sizes]
     variables = average(stack([m.variables for m in models]), weights)
     first = models[0]   # the server's model: agent 0's module, not its variables or scores
-    scored = {"epoch_accuracy": ()} if has_capability(first, EpochScoredModel) else {}
+    scored = ({"epoch_accuracy": (), "best_epoch_right": b""}
+              if has_capability(first, EpochScoredModel) else {})
     model = dataclasses.replace(cast(Any, first), variables=variables, **scored)
     return (FedAvgState(state.round + 1, variables, model),
             RoundOutput(models, tuple(range(len(xs))), None))

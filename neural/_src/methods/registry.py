@@ -39,6 +39,7 @@ import numpy as np
 from neural._src.datasets.run_data import load_run_data
 from neural._src.runtime.config import ConfigError
 from neural._src.runtime.config import RunConfig
+from neural._src.runtime.rounds import RoundResult
 from neural._src.runtime.rounds import Step
 from neural._src.runtime.rounds import run_rounds
 from neural._src.training.training import scores
@@ -183,10 +184,11 @@ def run_method(config: MethodConfig, workdir: str | os.PathLike, *, progress: bo
   def begin(data: Any, checkpoint: dict[str, Any] | None) -> Step:
     state = method.init(config, data) if checkpoint is None else checkpoint["state"]
 
-    def step(t: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    def step(t: int) -> RoundResult:
       nonlocal state
       state, rows = method.step(config, data, state, t)
-      return [{"round": t, "method": config.method, **row} for row in rows], {"state": state}
+      return RoundResult([{"round": t, "method": config.method, **row} for row in rows],
+                         {"state": state})
 
     return step
 

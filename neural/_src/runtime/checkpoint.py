@@ -99,12 +99,14 @@ class ModelSlot:
     variables: arrays of the shapes and dtypes of its variables (``None`` for a forest).
     num_classes: C, the width of its predictions.
     epoch_accuracy: always empty (the stand-in of ``neural.FlaxModel``'s field).
+    best_epoch_right: always empty (likewise).
   """
 
   module: Any
   variables: Any
   num_classes: int
   epoch_accuracy: tuple[float, ...] = ()
+  best_epoch_right: bytes = b""
 
   def predict(self, x: Any) -> np.ndarray:
     """Zeros of shape (n, C): the shape of the model's predictions."""

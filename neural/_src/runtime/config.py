@@ -431,6 +431,12 @@ class ExperimentConfig(RunConfig, EpochSettings):
       these per model (``best_epoch_test_accuracy``: what the paper's figures show,
       as its authors' code reports it) beside the last epoch's (``test_accuracy``).
       The model passed on is the last epoch's either way.
+    record_outcomes: record which test images each model (and EKD's sum, FedAvg's
+      server) got right at every evaluation a paper curve uses, the best local epoch's
+      too, in ``outcomes.jsonl`` beside ``metrics.jsonl`` (which stays the same): a
+      paired test-set term in ``neural reproduce``'s verdicts at paper scale, where
+      every seed is scored on the same test images (the paper-scale figure configs
+      set it).
     fedavg_init: FedAvg's round-0 global model: "one" initialisation, or "mean": the
       average of M independent initialisations (the authors' code).
     fedavg_weights: FedAvg's server average: "size" (by the agents' numbers of points,
@@ -456,6 +462,7 @@ class ExperimentConfig(RunConfig, EpochSettings):
   warm_start: bool = False
   augment: str = "none"
   epoch_eval: bool = False
+  record_outcomes: bool = False
   fedavg_init: str = "one"
   fedavg_weights: str = "size"
   forest_trees: int = 100

@@ -14,8 +14,10 @@ checkpoint it expects and what a round does.
 from __future__ import annotations
 
 from collections.abc import Callable
+from collections.abc import Sequence
 import os
 from typing import Any
+from typing import NamedTuple
 
 from tqdm.auto import tqdm
 
@@ -23,8 +25,24 @@ from neural._src.runtime.plots import plot_run
 from neural._src.runtime.rundir import PLOT_FILE
 from neural._src.runtime.rundir import open_run
 
-# step(t) -> (round t's metric rows, what it checkpoints besides its round, rows and config)
-Step = Callable[[int], tuple[list[dict[str, Any]], dict[str, Any]]]
+
+class RoundResult(NamedTuple):
+  """What one round gives the loop.
+
+  Attributes:
+    rows: the round's metric rows.
+    state: what it checkpoints besides its round, rows and config.
+    outcomes: the outcome lines of its rows (``neural._src.runtime.outcomes``; empty
+      unless the run records them).
+  """
+
+  rows: list[dict[str, Any]]
+  state: dict[str, Any]
+  outcomes: Sequence[dict[str, Any]] = ()
+
+
+# step(t) -> round t's RoundResult
+Step = Callable[[int], RoundResult]
 
 
 def run_rounds(config: Any, workdir: str | os.PathLike, *,
@@ -45,7 +63,7 @@ def run_rounds(config: Any, workdir: str | os.PathLike, *,
     expected: ``expected(data, done)``: the checkpoint's target after ``done`` rounds.
     begin: ``begin(data, checkpoint) -> step``, called once when rounds remain, with
       the restored checkpoint (``None`` before the first round); ``step(t)`` runs round
-      t and returns its metric rows and what it checkpoints (the config is added).
+      t and returns its :class:`RoundResult` (the config is added to its state).
     desc: the label of the bar over rounds.
     title: the title of ``accuracy.png``.
     units: the rounds of ``accuracy.png`` (see ``neural._src.runtime.plots.plot_run``).
@@ -66,8 +84,9 @@ def run_rounds(config: Any, workdir: str | os.PathLike, *,
                  disable=not progress)
       try:
         for t in range(run.done, stop):
-          rows, state = step(t)
-          run.finish_round(t, rows, {**state, "config": config.to_dict()}, on_round_end)
+          rows, state, outcomes = step(t)
+          run.finish_round(t, rows, {**state, "config": config.to_dict()}, on_round_end,
+                           outcomes)
           bar.update(1)
       finally:
         bar.close()

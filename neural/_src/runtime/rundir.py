@@ -4,6 +4,8 @@ A run directory holds::
 
   config.json      the run's config (a different config there is an error)
   metrics.jsonl    one JSON object per (round, agent), flushed as it goes
+  outcomes.jsonl   with ``record_outcomes``: which test images each row's models got
+                   right (``neural._src.runtime.outcomes``), appended with the rows
   checkpoint.npz   the state after the last finished round, with its metric rows
                    (arrays and plain data only: reading it never runs code)
   accuracy.png     test accuracy per round (written at the end)
@@ -27,7 +29,8 @@ A run directory holds::
 * ``metrics.jsonl`` is checked against the rows the checkpoint holds: rows of
   unfinished rounds (a kill between the two writes) are dropped, and a file that
   lost or damaged rows of finished rounds is rewritten from the checkpoint, with
-  a note on stderr saying what was repaired;
+  a note on stderr saying what was repaired; ``outcomes.jsonl`` keeps the lines of
+  those rows only, each once (a row whose line was lost has none);
 * every round is checked before it is written (:func:`check_round`): a metric or
   a state array that is NaN or infinite (training diverged) stops the run with a
   :class:`DivergenceError` naming the round, the agent and what to change; the
@@ -69,6 +72,9 @@ from neural._src.runtime.checkpoint import load_checkpoint_entries
 from neural._src.runtime.checkpoint import read_checkpoint
 from neural._src.runtime.checkpoint import restore_checkpoint
 from neural._src.runtime.checkpoint import save_checkpoint
+from neural._src.runtime.outcomes import OUTCOMES_FILE
+from neural._src.runtime.outcomes import kept_lines
+from neural._src.runtime.outcomes import read_outcome_lines
 
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.jsonl"
@@ -149,6 +155,12 @@ def append_metrics(workdir: Path, rows: Sequence[dict[str, Any]]) -> None:
   append_file(workdir / METRICS_FILE, _lines(rows))   # never through a link
 
 
+def append_outcomes(workdir: Path, lines: Sequence[dict[str, Any]]) -> None:
+  """Appends outcome lines to ``outcomes.jsonl`` as :func:`append_metrics` appends rows."""
+  if lines:
+    append_file(workdir / OUTCOMES_FILE, _lines(lines))
+
+
 def _refuse_links(path: Path) -> None:
   """Refuses a run whose appended file is a link before any round runs (``append_file``
   checks again, on the opened file, before each write)."""
@@ -205,12 +217,15 @@ class Run:
   config: Any = None
 
   def finish_round(self, t: int, rows: Sequence[dict[str, Any]], state: dict[str, Any],
-                   on_round_end: Callable[[int], None] | None = None) -> None:
-    """Checks round t (:func:`check_round`), appends its rows, then checkpoints ``state``
-    with every row so far; the two writes are one section that Ctrl-C does not cut."""
+                   on_round_end: Callable[[int], None] | None = None,
+                   outcomes: Sequence[dict[str, Any]] = ()) -> None:
+    """Checks round t (:func:`check_round`), appends its rows (and its ``outcomes`` lines:
+    ``neural._src.runtime.outcomes``), then checkpoints ``state`` with every row so far;
+    the writes are one section that Ctrl-C does not cut."""
     check_round(t, rows, state.get("state"), self.config)
     with commit():
       append_metrics(self.workdir, rows)
+      append_outcomes(self.workdir, outcomes)
       self.rows.extend(rows)
       if on_round_end is not None:
         on_round_end(t)
@@ -422,8 +437,10 @@ def open_run(workdir: str | os.PathLike, config: Any, *,
                           f"workdir") from None
   try:
     # under the lock no other process writes here: a killed run's staging files go
-    remove_staging(workdir, (CONFIG_FILE, METRICS_FILE, CHECKPOINT_FILE, PLOT_FILE))
+    remove_staging(workdir, (CONFIG_FILE, METRICS_FILE, OUTCOMES_FILE, CHECKPOINT_FILE,
+                             PLOT_FILE))
     _refuse_links(workdir / METRICS_FILE)
+    _refuse_links(workdir / OUTCOMES_FILE)
     if (workdir / LEGACY_CHECKPOINT).exists():
       raise ExperimentError(f"workdir: {workdir / LEGACY_CHECKPOINT} is a pickled checkpoint "
                             f"of an older version, which is never read (unpickling can run "
@@ -466,6 +483,7 @@ def open_run(workdir: str | os.PathLike, config: Any, *,
     if replace:
       atomic_write(workdir / CONFIG_FILE, config.to_json())
     _repair_metrics(workdir, rows, done)
+    _repair_outcomes(workdir, rows)
     run = Run(workdir, checkpoint, done, list(rows), data, config)
     try:
       yield run
@@ -487,9 +505,9 @@ def _undo_start(workdir: Path, wrote_config: bool) -> None:
   try:
     if wrote_config:
       (workdir / CONFIG_FILE).unlink(missing_ok=True)
-    metrics = workdir / METRICS_FILE
-    if metrics.is_file() and not metrics.is_symlink() and metrics.stat().st_size == 0:
-      metrics.unlink()
+    for metrics in (workdir / METRICS_FILE, workdir / OUTCOMES_FILE):
+      if metrics.is_file() and not metrics.is_symlink() and metrics.stat().st_size == 0:
+        metrics.unlink()
   except OSError:
     pass
 
@@ -611,6 +629,18 @@ def _repair_metrics(workdir: Path, rows: list[dict[str, Any]], done: int) -> Non
   _write_metrics(workdir, rows)
   note(f"{path} did not match the checkpoint ({'; '.join(what)}); rewrote it from the "
        f"checkpoint ({len(rows)} rows of rounds 0..{done - 1})")
+
+
+def _repair_outcomes(workdir: Path, rows: list[dict[str, Any]]) -> None:
+  """Makes ``outcomes.jsonl`` hold only lines of the finished rounds' ``rows``, each once
+  (lines of a round cut short by a kill go; a line that was lost is not made up)."""
+  path = workdir / OUTCOMES_FILE
+  if not os.path.lexists(path):
+    return
+  lines, dropped = read_outcome_lines(path)
+  kept = kept_lines(lines, rows)
+  if dropped or len(kept) != len(lines):
+    atomic_write(path, _lines(kept))
 
 
 def process_workdir(workdir: str | os.PathLike, process: int) -> Path:

@@ -397,7 +397,7 @@ def scores(probs: ArrayLike, labels: ArrayLike, targets: ArrayLike | None,
   labels = np.asarray(labels)
   if probs.ndim != 2 or probs.shape[0] != labels.shape[0]:
     raise ValueError(f"probs: expected shape ({labels.shape[0]}, C), got {probs.shape}")
-  accuracy = float(np.mean(np.argmax(probs, axis=1) == labels))
+  accuracy = float(np.mean(right(probs, labels)))
   if loss == "mse":
     return accuracy, float(np.mean((probs - np.asarray(targets)) ** 2))
   if loss != "ce":
@@ -406,10 +406,23 @@ def scores(probs: ArrayLike, labels: ArrayLike, targets: ArrayLike | None,
   return accuracy, float(-np.mean(np.log(picked)))
 
 
+def right(probs: ArrayLike, labels: ArrayLike) -> np.ndarray:
+  """Per point, whether its most probable class in ``probs`` (n, C) is its int label: (n,) bool.
+
+  The accuracy of :func:`scores` and :func:`accuracy` is its mean.
+  """
+  return np.argmax(np.asarray(probs), axis=1) == np.asarray(labels)
+
+
 def accuracy(model: nn.Module, variables: Variables, x: ArrayLike, labels: ArrayLike) -> float:
   """The fraction of ``x`` whose most probable class under ``model`` is its int label."""
-  probs = np.asarray(predict_proba(model, variables, x))
-  return float(np.mean(np.argmax(probs, axis=1) == np.asarray(labels)))
+  return float(np.mean(right_points(model, variables, x, labels)))
+
+
+def right_points(model: nn.Module, variables: Variables, x: ArrayLike,
+                 labels: ArrayLike) -> np.ndarray:
+  """Per point of ``x``, whether ``model``'s most probable class is its int label: (n,) bool."""
+  return right(np.asarray(predict_proba(model, variables, x)), labels)
 
 
 def stack(trees) -> Any:
