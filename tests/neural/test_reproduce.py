@@ -527,3 +527,20 @@ def test_paper_scale_without_data_is_the_data_error(tmp_path, capsys):
                "--data-dir", str(tmp_path / "none"), "--workdir", str(tmp_path)]) == 2
   assert "is not a directory" in capsys.readouterr().err
   assert not list(tmp_path.iterdir())
+
+
+def test_seeds_scored_on_one_test_set_get_the_paired_term_from_their_outcomes(tmp_path):
+  """With the data seed fixed every seed is scored on the same test images; runs that
+  record their per-image outcomes give each check the paired test-set term."""
+  overrides = {**SHRINK, "data_seed": 0, "record_outcomes": True}
+  result = neural.reproduce(5, tmp_path, overrides=overrides, seeds=2)
+  curves = result.configs[0].curves
+  assert all(c.shares_test and c.outcome_array() is not None for c in curves.values())
+  for c in curves.values():   # each agent's outcomes give its values, round by round
+    np.testing.assert_allclose(c.agent_outcome_array().mean(axis=-1), c.agent_array(),
+                               atol=1e-9)
+    np.testing.assert_allclose(c.outcome_array().mean(axis=-1), c.array(), atol=1e-9)
+  decided = [c for c in result.checks if c.numbers and c.verdict != NOT_TESTABLE]
+  assert decided and {c.term for c in decided} == {"paired"}
+  report = json.loads((tmp_path / "reproduce.json").read_text())
+  assert {s["term"] for s in report["configs"][0]["statements"]} == {"paired"}

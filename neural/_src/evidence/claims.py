@@ -591,19 +591,33 @@ def _test_term(claim: Claim, groups: Sequence[Group]) -> tuple[str, list[float]]
   curves = list({c.name: c for g in groups for c in g.curves}.values())
   if all(c.seeds > 1 and not c.shares_test for c in curves):
     return intervals.SEEDS_ONLY, []
-  outcomes = [c.outcome_array() for c in curves]
+  series: list[tuple[int, int | None]] = []   # (curve, agent or None for the mean)
+  outcomes: list[np.ndarray | None] = []
+  for i, c in enumerate(curves):
+    series.append((i, None))
+    outcomes.append(c.outcome_array())
+    per_agent = c.agent_outcome_array()
+    for a in range(len(c.agents[0]) if c.agents else 0):
+      series.append((i, a))
+      outcomes.append(None if per_agent is None else per_agent[:, a])
   shapes = {(o.shape[0], o.shape[2]) for o in outcomes if o is not None}
   if len(shapes) != 1:   # none recorded, or other seeds / test sets: the binomial bound
     return intervals.BINOMIAL, []
+  where = {key: k for k, key in enumerate(series)}
   index = {c.name: i for i, c in enumerate(curves)}
   blank = {c.name: _blank(c) for c in curves}
 
   def resampled(values: Any) -> None:
+    def rows(v: Any, shape: tuple[int, int]) -> tuple[tuple[float, ...], ...]:
+      return tuple(tuple(float(x) for x in r) for r in (np.full(shape, np.nan) if v is None
+                                                        else v))
+
     def swap(c: Curve) -> Curve:
-      v = values(index[c.name])
-      shape = (c.seeds, c.done)
-      rows = np.full(shape, np.nan) if v is None else v
-      return blank[c.name]._replace(values=tuple(tuple(float(x) for x in r) for r in rows))
+      i, shape = index[c.name], (c.seeds, c.done)
+      agents = tuple(zip(*[rows(values(where[(i, a)]), shape)
+                           for a in range(len(c.agents[0]) if c.agents else 0)]))
+      return blank[c.name]._replace(values=rows(values(where[(i, None)]), shape),
+                                    **({"agents": agents} if agents else {}))
     claim.rule([Group(g.pattern, tuple(swap(c) for c in g.curves)) for g in groups])
 
   return intervals.PAIRED, intervals.paired_terms(resampled, outcomes)

@@ -42,6 +42,9 @@ class Curve(NamedTuple):
       mean over the images is ``values[seed][round]`` (for the agents' mean: the share
       of agents right on the image); () where the run did not record them. Seeds
       scored on the same images give a paired test-set term from them.
+    agent_outcomes: per seed, an (agents, paper rounds, test points) array of each
+      agent's per-image right answers (their means are ``agents[seed]``); () where not
+      recorded.
   """
 
   name: str
@@ -56,6 +59,7 @@ class Curve(NamedTuple):
   dataset: str = ""
   test_sets: tuple[str, ...] = ()
   outcomes: tuple[Any, ...] = ()
+  agent_outcomes: tuple[Any, ...] = ()
 
   @property
   def shares_test(self) -> bool:
@@ -94,6 +98,7 @@ class Curve(NamedTuple):
         values=tuple(v[:rounds] for v in self.values),
         agents=tuple(tuple(a[:rounds] for a in seed) for seed in self.agents),
         outcomes=tuple(o[:rounds] for o in self.outcomes),
+        agent_outcomes=tuple(o[:, :rounds] for o in self.agent_outcomes),
         rounds=min(self.rounds or self.done, rounds))
 
   def array(self) -> np.ndarray:
@@ -118,6 +123,13 @@ class Curve(NamedTuple):
     if not self.outcomes or len(self.outcomes) != self.seeds:
       return None
     return np.stack([np.asarray(o, dtype=float)[:self.done] for o in self.outcomes])
+
+  def agent_outcome_array(self) -> np.ndarray | None:
+    """``agent_outcomes`` as a (seeds, agents, rounds, test points) array over the rounds
+    every seed has, or None where some seed has none."""
+    if not self.agent_outcomes or len(self.agent_outcomes) != self.seeds:
+      return None
+    return np.stack([np.asarray(o, dtype=float)[:, :self.done] for o in self.agent_outcomes])
 
   @property
   def spread(self) -> np.ndarray:

@@ -646,13 +646,14 @@ class BestAtRoundOne:
     for curve in groups[0].curves:
       a = curve.agent_array()
       mine = a[:, self.agent, 0]
-      others = a.copy()
-      others[:, self.agent, 0] = -np.inf
-      flat = others.reshape(len(a), -1)
+      flat = a.reshape(len(a), -1)
+      own = self.agent * a.shape[2]   # its round 1, in the flattened (agent, round) order
       verdict, e = decide_all([evidence(mine - flat[:, j], [mine, flat[:, j]], curve.test_points)
-                               for j in range(flat.shape[1]) if np.isfinite(flat[:, j]).all()])
+                               for j in range(flat.shape[1]) if j != own])
       verdicts.append(verdict)
-      where = int(np.argmax(flat.mean(axis=0)))
+      means = flat.mean(axis=0)
+      means[own] = -np.inf
+      where = int(np.argmax(means))
       agent, r = divmod(where, a.shape[2])
       parts.append(f"agent {self.agent + 1} round 1 {mine.mean():.3f}; best other: agent "
                    f"{agent + 1} round {r + 1} {flat.mean(axis=0)[where]:.3f}; margin {e}")

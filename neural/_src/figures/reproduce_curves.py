@@ -101,6 +101,24 @@ def _outcomes(groups: Sequence[Sequence[Mapping[str, Any]]], key: str, lines: Li
   return (np.stack(shares),) if shares else ()
 
 
+def _agent_outcomes(paper: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]],
+                    key: str, lines: Lines) -> tuple[np.ndarray, ...]:
+  """``(array,)`` of each agent's per-image outcomes, (agents, paper rounds, test points),
+  matching the paper rounds' ``agent_accuracies`` one by one; ``()`` where they do not."""
+  members = _members(paper, rows)
+  counts = {len(p["agent_accuracies"]) for p in paper} | {len(m) for m in members}
+  if len(counts) != 1:
+    return ()
+  per_agent = []
+  for i in range(counts.pop()):
+    got = _outcomes([[m[i]] for m in members], key, lines)
+    if not got or any(abs(float(got[0][r].mean()) - float(p["agent_accuracies"][i])) > 1e-9
+                      for r, p in enumerate(paper)):
+      return ()
+    per_agent.append(got[0])
+  return (np.stack(per_agent),) if per_agent else ()
+
+
 def _members(paper: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]],
              ensemble: bool = False) -> list[list[Mapping[str, Any]]]:
   """Per paper round, the logged rows it averages (its ``steps``): the single models'
@@ -127,7 +145,8 @@ def _curve(name: str, rows: Sequence[Mapping[str, Any]], accuracy: str,
                (per_agent,), (tuple(v[0] for v in per_agent),),
                len(paper) if steps is None else paper_round_count(protocol, steps, agents),
                accuracy, tuple(models[a] for a in sorted(models)), points, dataset,
-               outcomes=_outcomes(_members(paper, rows), key, lines) if lines else ())
+               outcomes=_outcomes(_members(paper, rows), key, lines) if lines else (),
+               agent_outcomes=_agent_outcomes(paper, rows, key, lines) if lines else ())
 
 
 def _server_curve(name: str, rows: Sequence[Mapping[str, Any]], steps: int | None,
@@ -224,7 +243,9 @@ def merge_seeds(per_seed: Sequence[Mapping[str, Curve]]) -> dict[str, Curve]:
       merged[name] = m._replace(values=m.values + c.values, agents=m.agents + c.agents,
                                 local=m.local + c.local, test_sets=m.test_sets + c.test_sets,
                                 outcomes=m.outcomes + c.outcomes
-                                if m.outcomes and c.outcomes else ())
+                                if m.outcomes and c.outcomes else (),
+                                agent_outcomes=m.agent_outcomes + c.agent_outcomes
+                                if m.agent_outcomes and c.agent_outcomes else ())
   return merged
 
 
