@@ -43,3 +43,31 @@ def test_a_shift_of_one_run_is_the_spread_it_reports(tmp_path, capsys):
   out = capsys.readouterr().out
   # Round 1 enters the gain (end - round 1) and the peak of AvgKD at Alpha 1: moved by 0.02.
   assert "max 0.0200" in out and "median 0.0000" in out
+
+
+def test_the_docs_sections_come_from_a_reproduce_json(tmp_path, capsys):
+  """scripts/reproduce_docs.py prints a figure's headline, where it ran and its counted
+  checks (with the control's two columns) from the reproduce.json a run wrote."""
+  spec = importlib.util.spec_from_file_location(
+      "reproduce_docs", BENCHMARKS.parent / "scripts" / "reproduce_docs.py")
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  horizons = {name: 5 for name in neural.authors_curves("Fig. 6")}
+  checks = tuple(neural.control_checks("Fig. 6", horizons))
+  control = {(c.statement, c.setting): c for c in checks}
+  curves = {n: c for n, c in neural.authors_curves("Fig. 6").items() if "/" not in n}
+  result = neural.Reproduction("Fig. 6", "small", {}, (0, 1, 2), (neural.ConfigReproduction(
+      "fig06", "", "w", curves, checks, control, "w/reproduce.png", control),),
+      {"md": "", "json": ""}, 60.0, 600.0, 2, {"python": "3.11.7", "packages": {"jax": "0.1"},
+                                              "device": {"backend": "cpu"}, "cpu": {"cores": 2}})
+  (tmp_path / "fig6").mkdir()
+  (tmp_path / "fig6" / "reproduce.json").write_text(json.dumps(result.to_dict()))
+  assert module.main(["--workdir", str(tmp_path), "--figures", "6"]) == 0
+  out = capsys.readouterr().out
+  counted = result.counted
+  assert out.startswith("### Fig. 6 at small scale, 3 seeds")
+  assert "(3 seeds; 10.0 min over 2 calls; Python 3.11.7, jax 0.1" in out
+  assert f"**5 sentences, {len(counted)} checks: " in out
+  rows = [line for line in out.splitlines() if line.startswith("| ") and "---" not in line]
+  assert len(rows) == len(counted) + 1   # the header
+  assert module.main(["--workdir", str(tmp_path), "--figures", "8"]) == 2

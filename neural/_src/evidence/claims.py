@@ -154,6 +154,7 @@ class Check(NamedTuple):
     margin: how far the statistics could move before the verdict changes (NaN where
       not decided on numbers): a verdict with a margin below the spread measured
       across machines (``rules.MACHINE_SPREAD``) is "near the threshold".
+    evidence: each statistic the verdict rests on, ``effect ± half-width`` ("; "-joined).
   """
 
   figure: str
@@ -174,6 +175,7 @@ class Check(NamedTuple):
   detectable: float = math.nan
   seeds_needed: int = 0
   margin: float = math.nan
+  evidence: str = ""
 
   @property
   def near_threshold(self) -> bool:
@@ -635,7 +637,8 @@ def _power(decided: Sequence[Any], seeds: int) -> dict[str, Any]:
   """A check's power and margin from the verdicts its rule reached: for an inconclusive
   part, the smallest distance these seeds decide at 80% power and the seeds its
   measured distance needs (the largest over such parts); the smallest margin of all."""
-  out: dict[str, Any] = {"term": ", ".join(sorted({d.evidence.term for d in decided}))}
+  out: dict[str, Any] = {"term": ", ".join(sorted({d.evidence.term for d in decided})),
+                         "evidence": "; ".join(str(d.evidence) for d in decided)}
   if decided:
     out["margin"] = min(d.margin for d in decided)
   open_parts = [d for d in decided if d.verdict == INCONCLUSIVE]
