@@ -4,6 +4,8 @@ and the field; outputs checked before any work and written as sets."""
 import json
 import os
 import struct
+import subprocess
+import sys
 import threading
 import zipfile
 
@@ -201,6 +203,57 @@ def test_a_set_of_files_is_written_all_or_none(tmp_path, monkeypatch):
     fedkrr.io.write_files({tmp_path / "a.txt": "new a", tmp_path / "b.txt": "new b"})
   assert (tmp_path / "a.txt").read_text() == "old a" and (tmp_path / "b.txt").read_text() == "old b"
   assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt", "b.txt"]
+
+
+_KILLED_MID_SET = """
+import os, sys
+from fedkrr._src.io import files
+real, renames = os.replace, []
+def replace(src, dst):
+  if str(dst).endswith("b.txt"):
+    os._exit(9)                    # killed between the set's renames (kill -9 leaves no trace)
+  renames.append(dst)
+  return real(src, dst)
+files.os.replace = replace
+files.write_files({sys.argv[1] + "/a.txt": "new a", sys.argv[1] + "/b.txt": "new b"})
+"""
+
+
+def test_a_set_killed_between_its_renames_is_rolled_forward_by_the_next_write(tmp_path):
+  """kill -9 between two renames of a set leaves a mix (a new, b old); the journal written
+  before the renames lets the next write in that folder complete it to the new set."""
+  (tmp_path / "a.txt").write_text("old a")
+  (tmp_path / "b.txt").write_text("old b")
+  done = subprocess.run([sys.executable, "-c", _KILLED_MID_SET, str(tmp_path)],
+                        capture_output=True, text=True, timeout=120)
+  assert done.returncode == 9, done.stderr
+  assert (tmp_path / "a.txt").read_text() == "new a"
+  assert (tmp_path / "b.txt").read_text() == "old b"          # the mix a kill leaves
+  assert len(list(tmp_path.glob(".*.fedkrr-set.json"))) == 1
+  fedkrr.io.write_files({tmp_path / "other.txt": "x"})        # any later write there
+  assert (tmp_path / "a.txt").read_text() == "new a"
+  assert (tmp_path / "b.txt").read_text() == "new b"
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt", "b.txt", "other.txt"]
+
+
+def test_a_journal_moves_only_the_sets_own_staged_files(tmp_path):
+  """A journal naming files outside its folder, or not staged by write_files, is left
+  alone: reading one cannot move other files."""
+  from fedkrr._src.io.files import complete_writes
+
+  (tmp_path / "secret").write_text("keep")
+  (tmp_path / ".x.fedkrr-set.json").write_text(json.dumps(
+      {"renames": [[str(tmp_path / "secret"), str(tmp_path / "x")]]}))
+  (tmp_path / ".y.fedkrr-set.json").write_text(json.dumps(
+      {"renames": [["/etc/.passwd.1.tmp", str(tmp_path / "passwd")]]}))
+  (tmp_path / ".z.fedkrr-set.json").write_text("not json")
+  assert complete_writes(tmp_path) == []
+  assert (tmp_path / "secret").read_text() == "keep" and not (tmp_path / "x").exists()
+  # A set whose writer is still alive (this test's own parent) is its writer's to end.
+  (tmp_path / ".a.1.tmp").write_text("staged")
+  (tmp_path / ".a.fedkrr-set.json").write_text(json.dumps(
+      {"pid": os.getppid(), "renames": [[str(tmp_path / ".a.1.tmp"), str(tmp_path / "a")]]}))
+  assert complete_writes(tmp_path) == [] and not (tmp_path / "a").exists()
 
 
 def _central_offsets(data: bytes):

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from collections.abc import Sequence
 import errno
 import io
+import json
 import os
 from pathlib import Path
 import re
@@ -99,7 +100,10 @@ def write_files(files: Mapping[str | os.PathLike, bytes | str]) -> list[Path]:
   fail: a full disk, a read-only directory); only when all are written are they
   renamed into place, in one section that Ctrl-C does not cut
   (``fedkrr._src.io.interrupts.commit``). On a failure the temporary files are
-  removed and the old files stay as they were.
+  removed and the old files stay as they were. Before the renames the list of them is
+  written beside the first file (a journal), so that a process killed between two
+  renames (``kill -9``, a power cut) leaves a set the next :func:`write_files` in that
+  folder, or :func:`complete_writes`, rolls forward to the new files.
 
   Args:
     files: the contents (text is UTF-8) by path.
@@ -112,10 +116,18 @@ def write_files(files: Mapping[str | os.PathLike, bytes | str]) -> list[Path]:
   """
   items = [(Path(p), d.encode("utf-8") if isinstance(d, str) else bytes(d))
            for p, d in files.items()]
+  for folder in dict.fromkeys(path.parent for path, _ in items):
+    complete_writes(folder)   # a set an earlier process was killed in the middle of
   staged: list[tuple[str, Path]] = []
+  journal: Path | None = None
   try:
     for path, data in items:
       staged.append((_stage(path, data), path))
+    if len(staged) > 1:   # the renames' list first: a kill between renames rolls forward
+      journal = _journal(items[0][0])
+      body = json.dumps({"pid": os.getpid(),
+                         "renames": [[tmp, str(path)] for tmp, path in staged]})
+      os.replace(_stage(journal, body.encode("utf-8")), journal)
     with interrupts.commit():
       for tmp, path in staged:
         try:
@@ -123,12 +135,78 @@ def write_files(files: Mapping[str | os.PathLike, bytes | str]) -> list[Path]:
         except OSError as e:
           raise WriteError(f"cannot write {path}: {_write_reason(e)}") from None
         interrupts.untrack_temp(tmp)
+      if journal is not None:
+        journal.unlink(missing_ok=True)
   finally:
     for tmp, _ in staged:
       if os.path.lexists(tmp):
         Path(tmp).unlink(missing_ok=True)
       interrupts.untrack_temp(tmp)
+    if journal is not None and journal.exists() and not any(
+        os.path.lexists(tmp) for tmp, _ in staged):
+      journal.unlink(missing_ok=True)   # an error before or during the renames: no set left
   return [path for path, _ in items]
+
+
+_JOURNAL = ".fedkrr-set.json"   # ``.<first file><_JOURNAL>``: the renames of a set of files
+
+
+def _journal(first: Path) -> Path:
+  return first.parent / f".{first.name}{_JOURNAL}"
+
+
+def _renames(journal: Path) -> list[tuple[Path, Path]] | None:
+  """The (staged file, target) pairs a journal lists, or None if it is not one this
+  module wrote: every staged file beside its target and named as :func:`_stage` names
+  it (``.<target>.<random>.tmp``), so that a journal cannot move any other file."""
+  try:
+    fd = os.open(journal, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    with os.fdopen(fd, "rb") as f:
+      data = json.loads(f.read(1 << 20))
+    pairs = [(Path(tmp), Path(target)) for tmp, target in data["renames"]]
+    owner = int(data.get("pid", 0))
+  except (OSError, ValueError, KeyError, TypeError):
+    return None
+  if owner > 0 and owner != os.getpid() and _alive(owner):
+    return None   # its writer is still at work: its own renames end the set
+  for tmp, target in pairs:
+    if (tmp.parent != journal.parent or target.parent != journal.parent
+        or not tmp.name.startswith(f".{target.name}.") or not tmp.name.endswith(".tmp")):
+      return None
+  return pairs
+
+
+def _alive(pid: int) -> bool:
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  except OSError:   # another user's process: alive
+    return True
+  return True
+
+
+def complete_writes(folder: str | os.PathLike) -> list[Path]:
+  """Completes every set of files :func:`write_files` began in ``folder`` and did not end
+  (a process killed between its renames): the staged files still there are renamed into
+  place, so the set is the new one throughout, never a mix. Called by every
+  :func:`write_files` in that folder first; returns the files completed."""
+  done: list[Path] = []
+  try:
+    journals = sorted(Path(folder).glob(f".*{_JOURNAL}"))
+  except OSError:
+    return done
+  for journal in journals:
+    pairs = _renames(journal)
+    if pairs is None:
+      continue   # not ours: left alone
+    with interrupts.commit():
+      for tmp, target in pairs:
+        if os.path.lexists(tmp) and not os.path.islink(tmp):
+          os.replace(tmp, target)
+          done.append(target)
+      journal.unlink(missing_ok=True)
+  return done
 
 
 def append_file(path: str | os.PathLike, data: bytes | str) -> Path:
