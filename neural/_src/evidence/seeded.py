@@ -10,7 +10,10 @@ interval, the minimum effect and the verdicts of :mod:`neural._src.evidence.rule
 
 - each effect's 95% interval is mean +- q * sqrt(s^2 / S + se^2) over S seeds (s: the
   seeds' sample standard deviation; se: the binomial error of the accuracies compared
-  on n test points; q: Student's t at the Welch-Satterthwaite degrees of freedom);
+  on n test points, for seeds scored on one shared test set; q: Student's t at the
+  Welch-Satterthwaite degrees of freedom). Seeds that each drew their own test images
+  already hold the test set's noise in s: give ``n=0`` and the interval is the seeds'
+  own t-interval (``neural._src.evidence.intervals``);
 - an effect is reproduced when its interval is past the threshold and its mean is at
   least ``MIN_EFFECT`` past it; not reproduced when the interval is on the wrong side
   by the minimum; "no difference" when the interval lies within +- the minimum (for a
