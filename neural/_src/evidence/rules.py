@@ -251,9 +251,11 @@ def _decide_all(es: Sequence[Evidence], theta: float, above: bool) -> tuple[str,
       i = min((i for i, v in enumerate(widened) if v == verdict),
               key=lambda i: sign * es[i].effect)
       return verdict, es[i]._replace(tests=len(es))
-  if all(_verdict(e, theta, above) == REPRODUCED for e in es):
+  open_rounds = [i for i, e in enumerate(es) if _verdict(e, theta, above) != REPRODUCED]
+  if not open_rounds:
     return REPRODUCED, es[worst]
-  return INCONCLUSIVE, es[worst]
+  # The round that keeps it open (the worst of those short of the threshold).
+  return INCONCLUSIVE, es[min(open_rounds, key=lambda i: sign * es[i].effect)]
 
 
 def combine(verdicts: Sequence[str]) -> str:

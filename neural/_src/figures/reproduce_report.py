@@ -359,8 +359,10 @@ def power_text(check: Check) -> str:
   """What an inconclusive check's seeds could decide and what its effect would need."""
   if check.verdict != INCONCLUSIVE or check.detectable != check.detectable:
     return ""
-  needed = ("no number of seeds (below the minimum effect, or the test set's term alone is "
-            "wider)" if check.seeds_needed < 0 else f"{check.seeds_needed} seeds")
+  why = ("it is below the minimum effect" if check.term == "seeds" else
+         "it is below the minimum effect, or the test set's term alone is wider")
+  needed = (f"no number of seeds ({why})" if check.seeds_needed < 0 else
+            f"{check.seeds_needed} seeds")
   return (f"decides ±{check.detectable:.3f} at {POWER:.0%} with {check.seeds} seeds; "
           f"the measured effect needs {needed}")
 
