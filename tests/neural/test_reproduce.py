@@ -544,3 +544,17 @@ def test_seeds_scored_on_one_test_set_get_the_paired_term_from_their_outcomes(tm
   assert decided and {c.term for c in decided} == {"paired"}
   report = json.loads((tmp_path / "reproduce.json").read_text())
   assert {s["term"] for s in report["configs"][0]["statements"]} == {"paired"}
+
+
+def test_a_calls_file_that_is_a_link_costs_the_timing_not_the_result(tmp_path, capsys):
+  """calls.jsonl linked elsewhere is not written through; the call still ends well and
+  says its time was not recorded."""
+  from neural._src.figures.reproduce import _log_call
+
+  (tmp_path / "seed=0").mkdir()
+  outside = tmp_path / "outside.txt"
+  outside.write_text("keep\n")
+  (tmp_path / "calls.jsonl").symlink_to(outside)
+  _log_call(tmp_path, 0.0)
+  assert outside.read_text() == "keep\n"
+  assert "this call's time is not in" in capsys.readouterr().err

@@ -36,6 +36,7 @@ import json
 import os
 from pathlib import Path
 import re
+import sys
 import time
 from typing import Any
 
@@ -269,10 +270,15 @@ def reproduce(figure: int | str, workdir: str | os.PathLike, scale: str = "small
 def _log_call(workdir: Path, started: float) -> None:
   """Appends this call's wall time to ``workdir/calls.jsonl`` (also when it is stopped
   by an error or Ctrl-C: a figure's total time sums every call that ran it)."""
-  if (workdir / "seed=0").is_dir():   # runs began here (not: refused before any started)
-    append_file(workdir / CALLS, json.dumps({"seconds": round(time.perf_counter() - started, 1),
-                                             "ended": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
-                + "\n")
+  if not (workdir / "seed=0").is_dir():   # refused before any run started: nothing to time
+    return
+  line = json.dumps({"seconds": round(time.perf_counter() - started, 1),
+                     "ended": time.strftime("%Y-%m-%dT%H:%M:%S%z")}) + "\n"
+  try:
+    append_file(workdir / CALLS, line)
+  except OSError as e:   # a timing is not worth the error it would hide
+    print(f"neural reproduce: this call's time is not in {workdir / CALLS}: {e}",
+          file=sys.stderr)
 
 
 def earlier_calls(workdir: Path) -> tuple[int, float]:
