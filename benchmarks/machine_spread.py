@@ -19,65 +19,46 @@ set from the 90th percentile of such a comparison (docs/reproduce.md says which)
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 from pathlib import Path
+import re
 import sys
 
 import numpy as np
 
-from neural._src.evidence.claims import evaluate
-from neural._src.evidence.claims import figure_claims
-from neural._src.evidence.curves import curves_from_mapping
-from neural._src.evidence.rules import decisions
-from neural._src.figures.reproduce_curves import figure_label
+import neural
+
+_EFFECT = re.compile(r"([+-]\d+\.\d+) ± ")
 
 
-def _curves(path: str, seeds: int | None) -> tuple[str, dict]:
+def _mappings(path: str, seeds: int | None) -> tuple[str, list[dict]]:
+  """(the figure's number, each config's curves in check_claims' format)."""
   file = Path(path)
   file = file / "reproduce.json" if file.is_dir() else file
   data = json.loads(file.read_text())
-  curves: dict = {}
+  out = []
   for config in data["configs"]:
-    for setting, runs in config["curves"].items():
-      for variant, entry in runs.items():
-        if seeds is not None:
-          entry = {k: (v[:seeds] if k in ("mean", "agents", "local", "test_sets") else v)
-                   for k, v in entry.items()}
-        curves.update(curves_from_mapping({setting: {variant: entry}}))
-  return figure_label(data["figure"]), curves
+    curves = config["curves"]
+    if seeds is not None:
+      curves = {setting: {variant: {k: (v[:seeds] if k in ("mean", "agents", "local",
+                                                               "test_sets") else v)
+                                    for k, v in entry.items()}
+                          for variant, entry in runs.items()}
+                for setting, runs in curves.items()}
+    out.append(curves)
+  return str(data["figure"]).split()[-1], out
 
 
-class _Recorded:
-  """A rule that also keeps, per call, its result and the effects it decided on."""
-
-  def __init__(self, rule, sink: list) -> None:
-    self.rule, self.sink = rule, sink
-
-  @property
-  def text(self) -> str:
-    return self.rule.text
-
-  def __call__(self, groups):
-    with decisions() as noted:
-      result = self.rule(groups)
-    self.sink.append((result, [d.evidence.effect for d in noted]))
-    return result
-
-
-def _effects(figure: str, curves: dict) -> dict[str, tuple[str, list[float]]]:
-  """By check (statement [setting]): its verdict and the effects its rule decided on."""
+def _effects(figure: str, mappings: list[dict]) -> dict[str, tuple[str, list[float]]]:
+  """By check (statement [setting]): its verdict and the effects its rule decided on
+  (``Check.evidence``: ``effect ± half-width`` per statistic)."""
   out: dict[str, tuple[str, list[float]]] = {}
-  for claim in figure_claims(figure):
-    sink: list = []
-    checks = evaluate([dataclasses.replace(claim, rule=_Recorded(claim.rule, sink))], curves)
-    calls = iter(sink)
-    pending = next(calls, None)
-    for check in checks:
-      effects: list[float] = []
-      if pending is not None and pending[0] == (check.verdict, check.numbers):
-        effects, pending = pending[1], next(calls, None)
-      out[f"{check.statement} [{check.setting}]"] = (check.verdict, effects)
+  for curves in mappings:
+    for check in neural.check_claims(figure, curves):
+      if check.verdict == "not testable here":
+        continue
+      out[f"{check.statement} [{check.setting}]"] = (
+          check.verdict, [float(x) for x in _EFFECT.findall(check.evidence)])
   return out
 
 
@@ -87,10 +68,11 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("b")
   parser.add_argument("--seeds", type=int, default=None)
   args = parser.parse_args(argv)
-  figure_a, curves_a = _curves(args.a, args.seeds)
-  figure_b, curves_b = _curves(args.b, args.seeds)
+  figure_a, curves_a = _mappings(args.a, args.seeds)
+  figure_b, curves_b = _mappings(args.b, args.seeds)
   if figure_a != figure_b:
-    print(f"machine_spread: {args.a} is {figure_a}, {args.b} is {figure_b}", file=sys.stderr)
+    print(f"machine_spread: {args.a} is Fig. {figure_a}, {args.b} is Fig. {figure_b}",
+          file=sys.stderr)
     return 2
   a, b = _effects(figure_a, curves_a), _effects(figure_b, curves_b)
   gaps, differ = [], []
@@ -101,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     if va != vb:
       differ.append(f"  {key}: {va} / {vb}")
   gaps_array = np.asarray(gaps)
-  print(f"{figure_a}: {len(a.keys() & b.keys())} checks, {len(gaps)} statistics compared"
+  print(f"Fig. {figure_a}: {len(a.keys() & b.keys())} checks, {len(gaps)} statistics compared"
         + (f" (first {args.seeds} seed(s))" if args.seeds else ""))
   if gaps:
     q = np.quantile(gaps_array, [0.5, 0.9, 0.95, 1.0])
