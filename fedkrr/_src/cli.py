@@ -88,10 +88,8 @@ def _parser() -> argparse.ArgumentParser:
                   "several sizes and prints a table (statement, source, max residual, "
                   "tolerance, holds). Exits with status 1 if an identity the toolkit relies "
                   "on fails; a paper claim that does not hold is a finding, not an error. "
-                  "Time: about 350 s of CPU time with the default two seeds (measured on a "
-                  "2-core machine, where beside other work, at load average 14-19, it took "
-                  "34 minutes of wall time); --seeds 1 about half of that, --only PREFIX a "
-                  "few checks in seconds.")
+                  "Cost: the default two seeds take longest (docs/benchmarks.md); --seeds 1 "
+                  "about half of that, --only PREFIX a few checks.")
   verify.add_argument("--json", metavar="FILE", help="also write the rows as a JSON list")
   verify.add_argument("--only", metavar="PREFIX", help="run the checks whose id starts so")
   verify.add_argument("--seeds", type=int, default=2, metavar="S",

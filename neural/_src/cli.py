@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from collections.abc import Iterable
 from collections.abc import Iterator
 from collections.abc import Sequence
 import dataclasses
@@ -54,6 +55,7 @@ from neural._src.runtime.config import field_type
 from neural._src.runtime.config import optional_inner
 from neural._src.runtime.rundir import process_workdir
 from neural._src.runtime.rundir import show_warning
+from neural._src.runtime.tensorboard import require_tensorboard
 
 DESCRIPTION = ("Model-agnostic federated learning by knowledge distillation with neural "
                "networks and random forests (Afonin & Karimireddy, Sec. 6, App. H), and the "
@@ -68,11 +70,10 @@ COMMANDS = {
 }
 # What `neural reproduce` costs (measured with `time neural reproduce --figure 4` on a 2-core
 # machine): printed in its --help.
-REPRODUCE_TIME = ("Time: at --scale small each figure runs 3 seeds (10 with --jobs auto on a GPU, "
-                  "minutes per figure there), and --jobs 2 runs two runs at a time (1.25-1.4x "
-                  "the runs per hour on 2 cores); docs/reproduce.md lists what "
-                  "each figure took on a 2-core machine. --scale paper takes hours and wants a "
-                  "GPU; --seeds 1 --rounds 2 --epochs 1 gives a quick look.")
+REPRODUCE_TIME = ("Cost: at --scale small each figure runs 3 seeds (10 with --jobs auto on a "
+                  "GPU), and --jobs 2 runs two runs at a time; docs/benchmarks.md and "
+                  "docs/reproduce.md list what each figure took and where. --scale paper wants "
+                  "a GPU; --seeds 1 --rounds 2 --epochs 1 gives a quick look.")
 
 
 def _plain(text: str) -> str:
@@ -180,8 +181,10 @@ def _set_arg(parser: argparse.ArgumentParser) -> None:
 
 
 def _progress_arg(parser: argparse.ArgumentParser) -> None:
-  parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
-                      help="progress bars over rounds and agents (default on)")
+  parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                      help="what runs, how far, the time left: a line per run, bars over "
+                           "rounds, agents and sweeps (default: on when the output is a "
+                           "terminal)")
   parser.add_argument("--deterministic", action="store_true",
                       help="XLA's deterministic GPU operations: the same command gives the "
                            "same numbers run after run on a GPU too, at some cost in speed "
@@ -381,7 +384,7 @@ def reproduce_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
   parser.add_argument("--paper-rounds", type=_count(1), metavar="K",
                       help="give every run K paper rounds, keeping its steps per paper round "
                            "(AKD M, EKD 2): the small configs have 5; 20, the paper's, "
-                           "decides the statements about the long run (minutes on a GPU; "
+                           "decides the statements about the long run (a GPU's work; "
                            "use a new --workdir)")
   fields = add_field_flags(parser, [(ExperimentConfig, [])])
   _set_arg(parser)
@@ -433,8 +436,8 @@ def demo_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
   """``neural demo``'s parser (the main job)."""
   parser = argparse.ArgumentParser(
       prog="neural demo",
-      description="The main job, on embedded data and the CPU (about 4 minutes of CPU time "
-                  "on a 2-core machine; it prints what it cost at its end): checks the "
+      description="The main job, on embedded data and the CPU (it prints what it cost at "
+                  "its end; docs/benchmarks.md): checks the "
                   "paper's propositions (smallest instances), reproduces the toy experiment "
                   "of Fig. 3, runs every protocol by closed form and by literal simulation on "
                   "a synthetic problem, and replays AKD / AvgKD / EKD with neural networks on "
@@ -484,8 +487,9 @@ def _fetch_args(parser: argparse.ArgumentParser) -> None:
   parser.add_argument("--base-url", metavar="URL",
                       help="fetch from this URL instead of the default source (a mirror: the "
                            "same file names under it)")
-  parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
-                      help="a progress bar per file (default on)")
+  parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                      help="a progress bar per file (default: on when the output is a "
+                           "terminal)")
 
 
 def data_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
@@ -579,6 +583,7 @@ def _run(args: argparse.Namespace) -> int:
   args.workdir = _connect(args)   # first: before any JAX computation
   spec = load_spec(args.config) if args.config else ConfigSpec(base={})
   runs = spec.expand(overrides_from_args(args))
+  _check_tensorboard(config for _, config in runs)
   if args.max_rounds is not None and args.max_rounds < 1:
     raise ValueError(f"--max-rounds: expected an integer >= 1, got {args.max_rounds}")
   _check_executor(args)
@@ -605,6 +610,12 @@ def _run(args: argparse.Namespace) -> int:
               f"{'are' if len(left) > 1 else 'is'} not in the paper's rounds: a paper round "
               f"begun but not finished (AKD: M steps each)")
   return 0
+
+
+def _check_tensorboard(configs: Iterable[Any]) -> None:
+  """``--tensorboard`` without the extra: one line naming it, before any run starts."""
+  if any(getattr(config, "tensorboard", False) for config in configs):
+    require_tensorboard()
 
 
 def _sweep(args: argparse.Namespace, runs: Sequence[tuple[str, RunConfig]],
@@ -647,6 +658,7 @@ def _compare(args: argparse.Namespace) -> int:
   jax.config.update("jax_enable_x64", True)   # the theory in float64; networks stay float32
   spec = load_spec(args.config) if args.config else ConfigSpec(base={})
   runs = spec.expand(overrides_from_args(args))
+  _check_tensorboard(config for _, config in runs)
   if len(runs) != 1:
     raise ValueError(f"--config: compare takes one run, the config is a sweep of {len(runs)} "
                      f"(pick one with flags, or write a config without a grid)")
@@ -671,6 +683,8 @@ def _reproduce(args: argparse.Namespace) -> int:
   from neural._src.figures.reproduce import reproduce  # deferred: JAX, Flax, the runs
 
   _check_executor(args)
+  if overrides_from_args(args).get("tensorboard"):
+    require_tensorboard()
   result = reproduce(args.figure, args.workdir, scale=args.scale,
                      overrides=overrides_from_args(args), seeds=args.seeds,
                      others=args.others, progress=args.progress, max_rounds=args.max_rounds,
@@ -749,6 +763,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, extras = parser.parse_known_args(rest)
     if extras:
       raise ValueError(_not_accepted(command, extras))
+    if getattr(args, "progress", False) is None:   # quiet in logs and pipes
+      args.progress = sys.stdout.isatty()
     if getattr(args, "deterministic", False):
       from fedkrr import deterministic_ops  # deferred: only when asked (imports no JAX)
       deterministic_ops()

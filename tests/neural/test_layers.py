@@ -25,7 +25,7 @@ RANKS = {
     "evidence.intervals": 7.15, "evidence.rules": 7.2, "evidence.seeded": 7.3,
     "evidence.claims": 7.4, "evidence.authors": 7.6,
     "runtime": 8, "runtime.config": 8, "runtime.checkpoint": 8, "runtime.plots": 8,
-    "runtime.environment": 8, "runtime.outcomes": 8,
+    "runtime.environment": 8, "runtime.outcomes": 8, "runtime.tensorboard": 8.5,
     "runtime.rundir": 9, "runtime.rounds": 9.5,
     "kd": 10, "kd.experiment": 10, "methods.registry": 10,
     "methods.ddistillation": 11, "methods.mhd": 11, "methods.representation_sharing": 11,

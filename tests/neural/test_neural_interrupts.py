@@ -29,7 +29,7 @@ def test_run_stops_and_resumes(tmp_path):
   resumes the run."""
   workdir = tmp_path / "run"
   args = ["neural", "run", *FLAGS, "--protocol", "avgkd", "--rounds", "40", "--workdir",
-          str(workdir)]
+          str(workdir), "--progress"]
   stopped = processes.stop_when(args, "round 0 fits", signal.SIGTERM, delay=1.0)
   _check(stopped, signal.SIGTERM, workdir)
   metrics = workdir / "metrics.jsonl"
@@ -47,14 +47,15 @@ def test_run_stops_and_resumes(tmp_path):
 def test_reproduce_stops_at_once(tmp_path):
   workdir = tmp_path / "fig"
   stopped = processes.stop_when(["neural", "reproduce", "--figure", "5", "--workdir",
-                                 str(workdir), "--set", "rounds=30"], "rounds", signal.SIGINT)
+                                 str(workdir), "--set", "rounds=30", "--progress"], "rounds",
+                                signal.SIGINT)
   _check(stopped, signal.SIGINT, tmp_path)
   assert not (workdir / "reproduce.md").exists()
 
 
 SMALL = ["--set", "dataset=digits", "--set", "train_subset=120", "--set", "test_subset=60",
          "--set", "epochs=1", "--set", "batch_size=32", "--set", "tiny=true", "--set",
-         'models=["mlp"]', "--seeds", "1", "--jobs", "2"]
+         'models=["mlp"]', "--seeds", "1", "--jobs", "2", "--progress"]
 
 
 def _rows(workdir):
@@ -96,6 +97,7 @@ def test_reproduce_workers_end_when_the_command_is_killed(tmp_path):
 def test_compare_stops_at_once(tmp_path):
   workdir = tmp_path / "cmp"
   stopped = processes.stop_when(["neural", "compare", *FLAGS, "--protocol", "avgkd", "--rounds",
-                                 "30", "--workdir", str(workdir)], "rounds", signal.SIGTERM)
+                                 "30", "--workdir", str(workdir), "--progress"], "rounds",
+                                signal.SIGTERM)
   _check(stopped, signal.SIGTERM, tmp_path)
   assert not (workdir / "compare.json").exists()

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import json
 import os
 from pathlib import Path
+import time
 from typing import Any
 from typing import cast
 
@@ -31,6 +32,7 @@ from neural._src.runtime.rundir import PLOT_FILE
 from neural._src.runtime.rundir import ExperimentError
 from neural._src.runtime.rundir import finished_rows
 from neural._src.runtime.rundir import read_run_checkpoint
+from neural._src.runtime.tensorboard import write_events
 
 SWEEP_FILE = "sweep.json"
 
@@ -48,6 +50,8 @@ def run_one(config: RunConfig, workdir: str | os.PathLike, units: str = "paper",
   plot = Path(workdir) / PLOT_FILE
   if rows is not None and plot_is_current(plot, units if kd else "steps",
                                           Path(workdir) / METRICS_FILE):
+    if config.tensorboard:   # a finished run's curves, asked for after it finished
+      write_events(workdir, rows)
     return rows
   if not kd:
     from neural._src.methods.registry import run_method  # deferred: JAX, the methods
@@ -124,6 +128,20 @@ def write_sweep(runs: Sequence[tuple[str, RunConfig]], workdir: str | os.PathLik
     atomic_write(path, json.dumps(sweep, indent=2) + "\n")
 
 
+def _duration(seconds: float) -> str:
+  return f"{seconds:.0f} s" if seconds < 90 else (
+      f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h")
+
+
+def _time_left(started: float, ran: int, left: int) -> str:
+  """`` (k runs in T, about U left)``: the runs left at the mean of those this call ran."""
+  if ran == 0:
+    return ""
+  spent = time.monotonic() - started
+  return f" ({ran} run{'s' if ran > 1 else ''} in {_duration(spent)}, about " \
+         f"{_duration(spent / ran * left)} left)"
+
+
 def run_configs(runs: Sequence[tuple[str, RunConfig]], workdir: str | os.PathLike, *,
                 progress: bool = False, description: str = "",
                 max_rounds: int | None = None,
@@ -150,9 +168,12 @@ def run_configs(runs: Sequence[tuple[str, RunConfig]], workdir: str | os.PathLik
     return {"": run_one(runs[0][1], workdir, units, progress=progress, max_rounds=max_rounds)}
   names = [name for name, _ in runs]
   results = {}
+  started, ran = time.monotonic(), 0
   for i, ((name, config), path) in enumerate(zip(runs, paths, strict=True)):
     if progress and name not in done:
-      print(f"[{i + 1}/{len(runs)}] {name}", flush=True)
+      print(f"[{i + 1}/{len(runs)}] {name}{_time_left(started, ran, len(runs) - i)}",
+            flush=True)
+      ran += 1
     if i > 0:   # once the first run started: its data loaded, its directory made
       write_sweep(runs, workdir, description)
     results[name] = done[name] if name in done else run_one(

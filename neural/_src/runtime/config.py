@@ -64,6 +64,9 @@ DEVICE_CHOICES = ("one", "all")
 FOREST = "forest"
 SEED_LIMIT = 2**32   # seeds reach NumPy, JAX and scikit-learn, which takes 32-bit seeds
 SEED_FIELDS = ("data_seed", "init_seed")
+# Fields that choose what a run writes beside its numbers, never the numbers: a run's
+# saved config and checkpoint are compared without them (see ``without_outputs``).
+OUTPUT_FIELDS = ("tensorboard",)
 # Every other integer of a config sizes work that XLA indexes with 32-bit integers: larger
 # values abort the process inside XLA, so each is refused first, naming its field.
 INT_LIMIT = 2**31 - 1
@@ -175,6 +178,11 @@ class Config:
   def replace(self, **changes) -> Self:
     """A copy with ``changes`` (``seed`` also changes the seeds it does not name)."""
     return self.from_dict(with_changes(self.to_dict(), changes))
+
+
+def without_outputs(values: Mapping[str, Any]) -> dict[str, Any]:
+  """A config's fields (a dict) without :data:`OUTPUT_FIELDS`: what a resume compares."""
+  return {k: v for k, v in values.items() if k not in OUTPUT_FIELDS}
 
 
 @functools.cache
@@ -314,6 +322,10 @@ class RunConfig(Config):
       model, see ``neural.train_loop``); the numbers do not depend on it.
     agent_batching: agents of one architecture trained together as one vmapped
       program ("vmap"), one after the other ("sequential"), or "auto".
+    tensorboard: also write the run's metric rows as a TensorBoard event file into its
+      directory after each round (``tensorboard --logdir DIR`` shows every run under
+      DIR, named like its folder); needs the optional extra ``fedkrr[tensorboard]``. It
+      changes no number: a run started without it resumes (and reads back) with it.
   """
 
   dataset: str = "digits"
@@ -339,6 +351,7 @@ class RunConfig(Config):
     init_seed: int = 0
   step_loop: str = "auto"
   agent_batching: str = "auto"
+  tensorboard: bool = False
   # The fewest agents a run may have: a subclass whose runs make sense alone lowers it.
   min_agents: ClassVar[int] = 2
 

@@ -6,7 +6,10 @@
 lock, checks, resume), asks its caller for the round step of the data and the
 restored checkpoint, runs the rounds still to do (at most ``max_rounds`` in one
 call) under a tqdm bar over rounds, writes each round through ``Run.finish_round``
-(metrics, then the checkpoint) and draws ``accuracy.png`` once the run is complete.
+(metrics, then the checkpoint), then, with the config's ``tensorboard``, the round's
+TensorBoard scalars (``neural._src.runtime.tensorboard``: derived from the committed
+rows, so a kill between the two loses nothing), and draws ``accuracy.png`` once the run
+is complete.
 The caller says only what differs: its config, how to read one back, its data, the
 checkpoint it expects and what a round does.
 """
@@ -24,6 +27,8 @@ from tqdm.auto import tqdm
 from neural._src.runtime.plots import plot_run
 from neural._src.runtime.rundir import PLOT_FILE
 from neural._src.runtime.rundir import open_run
+from neural._src.runtime.tensorboard import require_tensorboard
+from neural._src.runtime.tensorboard import write_events
 
 
 class RoundResult(NamedTuple):
@@ -74,7 +79,14 @@ def run_rounds(config: Any, workdir: str | os.PathLike, *,
 
   Returns:
     All metric rows of the run so far (as in ``metrics.jsonl``).
+
+  Raises:
+    ConfigError: ``config.tensorboard`` without tensorboardX (before anything
+      is written).
   """
+  tensorboard = bool(getattr(config, "tensorboard", False))
+  if tensorboard:
+    require_tensorboard()
   with open_run(workdir, config, from_dict=from_dict, rounds=rounds, load_data=load_data,
                 expected=expected) as run:
     if run.done < rounds:
@@ -87,9 +99,13 @@ def run_rounds(config: Any, workdir: str | os.PathLike, *,
           rows, state, outcomes = step(t)
           run.finish_round(t, rows, {**state, "config": config.to_dict()}, on_round_end,
                            outcomes)
+          if tensorboard:
+            write_events(run.workdir, run.rows)
           bar.update(1)
       finally:
         bar.close()
+    if tensorboard and run.rows:   # also a run finished before it was asked for
+      write_events(run.workdir, run.rows)
     if run.done >= rounds:
       plot_run(run.rows, run.workdir / PLOT_FILE, title=title, units=units)
     return list(run.rows)

@@ -9,6 +9,9 @@ A run directory holds::
   checkpoint.npz   the state after the last finished round, with its metric rows
                    (arrays and plain data only: reading it never runs code)
   accuracy.png     test accuracy per round (written at the end)
+  events.out.tfevents.neural
+                   with the config's ``tensorboard``: the rows as TensorBoard scalars
+                   (``neural._src.runtime.tensorboard``)
   .lock            held while a run is in progress
 
 :func:`open_run` opens one for a run:
@@ -72,9 +75,11 @@ from neural._src.runtime.checkpoint import load_checkpoint_entries
 from neural._src.runtime.checkpoint import read_checkpoint
 from neural._src.runtime.checkpoint import restore_checkpoint
 from neural._src.runtime.checkpoint import save_checkpoint
+from neural._src.runtime.config import without_outputs
 from neural._src.runtime.outcomes import OUTCOMES_FILE
 from neural._src.runtime.outcomes import kept_lines
 from neural._src.runtime.outcomes import read_outcome_lines
+from neural._src.runtime.tensorboard import EVENTS_FILE
 
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.jsonl"
@@ -190,8 +195,13 @@ def _saved_config(workdir: Path, from_dict: Callable[[dict[str, Any]], Any]) -> 
                           f"({' '.join(str(e).split())[:160]}); use another workdir") from None
 
 
+def _differs(saved: Any, config: Any) -> bool:
+  """Whether two typed configs differ in more than :data:`OUTPUT_FIELDS`."""
+  return without_outputs(saved.to_dict()) != without_outputs(config.to_dict())
+
+
 def _difference(config: Any, saved: Any) -> str:
-  ours, theirs = config.to_dict(), saved.to_dict()
+  ours, theirs = without_outputs(config.to_dict()), without_outputs(saved.to_dict())
   diff = [k for k in sorted(set(ours) | set(theirs)) if ours.get(k) != theirs.get(k)]
   return ", ".join(f"{k}={theirs.get(k)!r} there, {ours.get(k)!r} here" for k in diff[:3])
 
@@ -304,7 +314,8 @@ def _same_config(saved: Any, config: Any) -> bool:
   holds its default: runs written before the field existed still resume and read back."""
   if not isinstance(saved, dict):
     return False
-  current = config.to_dict()
+  current = without_outputs(config.to_dict())
+  saved = without_outputs(saved)
   defaults = {f.name: f.default for f in dataclasses.fields(config)
               if f.default is not dataclasses.MISSING}
   added = {k for k, v in current.items()
@@ -438,7 +449,7 @@ def open_run(workdir: str | os.PathLike, config: Any, *,
   try:
     # under the lock no other process writes here: a killed run's staging files go
     remove_staging(workdir, (CONFIG_FILE, METRICS_FILE, OUTCOMES_FILE, CHECKPOINT_FILE,
-                             PLOT_FILE))
+                             PLOT_FILE, EVENTS_FILE))
     _refuse_links(workdir / METRICS_FILE)
     _refuse_links(workdir / OUTCOMES_FILE)
     if (workdir / LEGACY_CHECKPOINT).exists():
@@ -457,7 +468,9 @@ def open_run(workdir: str | os.PathLike, config: Any, *,
         raise ExperimentError(f"{e}; {_restart()}") from None
     saved = _saved_config(workdir, from_dict)
     replace = saved is None
-    if saved is not None and saved != config:
+    if saved is not None and saved != config and not _differs(saved, config):
+      replace = True                         # an output field (OUTPUT_FIELDS): the same run
+    elif saved is not None and saved != config:
       if raw is not None:
         raise ExperimentError(f"workdir: {workdir} holds a run with a different config "
                               f"({_difference(config, saved)}); use another workdir, or the "
@@ -556,7 +569,8 @@ def finished_rows(workdir: str | os.PathLike, config: Any, rounds: int
       saved = read_json(workdir / CONFIG_FILE, "config")
       entries = load_checkpoint_entries(workdir / CHECKPOINT_FILE,
                                         ("round", "rows", "config"))
-      if saved != json.loads(config.to_json()):
+      if not isinstance(saved, dict) or without_outputs(saved) != without_outputs(
+          json.loads(config.to_json())):
         return None
       done, rows = _check_checkpoint({**entries, "state": None}, config, rounds)
     except (OSError, ValueError):   # CheckpointError, JSON and UTF-8 errors are ValueErrors
