@@ -85,8 +85,10 @@ VERDICTS = (REPRODUCED, NOT_REPRODUCED, NO_DIFFERENCE, INCONCLUSIVE, NOT_TESTABL
 TOL = 0.03         # a material change of accuracy (3 points): "no degradation", "steady"
 FLOOR = 0.1        # chance on the paper's 10 classes: what a relative drop is measured above
 EARLY = 5          # "the early rounds": paper rounds 2..EARLY
-# How far the same statistic moves between two machines (docs/reproduce.md, "The same
-# verdicts on any machine"): a verdict whose margin is smaller is "near the threshold".
+# How far the same statistic moves between two machines: the 90th percentile of |A - B|
+# over Fig. 5's statistics, each worker on one core against two (benchmarks/
+# machine_spread.py; docs/reproduce.md, "The same verdicts on another machine"). A verdict
+# whose margin is smaller is "near the threshold".
 MACHINE_SPREAD = 0.01
 
 
