@@ -558,3 +558,23 @@ def test_a_calls_file_that_is_a_link_costs_the_timing_not_the_result(tmp_path, c
   _log_call(tmp_path, 0.0)
   assert outside.read_text() == "keep\n"
   assert "this call's time is not in" in capsys.readouterr().err
+
+
+def test_the_small_scale_tables_in_the_docs_come_from_the_committed_reproductions():
+  """docs/reproduce.md's small-scale tables are what scripts/reproduce_docs.py prints from
+  the reproduce.json of each figure kept in docs/reproductions/ (runs made by the
+  committed code, with their environment): regenerable by one command."""
+  root = Path(__file__).resolve().parents[2]
+  spec = importlib.util.spec_from_file_location("reproduce_docs",
+                                                root / "scripts" / "reproduce_docs.py")
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  docs = (root / "docs" / "reproduce.md").read_text()
+  for figure in module.FIGURES:
+    report = json.loads((root / "docs" / "reproductions" / f"fig{figure}" /
+                         "reproduce.json").read_text())
+    assert report["environment"]["commit"] and report["calls"] >= 1
+    section = module.section(report)
+    table = "\n".join(line for line in section.splitlines() if line.startswith("|"))
+    assert table in docs, figure
+    assert section.splitlines()[2] in docs, figure   # the headline and where it ran
