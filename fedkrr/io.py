@@ -28,6 +28,7 @@ if TYPE_CHECKING:
   from fedkrr._src.io.interrupts import end_process
   from fedkrr._src.io.interrupts import exits_on_signals
   from fedkrr._src.io.interrupts import signals_exit
+  from fedkrr._src.io.reading import NOT_JSON
   from fedkrr._src.io.reading import DiskReadError
   from fedkrr._src.io.reading import NpzError
   from fedkrr._src.io.reading import ReadError
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
   from fedkrr._src.io.reading import parse_json
   from fedkrr._src.io.reading import read_bytes
   from fedkrr._src.io.reading import read_json
+  from fedkrr._src.io.reading import read_json_lines
   from fedkrr._src.io.reading import read_npz
   from fedkrr._src.platform.cores import allowed_cores
   from fedkrr._src.platform.cores import core_shares

@@ -254,6 +254,39 @@ def read_json(path: str | os.PathLike, what: str = "JSON file", *,
   return parse_json(read_bytes(name, limit, what), name, max_depth=max_depth)
 
 
+class _NotJson:
+  def __repr__(self) -> str:
+    return "NOT_JSON"
+
+
+NOT_JSON: Any = _NotJson()   # a line of a JSON Lines file that does not parse
+
+
+def read_json_lines(path: str | os.PathLike, what: str = "JSON Lines file",
+                    limit: int | None = None) -> list[tuple[int, Any]]:
+  """Each non-blank line of a JSON Lines file as (its number from 1, its value).
+
+  A line that is not JSON (a write cut by a crash) has the value :data:`NOT_JSON`, so
+  the caller says what it drops and why. The file is read whole through
+  :func:`read_bytes` (at most ``limit`` bytes; default a quarter of the available
+  memory), its bytes decoded as UTF-8 with undecodable ones replaced.
+
+  Raises:
+    ReadError: see :func:`read_bytes`.
+  """
+  text = read_bytes(path, available_memory() // 4 if limit is None else limit, what).decode(
+      "utf-8", errors="replace")
+  lines: list[tuple[int, Any]] = []
+  for number, line in enumerate(text.splitlines(), start=1):
+    if not line.strip():
+      continue
+    try:
+      lines.append((number, parse_json(line, f"line {number}")))
+    except ReadError:
+      lines.append((number, NOT_JSON))
+  return lines
+
+
 # ---------------------------------------------------------------------------
 # .npz archives
 

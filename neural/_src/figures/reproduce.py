@@ -40,9 +40,11 @@ import sys
 import time
 from typing import Any
 
+from fedkrr.io import ReadError
 from fedkrr.io import append_file
 from fedkrr.io import atomic_write
 from fedkrr.io import read_json
+from fedkrr.io import read_json_lines
 from neural._src.evidence.authors import matched_control
 from neural._src.evidence.claims import evaluate
 from neural._src.evidence.claims import figure_claims
@@ -285,15 +287,12 @@ def earlier_calls(workdir: Path) -> tuple[int, float]:
   """How many earlier calls ran in ``workdir`` and their wall time in seconds (lines of
   ``calls.jsonl`` that do not parse, e.g. cut by a crash, are skipped)."""
   try:
-    lines = (workdir / CALLS).read_text(errors="replace").splitlines()
-  except OSError:
+    lines = read_json_lines(workdir / CALLS, "calls file")
+  except ReadError:   # none yet, or unreadable: no earlier call counted
     return 0, 0.0
   seconds = []
-  for line in lines:
-    try:
-      value = json.loads(line)["seconds"]
-    except (ValueError, KeyError, TypeError):
-      continue
+  for _, line in lines:
+    value = line.get("seconds") if isinstance(line, dict) else None
     if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
       seconds.append(float(value))
   return len(seconds), sum(seconds)

@@ -27,10 +27,9 @@ from typing import Any
 
 import numpy as np
 
+from fedkrr.io import NOT_JSON
 from fedkrr.io import ReadError
-from fedkrr.io import available_memory
-from fedkrr.io import parse_json
-from fedkrr.io import read_bytes
+from fedkrr.io import read_json_lines
 
 OUTCOMES_FILE = "outcomes.jsonl"
 
@@ -85,20 +84,12 @@ def read_outcome_lines(path: str | os.PathLike) -> tuple[list[dict[str, Any]], i
   if not os.path.lexists(path):
     return [], 0
   try:
-    text = read_bytes(Path(path), available_memory() // 4, "outcomes file").decode(
-        "utf-8", errors="replace")
+    parsed = read_json_lines(path, "outcomes file")
   except ReadError:
     return [], 0
   lines, seen, dropped = [], set(), 0
-  for number, text_line in enumerate(text.splitlines(), start=1):
-    if not text_line.strip():
-      continue
-    try:
-      line = parse_json(text_line, f"line {number}")
-    except ReadError:
-      dropped += 1
-      continue
-    if not _valid(line) or row_key(line) in seen:
+  for _, line in parsed:
+    if line is NOT_JSON or not _valid(line) or row_key(line) in seen:
       dropped += 1
       continue
     seen.add(row_key(line))

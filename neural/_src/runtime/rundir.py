@@ -58,16 +58,15 @@ import warnings
 
 import numpy as np
 
+from fedkrr.io import NOT_JSON
 from fedkrr.io import ReadError
 from fedkrr.io import WriteError
 from fedkrr.io import append_file
 from fedkrr.io import atomic_write
-from fedkrr.io import available_memory
 from fedkrr.io import check_output
 from fedkrr.io import commit
-from fedkrr.io import parse_json
-from fedkrr.io import read_bytes
 from fedkrr.io import read_json
+from fedkrr.io import read_json_lines
 from fedkrr.io import remove_staging
 from neural._src.runtime.checkpoint import CheckpointError
 from neural._src.runtime.checkpoint import CheckpointReadFailed
@@ -117,16 +116,11 @@ def _metric_rows(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
   if not os.path.lexists(path):
     return [], []
   try:
-    text = read_bytes(path, available_memory() // 4, "metrics file").decode(
-        "utf-8", errors="replace")
+    lines = read_json_lines(path, "metrics file")
   except ReadError as e:
     raise ExperimentError(f"{e}; move it away to start the run again") from None
-  for number, line in enumerate(text.splitlines(), start=1):
-    if not line.strip():
-      continue
-    try:
-      row = parse_json(line, f"line {number}")
-    except ReadError:
+  for number, row in lines:
+    if row is NOT_JSON:
       dropped.append(f"line {number} is not JSON")
       continue
     if not isinstance(row, dict) or not isinstance(row.get("round"), int) or row["round"] < 0:
