@@ -346,3 +346,18 @@ def test_a_problem_is_refused_from_its_headers_before_anything_inflates(tmp_path
   need = r"3\.\d*" if jax.config.read("jax_enable_x64") else r"2\.\d*"
   with pytest.raises(fedkrr.ProblemError, match=rf"its arrays need about {need} MiB once loaded"):
     fedkrr.load_problem(tmp_path / "p.npz")
+
+
+def test_json_lines_give_each_line_its_number_and_mark_the_cut_ones(tmp_path):
+  path = tmp_path / "rows.jsonl"
+  path.write_text('{"a": 1}\n\n[2, 3]\n{"cut\n')
+  assert fedkrr.io.read_json_lines(path) == [(1, {"a": 1}), (3, [2, 3]), (4, fedkrr.io.NOT_JSON)]
+  with pytest.raises(fedkrr.io.ReadError, match="more than"):
+    fedkrr.io.read_json_lines(path, limit=4)
+
+
+def test_a_journal_that_is_a_fifo_is_skipped_without_blocking(tmp_path):
+  from fedkrr._src.io.files import complete_writes
+
+  os.mkfifo(tmp_path / ".a.fedkrr-set.json")
+  assert complete_writes(tmp_path) == []

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from fedkrr._src.io import interrupts
+from fedkrr._src.io import reading
 
 
 def _umask() -> int:
@@ -159,13 +160,13 @@ def _renames(journal: Path) -> list[tuple[Path, Path]] | None:
   """The (staged file, target) pairs a journal lists, or None if it is not one this
   module wrote: every staged file beside its target and named as :func:`_stage` names
   it (``.<target>.<random>.tmp``), so that a journal cannot move any other file."""
+  if journal.is_symlink():
+    return None
   try:
-    fd = os.open(journal, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-    with os.fdopen(fd, "rb") as f:
-      data = json.loads(f.read(1 << 20))
+    data = reading.read_json(journal, "set journal", limit=1 << 20)
     pairs = [(Path(tmp), Path(target)) for tmp, target in data["renames"]]
     owner = int(data.get("pid", 0))
-  except (OSError, ValueError, KeyError, TypeError):
+  except (ValueError, KeyError, TypeError):   # ReadError is a ValueError
     return None
   if owner > 0 and owner != os.getpid() and _alive(owner):
     return None   # its writer is still at work: its own renames end the set
