@@ -22,6 +22,8 @@ import subprocess
 import sys
 from typing import Any
 
+from neural._src.runtime.environment import describe
+
 FIGURES = (6, 8, 5, 4)
 
 
@@ -35,16 +37,6 @@ def _run(workdir: Path, figure: int) -> None:
 
 def _minutes(seconds: float) -> str:
   return f"{seconds / 60:.1f} min"
-
-
-def _environment(env: dict[str, Any]) -> str:
-  packages, cpu, device = env.get("packages", {}), env.get("cpu", {}), env.get("device", {})
-  where = (f"CPU {cpu.get('model', '?')}, {cpu.get('cores', '?')} cores "
-           f"({' '.join(cpu.get('flags', []))})" if device.get("backend") == "cpu"
-           else f"{device.get('kind', '?')}")
-  return (f"Python {env.get('python', '?')}, jax {packages.get('jax', '?')}, flax "
-          f"{packages.get('flax', '?')}; {where}; XLA_FLAGS "
-          f"`{env.get('xla_flags') or 'none'}`; commit {str(env.get('commit', ''))[:12]}")
 
 
 def _power(s: dict[str, Any]) -> str:
@@ -72,7 +64,7 @@ def section(report: dict[str, Any]) -> str:
       f"### {report['figure']} at small scale, {seeds} seeds", "",
       f"`neural reproduce --figure {report['figure'].split()[-1]} --jobs auto` "
       f"({seeds} seeds; {_minutes(report['seconds_total'])} over {report['calls']} "
-      f"call{'s' if report['calls'] > 1 else ''}; {_environment(report['environment'])}): "
+      f"call{'s' if report['calls'] > 1 else ''}; {describe(report['environment'])}): "
       f"**{report['sentences']} sentences, {len(counted)} checks: "
       f"{counts['reproduced']} reproduced, {counts['not reproduced']} not reproduced, "
       f"{counts['no difference']} no difference, {counts['inconclusive']} inconclusive"

@@ -87,7 +87,8 @@ def environment() -> dict[str, Any]:
 
 
 def describe(env: dict[str, Any]) -> str:
-  """One line: ``Python 3.11.9, jax 0.10.2, cpu (2 cores, avx2 fma), commit abc1234``."""
+  """One line: ``Python 3.11.7, jax 0.10.2 / jaxlib 0.10.2, flax 0.12.8; CPU <model> (2 cores;
+  avx avx2 fma); XLA_FLAGS none; commit 2a21d537b1b2`` (a GPU: its device kind)."""
   packages = env.get("packages", {})
   device = env.get("device", {})
   cpu = env.get("cpu", {})
