@@ -70,7 +70,8 @@ def free_port() -> int:
 
 
 def distributed_reports(code: str, processes: int = 2, devices: int = 2,
-                        paths: tuple[Path, ...] = (), timeout: float = 100) -> list[dict]:
+                        paths: tuple[Path, ...] = (), timeout: float = 100,
+                        env: dict[str, str] | None = None) -> list[dict]:
   """Runs ``code`` in ``processes`` processes connected by ``jax.distributed``; their reports.
 
   Each child sees ``devices`` host CPU devices and the convention of
@@ -86,8 +87,9 @@ def distributed_reports(code: str, processes: int = 2, devices: int = 2,
     devices: host CPU devices each child sees.
     paths: folders put on the children's import path after the repository root.
     timeout: seconds before the children are killed (the test then fails).
+    env: variables set in every child besides (and over) the convention's.
   """
-  env = _child_env(devices, paths)
+  env = _child_env(devices, paths) | (env or {})
   env["JAX_COORDINATOR_ADDRESS"] = f"127.0.0.1:{free_port()}"
   env["JAX_NUM_PROCESSES"] = str(processes)
   command = [sys.executable, "-c", code]

@@ -173,7 +173,6 @@ def _connect(args: argparse.Namespace) -> None:
 
 
 def _enable_x64(float32: bool) -> None:
-  avoid_cpu_eigh_deadlock()
   import jax
   jax.config.update("jax_enable_x64", not float32)
 
@@ -186,6 +185,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return _demo_moved(argv[1:])
   parser = _parser()
   args = parser.parse_args(argv)
+  avoid_cpu_eigh_deadlock()   # XLA's flags before its backend starts (connecting starts it)
   try:
     _connect(args)   # before any JAX computation
   except ValueError as e:

@@ -151,6 +151,46 @@ def test_every_process_gets_the_numbers_of_one_process():
       assert r["reference_error"][protocol] < 1e-12, (protocol, r["reference_error"])
 
 
+CACHE_CHILD = textwrap.dedent("""
+    import json
+    import warnings
+    import fedkrr
+    fedkrr.avoid_cpu_eigh_deadlock()
+    with warnings.catch_warnings(record=True) as caught:
+      warnings.simplefilter("always")
+      fedkrr.initialize_distributed()
+    import jax
+    import numpy as np
+    jax.config.update("jax_enable_x64", True)
+    rng = np.random.default_rng(0)
+    xs = [rng.normal(size=(4, 2)) for _ in range(4)]
+    problem = fedkrr.make_problem(xs, [np.sin(x[:, 0]) for x in xs],
+                                  [fedkrr.RBF(0.5), fedkrr.Laplace(0.3)] * 2, ridge=0.1)
+    out = fedkrr.sharded_trajectory(problem, "avgkd", 2, rng.normal(size=(3, 2)),
+                                    mesh=fedkrr.agent_mesh(4))
+    print(json.dumps({"cache": jax.config.jax_enable_compilation_cache,
+                      "warnings": [str(w.message) for w in caught],
+                      "out": np.asarray(out).tolist()}))
+""")
+
+
+def test_processes_on_cpus_turn_the_compilation_cache_off_and_a_second_run_completes(tmp_path):
+  # JAX 0.12.1: process 0 of a CPU run across processes hung in its first collective when it
+  # read back an executable it had cached in an earlier run; every program is cached here
+  # (no minimum compile time), so without the switch the second run would read them.
+  cache = tmp_path / "cache"
+  env = {"JAX_COMPILATION_CACHE_DIR": str(cache), "JAX_ENABLE_COMPILATION_CACHE": "true",
+         "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+         "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1"}
+  first, second = (multi_device.distributed_reports(CACHE_CHILD, processes=2, devices=2,
+                                                    timeout=60, env=env) for _ in range(2))
+  for r in (*first, *second):
+    assert r["cache"] is False
+    assert any("persistent compilation cache" in w and str(cache) in w for w in r["warnings"])
+  assert not cache.exists() or not any(cache.iterdir())   # nothing written
+  assert first[0]["out"] == first[1]["out"] == second[0]["out"] == second[1]["out"]
+
+
 def test_distributed_settings_read_arguments_then_variables(monkeypatch):
   for name in ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID"):
     monkeypatch.delenv(name, raising=False)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 from typing import Any
+import warnings
 
 # The environment variables read where an argument is None (the first is JAX's own).
 COORDINATOR_ENV = "JAX_COORDINATOR_ADDRESS"
@@ -107,8 +108,15 @@ def initialize_distributed(coordinator: str | None = None, num_processes: int | 
   (module docstring: the flags and environment variables). On CPUs it also turns
   on JAX's cross-process collectives (``jax_cpu_collectives_implementation``:
   gloo, unless set already), without which a mesh over the processes' CPU devices
-  cannot run collectives. Both change JAX's global state, so library code never
-  calls this.
+  cannot run collectives. Once connected, a process whose platform is the CPU
+  also turns JAX's persistent compilation cache off (``jax_enable_compilation_cache``;
+  a warning says so where a cache folder was set): with JAX 0.12.1, process 0 of
+  such a run hangs in its first collective when it reads back an executable that
+  it wrote to the cache in an earlier run (0.12.0.1 and 0.10.2 do not), and on
+  CPUs the cache saves seconds of compiling. All of this changes JAX's global
+  state, so library code never calls this. Finding the platform starts JAX's
+  backend: set ``XLA_FLAGS`` (:func:`fedkrr.avoid_cpu_eigh_deadlock`, host device
+  counts) before calling it.
 
   Args:
     coordinator: HOST:PORT of process 0 (``None``: ``$JAX_COORDINATOR_ADDRESS``).
@@ -142,4 +150,20 @@ def initialize_distributed(coordinator: str | None = None, num_processes: int | 
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
   coordinator, num_processes, process_id = settings
   jax.distributed.initialize(coordinator, num_processes, process_id)
+  if jax.default_backend() == "cpu":
+    _no_compilation_cache(jax)
   return True
+
+
+def _no_compilation_cache(jax: Any) -> None:
+  """Turns JAX's persistent compilation cache off in this process (a CPU one across processes).
+
+  Before the first compilation JAX has not yet decided whether to use the cache,
+  so the switch holds for every program of the process.
+  """
+  if jax.config.jax_compilation_cache_dir and jax.config.jax_enable_compilation_cache:
+    warnings.warn(f"fedkrr: JAX's persistent compilation cache "
+                  f"({jax.config.jax_compilation_cache_dir}) is off in this process: on "
+                  f"CPUs, processes connected by jax.distributed can hang on an executable "
+                  f"read back from it (JAX 0.12.1)", RuntimeWarning, stacklevel=3)
+  jax.config.update("jax_enable_compilation_cache", False)
