@@ -6,7 +6,7 @@ from pathlib import Path
 import layers
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 # The rank of every module of neural/_src: a module imports only modules of lower rank.
 # Layers: data and partitions < models < training < learners < the paper's evidence <

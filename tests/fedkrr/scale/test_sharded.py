@@ -15,7 +15,7 @@ import textwrap
 import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh
-import multi_device  # tests/ is no package: pytest puts its folders on sys.path
+import multi_device  # a helper on pytest's pythonpath (pyproject.toml)
 import numpy as np
 import numpy_reference as ref
 import pytest
