@@ -133,7 +133,6 @@ TESTED_BY = {
                       "neural/jobs/test_batched.py"],
         "models.repshare_models": ["neural/methods/test_representation_sharing.py"],
         "runtime.checkpoint": ["neural/runtime/test_rundir.py", "neural/test_capabilities.py"],
-        "runtime.environment": ["neural/figures/test_reproduce.py"],
         "settings": ["neural/runtime/test_config.py"],
         "training.optimizers": ["neural/training/test_train_loop.py",
                                 "neural/runtime/test_config.py"],
