@@ -124,7 +124,6 @@ TESTED_BY = {
         "evidence.authors": ["neural/evidence/test_claims.py", "neural/figures/test_reproduce.py"],
         "evidence.curves": ["neural/evidence/test_rules.py", "neural/evidence/test_intervals.py"],
         "figures.reproduce_curves": ["neural/figures/test_reproduce.py"],
-        "figures.reproduce_plot": ["neural/figures/test_reproduce.py"],
         "figures.reproduce_report": ["neural/figures/test_reproduce.py",
                                      "neural/evidence/test_claims.py"],
         "jobs.executors": ["neural/test_cli.py", "neural/jobs/test_ray_executor.py"],
