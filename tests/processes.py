@@ -1,8 +1,8 @@
 """A command line run in a real process and stopped by a real signal once it reports progress.
 
-Shared by the tests of Ctrl-C and ``kill`` (tests/fedkrr/test_interrupts.py,
-tests/neural/test_neural_interrupts.py); tests/ is no package: pytest puts its folders on
-sys.path.
+Shared by the tests of Ctrl-C and ``kill`` (tests/fedkrr/io/test_interrupts.py,
+tests/neural/test_neural_interrupts.py); imported by name from pytest's pythonpath
+(pyproject.toml).
 """
 
 from __future__ import annotations

@@ -31,7 +31,9 @@ from typing import cast
 import warnings
 
 from fedkrr import __version__
+from fedkrr import avoid_cpu_eigh_deadlock
 from fedkrr.io import ReadError
+from fedkrr.io import check_output
 from fedkrr.io import exits_on_signals
 from fedkrr.io import parse_json
 from fedkrr.io import printing_failed
@@ -635,8 +637,6 @@ def _sweep(args: argparse.Namespace, runs: Sequence[tuple[str, RunConfig]],
 def _demo(args: argparse.Namespace) -> int:
   import jax
 
-  from fedkrr import avoid_cpu_eigh_deadlock
-  from fedkrr.io import check_output
   from neural._src.figures.report import MainJobSettings  # deferred: JAX, Flax, closed forms
   from neural._src.figures.report import run_main_job  # deferred: as above
 
@@ -651,7 +651,6 @@ def _demo(args: argparse.Namespace) -> int:
 def _compare(args: argparse.Namespace) -> int:
   import jax
 
-  from fedkrr import avoid_cpu_eigh_deadlock
   from neural._src.kd.compare import compare  # deferred: JAX, Flax, fedkrr's closed forms
 
   avoid_cpu_eigh_deadlock()   # fedkrr's closed forms: vmapped eigh can stall XLA's CPU pool

@@ -4,7 +4,7 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
-import mp_reference  # tests/ is no package: pytest puts this folder on sys.path
+import mp_reference  # a helper on pytest's pythonpath (pyproject.toml)
 import mpmath
 import numpy as np
 import numpy_reference

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-import numpy_reference as ref  # tests/ is no package: pytest puts this folder on sys.path
+import numpy_reference as ref  # a helper on pytest's pythonpath (pyproject.toml)
 import pytest
 
 import fedkrr

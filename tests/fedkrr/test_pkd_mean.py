@@ -9,7 +9,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 import numpy as np
-import numpy_reference as ref  # tests/ is no package: pytest puts this folder on sys.path
+import numpy_reference as ref  # a helper on pytest's pythonpath (pyproject.toml)
 import pytest
 
 import fedkrr

@@ -18,7 +18,7 @@ from typing import cast
 import jax
 import jax.numpy as jnp
 import numpy as np
-import numpy_reference as ref  # tests/ is no package: pytest puts this folder on sys.path
+import numpy_reference as ref  # a helper on pytest's pythonpath (pyproject.toml)
 import pytest
 
 import fedkrr

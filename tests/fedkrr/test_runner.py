@@ -1,7 +1,7 @@
 """``fedkrr.run``: the one front door picks a path, and every path gives the same rounds."""
 
 import numpy as np
-import numpy_reference  # tests/ is no package: pytest puts its folders on sys.path
+import numpy_reference  # a helper on pytest's pythonpath (pyproject.toml)
 import pytest
 
 import fedkrr
@@ -43,7 +43,7 @@ def test_the_matrix_free_path_gives_the_same_rounds(problem):
 
 
 def test_the_sharded_path_gives_the_closed_form_s_rounds(problem, assert_close):
-  """One device here (tests/fedkrr/test_distributed.py: across processes)."""
+  """One device here (tests/fedkrr/platform/test_distributed.py: across processes)."""
   for protocol in ("avgkd", "akd"):
     closed = fedkrr.run(problem, protocol, 4, X_EVAL, method="closed-form", start=1)
     spread = fedkrr.run(problem, protocol, 4, X_EVAL, method="sharded", start=1)

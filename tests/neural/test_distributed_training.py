@@ -6,7 +6,7 @@ round 0 (``--max-rounds 1``) and resumed; the agents' training mesh spans both. 
 writes its own run directory (process 0 ``--workdir``, process 1 ``WORKDIR.process-1``)
 and reports its metric rows as JSON: they must equal each other and those of one
 process with 4 devices, and those of one device up to float32 rounding as
-tests/neural/test_sharded_training.py allows. A hang fails the test after the
+tests/neural/learners/test_sharded_training.py allows. A hang fails the test after the
 children's timeout.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 import tempfile
 import textwrap
 
-import multi_device  # tests/ is no package: pytest puts its folders on sys.path
+import multi_device  # a helper on pytest's pythonpath (pyproject.toml)
 
 from neural._src.cli import main
 

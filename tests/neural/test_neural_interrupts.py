@@ -5,7 +5,7 @@ signals to real processes once they report progress; one line, exit 130 (SIGINT)
 import json
 import signal
 
-import processes  # tests/ is no package: pytest puts its folders on sys.path
+import processes  # a helper on pytest's pythonpath (pyproject.toml)
 
 QUICK = 20.0   # seconds: the stop takes well under one; the bound leaves room for a busy CI
 FLAGS = ["--dataset", "digits", "--train-subset", "100", "--test-subset", "40", "--agents", "2",

@@ -97,7 +97,7 @@ def exp_nonpositive(x: Array) -> Array:
   ``2^k`` is built from its bits (adding ``k`` to ``1.5 * 2^52``, resp. ``2^23``, puts it
   in the low mantissa bits, which a shift moves into the exponent), with no
   float-to-integer conversion, which AVX2 lacks for 64 bits.
-  The relative error is a few units in the last place (``tests/fedkrr/test_matfree.py``
+  The relative error is a few units in the last place (``tests/fedkrr/scale/test_matfree.py``
   compares it with NumPy's). Below the smallest normal number's logarithm the result is 0
   (the exact value is below 2.3e-308, resp. 1.2e-38), at ``-inf`` too; NaN gives NaN;
   other dtypes use ``jnp.exp``.

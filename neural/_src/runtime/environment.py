@@ -96,8 +96,9 @@ def describe(env: dict[str, Any]) -> str:
            f"CPU {cpu.get('model', '?')} ({cpu.get('cores', '?')} cores; "
            f"{' '.join(cpu.get('flags', [])) or 'no SIMD flags read'})")
   flags = env.get("xla_flags") or "none"
-  commit = env.get("commit") or "not a checkout"
-  short = commit[:12] + ("+changes" if commit.endswith("+changes") else "")
+  commit = env.get("commit") or ""
+  short = (commit[:12] + ("+changes" if commit.endswith("+changes") else "") if commit
+           else "not a checkout")
   return (f"Python {env.get('python', '?')}, jax {packages.get('jax', '?')} / jaxlib "
           f"{packages.get('jaxlib', '?')}, flax {packages.get('flax', '?')}; {where}; "
           f"XLA_FLAGS {flags}; commit {short}")

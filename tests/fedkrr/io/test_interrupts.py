@@ -5,7 +5,7 @@ within seconds, nothing half-written. (Process start-up dominates: a few seconds
 import signal
 
 import numpy as np
-import processes  # tests/ is no package: pytest puts its folders on sys.path
+import processes  # a helper on pytest's pythonpath (pyproject.toml)
 import pytest
 
 import fedkrr

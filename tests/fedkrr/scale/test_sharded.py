@@ -15,14 +15,14 @@ import textwrap
 import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh
-import multi_device  # tests/ is no package: pytest puts its folders on sys.path
+import multi_device  # a helper on pytest's pythonpath (pyproject.toml)
 import numpy as np
 import numpy_reference as ref
 import pytest
 
 import fedkrr
 
-HERE = Path(__file__).resolve().parent
+REFERENCE = Path(ref.__file__).resolve().parent   # the child imports numpy_reference
 
 CHILD = textwrap.dedent("""
     import json
@@ -94,7 +94,7 @@ CHILD = textwrap.dedent("""
 @functools.cache
 def _child_report() -> dict:
   """Runs :data:`CHILD` once with 4 host devices; its JSON report."""
-  return multi_device.child_report(CHILD, paths=(HERE,))
+  return multi_device.child_report(CHILD, paths=(REFERENCE,))
 
 
 def test_each_agent_block_and_factor_lives_on_its_own_device():

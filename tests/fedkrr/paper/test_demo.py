@@ -1,4 +1,4 @@
-"""The closed-forms demo's figure (the whole demo runs in tests/neural/test_report.py)."""
+"""The closed-forms demo's figure (the whole demo runs in tests/neural/figures/test_report.py)."""
 
 import os
 import subprocess

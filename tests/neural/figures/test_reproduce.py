@@ -230,13 +230,13 @@ def test_the_control_beside_runs_is_cut_to_their_rounds_and_takes_their_spread()
 
 def test_the_control_table_in_the_docs_is_what_the_rules_say_today():
   """docs/reproduce.md pins the control: a change to a rule or to the data shows here."""
-  docs = (Path(__file__).resolve().parents[2] / "docs" / "reproduce.md").read_text()
+  docs = (Path(__file__).resolve().parents[3] / "docs" / "reproduce.md").read_text()
   assert control_table() in docs
 
 
 def test_the_script_derives_the_curves_from_logs_in_the_authors_layout(tmp_path):
   """scripts/authors_curves.py on a made-up checkout: which file feeds which curve."""
-  script = Path(__file__).resolve().parents[2] / "scripts" / "authors_curves.py"
+  script = Path(__file__).resolve().parents[3] / "scripts" / "authors_curves.py"
   spec = importlib.util.spec_from_file_location("authors_curves", script)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
@@ -564,7 +564,7 @@ def test_the_small_scale_tables_in_the_docs_come_from_the_committed_reproduction
   """docs/reproduce.md's small-scale tables are what scripts/reproduce_docs.py prints from
   the reproduce.json of each figure kept in docs/reproductions/ (runs made by the
   committed code, with their environment): regenerable by one command."""
-  root = Path(__file__).resolve().parents[2]
+  root = Path(__file__).resolve().parents[3]
   spec = importlib.util.spec_from_file_location("reproduce_docs",
                                                 root / "scripts" / "reproduce_docs.py")
   module = importlib.util.module_from_spec(spec)

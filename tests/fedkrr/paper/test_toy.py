@@ -9,7 +9,7 @@ import sys
 
 import jax
 import numpy as np
-import processes  # tests/ is no package: pytest puts its folders on sys.path
+import processes  # a helper on pytest's pythonpath (pyproject.toml)
 import pytest
 
 import fedkrr

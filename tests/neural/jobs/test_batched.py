@@ -10,7 +10,7 @@ import threading
 
 import jax
 import numpy as np
-import processes  # tests/ is no package: pytest puts its folders on sys.path
+import processes  # a helper on pytest's pythonpath (pyproject.toml)
 import pytest
 
 import neural

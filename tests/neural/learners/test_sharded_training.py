@@ -12,7 +12,7 @@ import textwrap
 from typing import Any
 
 import jax
-import multi_device  # tests/ is no package: pytest puts its folders on sys.path
+import multi_device  # a helper on pytest's pythonpath (pyproject.toml)
 import pytest
 
 import fedkrr

@@ -5,7 +5,7 @@ environment variables of its convention; tests/multi_device.py starts them), bui
 the same problem, and run :func:`fedkrr.sharded_trajectory` on one agent mesh over
 their 4 devices. Each reports its numbers as JSON; they must agree with each other
 and, bit for bit, with one process of 4 devices running the same program (and with
-the single-device closed form up to float64 rounding, as tests/fedkrr/test_sharded.py
+the single-device closed form up to float64 rounding, as tests/fedkrr/scale/test_sharded.py
 allows). A hang fails the test after the children's timeout.
 """
 
@@ -15,7 +15,7 @@ import functools
 from pathlib import Path
 import textwrap
 
-import multi_device  # tests/ is no package: pytest puts its folders on sys.path
+import multi_device  # a helper on pytest's pythonpath (pyproject.toml)
 import numpy as np
 import pytest
 
