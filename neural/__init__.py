@@ -179,6 +179,8 @@ if TYPE_CHECKING:
   from neural._src.training.train_loop import Batch
   from neural._src.training.train_loop import Exchange
   from neural._src.training.train_loop import LargeBatchWarning
+  from neural._src.training.train_loop import Loop
+  from neural._src.training.train_loop import Schedule
   from neural._src.training.train_loop import TrainError
   from neural._src.training.train_loop import TrainResult
   from neural._src.training.train_loop import resolve_loop

@@ -31,8 +31,8 @@ def leaves(tree):
 def test_an_epoch_uses_every_unmasked_point_once_and_masked_points_never(step_loop):
   n, mask = 23, np.arange(23) % 4 != 1
   out = neural.train_loop(count_uses, jnp.zeros(n), {"id": jnp.arange(n)}, optimizer=SGD1,
-                          key=jax.random.PRNGKey(0), batch_size=5, epochs=3, mask=mask,
-                          step_loop=step_loop)
+                          key=jax.random.PRNGKey(0), schedule=neural.Schedule(5, epochs=3),
+                          mask=mask, loop=neural.Loop(step_loop))
   np.testing.assert_array_equal(np.asarray(out.params), 3.0 * mask)
 
 
@@ -47,8 +47,8 @@ def test_a_batch_larger_than_the_data_is_the_whole_data_cut_to_its_size_said_onc
     for batching in ("vmap", "sequential"):              # sequential: each agent alone
       out = neural.train_loop(uses_and_shapes, jnp.zeros((2, n)), {"id": jnp.stack(
           [jnp.arange(n)] * 2)}, optimizer=SGD1, key=jnp.stack([jax.random.PRNGKey(0)] * 2),
-          batch_size=10**6, epochs=3, mask=np.stack([mask, mask]), stacked=True,
-          agent_batching=batching, step_loop="python")
+          schedule=neural.Schedule(10**6, epochs=3), mask=np.stack([mask, mask]), stacked=True,
+          loop=neural.Loop("python", batching))
       np.testing.assert_array_equal(np.asarray(out.params), 3.0 * np.stack([mask, mask]))
   assert set(shapes) == {32}                            # the data's 17 points, in 32 slots
   assert [str(w.message) for w in said if w.category is neural.LargeBatchWarning] == [
@@ -66,7 +66,8 @@ def test_epoch_batch_size_is_the_batch_or_the_whole_data(batch_size, points, exp
 def test_steps_draw_with_replacement_from_unmasked_points_only():
   n, mask = 17, np.arange(17) < 9
   out = neural.train_loop(count_uses, jnp.zeros(n), {"id": jnp.arange(n)}, optimizer=SGD1,
-                          key=jax.random.PRNGKey(1), batch_size=4, steps=50, mask=mask)
+                          key=jax.random.PRNGKey(1), schedule=neural.Schedule(4, steps=50),
+                          mask=mask)
   uses = np.asarray(out.params)
   assert uses.sum() == 200 and np.all(uses[~mask] == 0)
   assert np.count_nonzero(uses[mask]) == 9          # 200 draws reach all 9 points
@@ -78,8 +79,8 @@ def test_stacked_agents_keep_their_own_schedules_and_numbers():
   data = {"id": jnp.stack([jnp.arange(n)] * 2)}
   for batching in ("vmap", "sequential"):
     out = neural.train_loop(count_uses, jnp.zeros((2, n)), data, optimizer=SGD1, key=keys,
-                            batch_size=6, epochs=2, mask=masks, stacked=True,
-                            agent_batching=batching)
+                            schedule=neural.Schedule(6, epochs=2), mask=masks, stacked=True,
+                            loop=neural.Loop(agent_batching=batching))
     np.testing.assert_array_equal(np.asarray(out.params), 2.0 * masks)
 
 
@@ -99,7 +100,8 @@ def test_shared_key_is_common_to_agents_and_key_is_not(batching):
   keys = jnp.stack([jax.random.PRNGKey(k) for k in range(3)])
   run = lambda shared: np.asarray(neural.train_loop(
       KeyEcho(shared), jnp.zeros((3, 2)), {"id": jnp.zeros((3, 4), jnp.int32)}, optimizer=SGD1,
-      key=keys, batch_size=2, epochs=1, stacked=True, agent_batching=batching).params)
+      key=keys, schedule=neural.Schedule(2, epochs=1), stacked=True,
+      loop=neural.Loop(agent_batching=batching)).params)
   common, own = run(True), run(False)
   assert np.allclose(common[0], common[1]) and np.allclose(common[0], common[2])
   assert not np.allclose(own[0], own[1])
@@ -126,8 +128,9 @@ def test_communicate_acts_on_all_agents_after_every_step(batching):
   params = {"w": jnp.asarray(rng.normal(size=(3, 2)), jnp.float32)}
   out = neural.train_loop(quadratic, params, {"x": x, "y": y},
                           optimizer=neural.OptimizerConfig("sgd", 0.01),
-                          key=jax.random.split(jax.random.PRNGKey(0), 3), batch_size=4,
-                          epochs=2, stacked=True, communicate=Average(), agent_batching=batching)
+                          key=jax.random.split(jax.random.PRNGKey(0), 3),
+                          schedule=neural.Schedule(4, epochs=2), stacked=True,
+                          communicate=Average(), loop=neural.Loop(agent_batching=batching))
   w = np.asarray(out.params["w"])
   np.testing.assert_allclose(w, np.broadcast_to(w[0], w.shape), rtol=1e-6)
   assert not np.allclose(w[0], np.asarray(params["w"]).mean(axis=0))
@@ -197,7 +200,12 @@ def test_a_convolution_in_the_step_is_detected(name, expected):
     (dict(epochs=1, optimizer="adam"), "OptimizerConfig"),
 ])
 def test_bad_settings_are_named(kwargs, match):
-  settings = {**dict(optimizer=SGD1, key=jax.random.PRNGKey(0), batch_size=2), **kwargs}
+  kwargs = {"batch_size": 2, **kwargs}
+  schedule = neural.Schedule(**{k: kwargs.pop(k) for k in ("batch_size", "epochs", "steps")
+                                if k in kwargs})
+  loop = neural.Loop(**{k: kwargs.pop(k) for k in ("step_loop", "agent_batching") if k in kwargs})
+  settings = {**dict(optimizer=SGD1, key=jax.random.PRNGKey(0), schedule=schedule, loop=loop),
+              **kwargs}
   with pytest.raises(neural.TrainError, match=match):
     neural.train_loop(count_uses, jnp.zeros(5), {"id": jnp.arange(5)}, **settings)
 
@@ -205,7 +213,8 @@ def test_bad_settings_are_named(kwargs, match):
 def test_data_of_unequal_lengths_is_named():
   with pytest.raises(neural.TrainError, match="data"):
     neural.train_loop(count_uses, jnp.zeros(5), {"id": jnp.arange(5), "x": jnp.zeros(4)},
-                      optimizer=SGD1, key=jax.random.PRNGKey(0), batch_size=2, epochs=1)
+                      optimizer=SGD1, key=jax.random.PRNGKey(0),
+                      schedule=neural.Schedule(2, epochs=1))
 
 
 def test_opt_state_handed_back_continues_the_schedule():
@@ -216,12 +225,12 @@ def test_opt_state_handed_back_continues_the_schedule():
           "y": jnp.asarray(rng.normal(size=9), jnp.float32)}
   params = {"w": jnp.zeros(2)}
   first = neural.train_loop(quadratic, params, data, optimizer=config, key=jax.random.PRNGKey(0),
-                            batch_size=3, steps=5)
+                            schedule=neural.Schedule(3, steps=5))
   second = neural.train_loop(quadratic, first.params, data, optimizer=config,
-                             key=jax.random.PRNGKey(1), batch_size=3, steps=5,
+                             key=jax.random.PRNGKey(1), schedule=neural.Schedule(3, steps=5),
                              opt_state=first.opt_state)
   fresh = neural.train_loop(quadratic, first.params, data, optimizer=config,
-                            key=jax.random.PRNGKey(1), batch_size=3, steps=5)
+                            key=jax.random.PRNGKey(1), schedule=neural.Schedule(3, steps=5))
   count = lambda s: max(int(a) for a in jax.tree.leaves(s) if jnp.issubdtype(a.dtype, jnp.integer))
   assert count(second.opt_state) == 10 and count(fresh.opt_state) == 5
   assert not np.allclose(second.params["w"], fresh.params["w"])   # the schedule went on
@@ -289,13 +298,14 @@ def test_on_epoch_watches_every_epoch_without_changing_training():
   y = x @ jnp.array([1.0, -2.0, 0.5])
   seen = []
   common: dict[str, Any] = dict(optimizer=neural.OptimizerConfig("adam", 0.05),
-                                key=jax.random.split(jax.random.PRNGKey(0), 2), batch_size=16,
-                                epochs=4, stacked=True)
+                                key=jax.random.split(jax.random.PRNGKey(0), 2),
+                                schedule=neural.Schedule(16, epochs=4), stacked=True)
   params = {"w": jnp.zeros((2, 3))}
   plain = neural.train_loop(_linear_loss, params, {"x": x, "y": y}, **common)
   for batching in ("vmap", "sequential"):
     seen.clear()
-    out = neural.train_loop(_linear_loss, params, {"x": x, "y": y}, agent_batching=batching,
+    out = neural.train_loop(_linear_loss, params, {"x": x, "y": y},
+                            loop=neural.Loop(agent_batching=batching),
                      on_epoch=lambda e, p, agent: seen.append((e, agent, p["w"])), **common)
     np.testing.assert_allclose(out.params["w"], plain.params["w"], rtol=1e-6)
     if batching == "vmap":
@@ -328,8 +338,8 @@ def test_groups_of_agents_give_the_numbers_of_one_stack():
   x = jnp.asarray(rng.normal(size=(3, 12, 2)), jnp.float32)
   y = jnp.asarray(rng.normal(size=(3, 12)), jnp.float32)
   w = jnp.asarray(rng.normal(size=(3, 2)), jnp.float32)
-  settings: dict[str, Any] = dict(optimizer=neural.OptimizerConfig("sgd", 0.01), batch_size=4,
-                  steps=3,
+  settings: dict[str, Any] = dict(optimizer=neural.OptimizerConfig("sgd", 0.01),
+                  schedule=neural.Schedule(4, steps=3),
                   key=jax.random.split(jax.random.PRNGKey(0), 3), stacked=True, has_aux=True,
                   context={"c": jnp.asarray([0.0, 1.0, -1.0])}, communicate=Accumulate())
   one = neural.train_loop(shifted, {"w": w}, {"x": x, "y": y}, **settings)
@@ -347,8 +357,8 @@ def test_groups_may_hold_different_architectures_and_bad_groups_are_named():
   x = jnp.asarray(rng.normal(size=(3, 8, 2)), jnp.float32)
   y = jnp.asarray(rng.normal(size=(3, 8)), jnp.float32)
   params = ({"w": jnp.zeros((2, 2))}, {"w": jnp.zeros((1, 2)), "b": jnp.zeros((1,))})
-  settings: dict[str, Any] = dict(optimizer=neural.OptimizerConfig("sgd", 0.01), batch_size=4,
-                  steps=3,
+  settings: dict[str, Any] = dict(optimizer=neural.OptimizerConfig("sgd", 0.01),
+                  schedule=neural.Schedule(4, steps=3),
                   key=jax.random.split(jax.random.PRNGKey(0), 3), stacked=True, has_aux=True,
                   context={"c": jnp.zeros(3)}, communicate=Accumulate())
   out = neural.train_loop((shifted, shifted), params, {"x": x, "y": y}, groups=((0, 1), (2,)),
@@ -375,8 +385,8 @@ def test_a_new_learning_rate_or_weight_decay_compiles_nothing(step_loop, jitted)
   def run(lr, wd):
     return tl.train_loop(_linear_loss, {"w": jnp.zeros(3)}, _regression(),
                          optimizer=neural.OptimizerConfig("adam", lr, weight_decay=wd),
-                         key=jax.random.PRNGKey(0), batch_size=16, epochs=2,
-                         step_loop=step_loop).params
+                         key=jax.random.PRNGKey(0), schedule=neural.Schedule(16, epochs=2),
+                         loop=neural.Loop(step_loop)).params
   first = run(0.01, 3e-4)
   compiled = jitted._cache_size()
   second = run(0.2, 5e-2)
@@ -391,8 +401,8 @@ def test_training_vmapped_over_learning_rates_equals_training_each_alone():
     return tl.train_loop(_linear_loss, {"w": jnp.zeros(3)}, data,
                          optimizer=neural.OptimizerConfig("sgd", lr, weight_decay=1e-2,
                                                           momentum=0.9),
-                         key=jax.random.PRNGKey(0), batch_size=16, epochs=3,
-                         step_loop="scan").params["w"]
+                         key=jax.random.PRNGKey(0), schedule=neural.Schedule(16, epochs=3),
+                         loop=neural.Loop("scan")).params["w"]
   lrs = np.array([0.003, 0.03, 0.1], np.float32)
   together = jax.vmap(run)(jnp.asarray(lrs))
   assert together.shape == (3, 3)
@@ -433,13 +443,14 @@ def test_stacked_agents_take_a_learning_rate_and_weight_decay_each(batching):
       _linear_loss, {"w": jnp.zeros((3, 3))}, {"x": x, "y": y},
       optimizer=neural.OptimizerConfig("adam", jnp.asarray(lrs, jnp.float32),
                                        jnp.asarray(wds, jnp.float32)),
-      key=keys, batch_size=16, epochs=3, stacked=True, agent_batching=batching)
+      key=keys, schedule=neural.Schedule(16, epochs=3), stacked=True,
+      loop=neural.Loop(agent_batching=batching))
   for m in range(3):
     alone = neural.train_loop(_linear_loss, {"w": jnp.zeros(3)}, {"x": x[m], "y": y[m]},
                               optimizer=neural.OptimizerConfig("adam", lrs[m], wds[m]),
-                              key=keys[m], batch_size=16, epochs=3)
+                              key=keys[m], schedule=neural.Schedule(16, epochs=3))
     np.testing.assert_allclose(out.params["w"][m], alone.params["w"], rtol=1e-6, atol=1e-7)
   with pytest.raises(neural.TrainError, match="optimizer: per-agent learning rates"):
     neural.train_loop(_linear_loss, {"w": jnp.zeros((3, 3))}, {"x": x, "y": y},
                       optimizer=neural.OptimizerConfig("adam", jnp.ones(2)), key=keys,
-                      batch_size=16, epochs=1, stacked=True)
+                      schedule=neural.Schedule(16, epochs=1), stacked=True)

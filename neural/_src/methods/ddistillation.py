@@ -65,6 +65,8 @@ from neural._src.models.models import MODELS
 from neural._src.models.models import get_model
 from neural._src.training.optimizers import OptimizerConfig
 from neural._src.training.optimizers import make_optimizer
+from neural._src.training.train_loop import Loop
+from neural._src.training.train_loop import Schedule
 from neural._src.training.train_loop import train_loop
 from neural._src.training.training import init_variables
 from neural._src.training.training import per_example_loss
@@ -573,14 +575,15 @@ def step(config: DDistConfig, data: DDistData, state: DDistState, t: int
       losses if grouped else losses[0], state.params, {"x": data.xs, "y": data.labels},
       optimizer=_step_size(config),
       key=jax.random.split(key, config.agents), shared_key=jax.random.fold_in(key, config.agents),
-      batch_size=config.batch_size, steps=config.steps_per_round, mask=mask, context=context,
+      schedule=Schedule(config.batch_size, steps=config.steps_per_round,
+                        first_step=t * config.steps_per_round),
+      mask=mask, context=context,
       shared={"x_ref": jnp.asarray(data.x_ref), "weights": jnp.asarray(weights)},
       opt_state=state.opt_state, stacked=True, has_aux=distills,
       communicate=_Gossip(distills, config.network_batch_size, config.distill_beta,
                           config.z_step_scale, _step_size(config),
                           tuple(d for _, d in groups) if grouped else None),
-      first_step=t * config.steps_per_round, step_loop=config.step_loop,
-      agent_batching=config.agent_batching,
+      loop=Loop(config.step_loop, config.agent_batching),
       groups=tuple(d for _, d in groups) if grouped else None)
   params, opt_state = out.params, out.opt_state
   z = out.context["z"] if distills else None

@@ -73,6 +73,8 @@ from neural._src.settings import OptimizerChoice
 from neural._src.training.optimizers import OptimizerConfig
 from neural._src.training.optimizers import make_optimizer
 from neural._src.training.optimizers import optimizer_config
+from neural._src.training.train_loop import Loop
+from neural._src.training.train_loop import Schedule
 from neural._src.training.train_loop import train_loop
 
 Array = jax.Array
@@ -562,10 +564,11 @@ def _local_steps(config: MHDConfig, model, state: MHDState, data: MHDData, keys)
   context = (state.pool_params, jnp.asarray(state.pool_owner >= 0)) if config.distills else None
   mask = np.arange(data.xs.shape[1])[None, :] < np.asarray(data.counts)[:, None]
   out = train_loop(_MHDLoss(model, local), state.params, {"x": data.xs, "y": data.ys},
-                   optimizer=_optimizer(config), key=keys, batch_size=config.batch_size,
-                   steps=config.steps_per_round, mask=mask, context=context,
+                   optimizer=_optimizer(config), key=keys,
+                   schedule=Schedule(config.batch_size, steps=config.steps_per_round),
+                   mask=mask, context=context,
                    shared=jnp.asarray(data.x_public), opt_state=state.opt_state, stacked=True,
-                   step_loop=config.step_loop, agent_batching=config.agent_batching)
+                   loop=Loop(config.step_loop, config.agent_batching))
   return out.params, out.opt_state
 
 

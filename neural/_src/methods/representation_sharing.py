@@ -74,6 +74,8 @@ from neural._src.models.repshare_models import RepShareError
 from neural._src.models.repshare_models import make_client_model
 from neural._src.settings import EpochSettings
 from neural._src.training.optimizers import make_optimizer
+from neural._src.training.train_loop import Loop
+from neural._src.training.train_loop import Schedule
 from neural._src.training.train_loop import train_loop
 
 Array = jax.Array
@@ -576,9 +578,9 @@ def _update_all(params, opt_state, x, labels, mask, downloads, keys, *, model, l
   """LOCALUPDATE of every client: ``epochs`` shuffled passes of mini-batch Adam."""
   out = train_loop(_LocalLoss(model, loss), params, {"x": x, "y": labels},
                    optimizer=config, key=keys,
-                   batch_size=config.batch_size, epochs=config.epochs, mask=mask,
+                   schedule=Schedule(config.batch_size, epochs=config.epochs), mask=mask,
                    context=downloads, opt_state=opt_state, stacked=True,
-                   step_loop=config.step_loop, agent_batching=config.agent_batching)
+                   loop=Loop(config.step_loop, config.agent_batching))
   return out.params, out.opt_state
 
 

@@ -41,11 +41,12 @@ from neural._src.settings import EpochSettings
 from neural._src.settings import OptimizerChoice
 from neural._src.training.augment import Augment
 from neural._src.training.optimizers import Hyperparameters
-from neural._src.training.optimizers import OptimizerConfig
 from neural._src.training.optimizers import optimizer_config
 from neural._src.training.train_loop import AGENT_BATCHING
 from neural._src.training.train_loop import STEP_LOOPS
 from neural._src.training.train_loop import Batch
+from neural._src.training.train_loop import Loop
+from neural._src.training.train_loop import Schedule
 from neural._src.training.train_loop import TrainError
 from neural._src.training.train_loop import epoch_batch_size
 from neural._src.training.train_loop import train_loop
@@ -99,10 +100,6 @@ class TrainConfig(EpochSettings, OptimizerChoice):
     if self.agent_batching not in AGENT_BATCHING:
       raise TrainError(f"agent_batching: expected one of {AGENT_BATCHING}, got "
                        f"{self.agent_batching!r}")
-
-  def optimizer_config(self) -> OptimizerConfig:
-    """The :class:`neural.OptimizerConfig` of these settings (``neural.optimizer_config``)."""
-    return optimizer_config(self)
 
 
 def per_example_loss(logits: Array, targets: Array, loss: str) -> Array:
@@ -285,9 +282,10 @@ def _fit(model, variables, x, targets, mask, key, config: TrainConfig, stacked: 
         weight_decay=jnp.asarray(hyperparameters.weight_decay) if config.weight_decay else 0.0)
   out = train_loop(SoftmaxLoss(model, config.loss, config.augment, modules), params,
                    {"x": x, "t": targets},
-                   optimizer=optimizer, key=key, batch_size=config.batch_size,
-                   epochs=config.epochs, mask=mask, context=context, stacked=stacked,
-                   step_loop=config.step_loop, agent_batching=config.agent_batching,
+                   optimizer=optimizer, key=key,
+                   schedule=Schedule(config.batch_size, epochs=config.epochs),
+                   loop=Loop(config.step_loop, config.agent_batching), mask=mask,
+                   context=context, stacked=stacked,
                    on_epoch=None if on_epoch is None else hook)
   return {**(others or {}), "params": out.params}
 
