@@ -21,7 +21,6 @@ from neural._src.evidence.paper_units import BEST
 from neural._src.evidence.paper_units import default_accuracy
 from neural._src.evidence.paper_units import paper_round_count
 from neural._src.evidence.paper_units import paper_rounds
-from neural._src.kd.experiment import total_rounds
 from neural._src.runtime.config import ConfigError
 from neural._src.runtime.config import ExperimentConfig
 from neural._src.runtime.config import RunConfig
@@ -166,7 +165,7 @@ def _server_curve(name: str, rows: Sequence[Mapping[str, Any]], steps: int | Non
 
 def _run_curves(name: str, rows: Sequence[Mapping[str, Any]],
                 config: RunConfig | None, lines: Lines) -> list[Curve]:
-  steps = total_rounds(config) if isinstance(config, ExperimentConfig) else None
+  steps = config.total_rounds if isinstance(config, ExperimentConfig) else None
   points = test_points(config) if config is not None else 0
   dataset = config.dataset if config is not None else ""
   if not rows:

@@ -183,11 +183,6 @@ def make_protocol(config: ExperimentConfig, learners: Sequence[Any]) -> Protocol
   return _baseline(config.protocol)
 
 
-def total_rounds(config: ExperimentConfig) -> int:
-  """Rounds a run does: ``config.rounds``, or 1 for the baselines central and local."""
-  return config.total_rounds
-
-
 # ---------------------------------------------------------------------------
 # Metrics
 
@@ -334,7 +329,7 @@ def train_and_evaluate(config: ExperimentConfig, workdir: str | os.PathLike, *,
   if units not in UNITS:
     raise ValueError(f"units: expected one of {', '.join(UNITS)}, got {units!r}")
   return run_rounds(config, workdir, from_dict=ExperimentConfig.from_dict,
-                    rounds=total_rounds(config), load_data=lambda: load_run_data(config),
+                    rounds=config.total_rounds, load_data=lambda: load_run_data(config),
                     expected=lambda data, done: expected_state(config, data, done),
                     begin=lambda data, checkpoint: _begin(config, data, checkpoint, progress,
                                                           fit_group),

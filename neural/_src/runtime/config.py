@@ -57,8 +57,7 @@ from neural._src.settings import EpochSettings
 from neural._src.settings import TrainingSettings
 
 KD_PROTOCOLS = PROTOCOLS   # fedkrr's protocols, by the same names
-BASELINE_PROTOCOLS = BASELINES
-RUN_PROTOCOLS = KD_PROTOCOLS + ("fedavg",) + BASELINE_PROTOCOLS
+RUN_PROTOCOLS = KD_PROTOCOLS + ("fedavg",) + BASELINES
 FEDAVG_INITS = ("one", "mean")
 DEVICE_CHOICES = ("one", "all")
 FOREST = "forest"
@@ -490,7 +489,7 @@ class ExperimentConfig(RunConfig, EpochSettings):
   @property
   def total_rounds(self) -> int:
     """The rounds a run does: ``rounds``, or 1 for the baselines "central" and "local"."""
-    return 1 if self.protocol in BASELINE_PROTOCOLS else self.rounds
+    return 1 if self.protocol in BASELINES else self.rounds
 
   @property
   def protocol_params(self) -> ProtocolParams:
@@ -547,5 +546,3 @@ class ExperimentConfig(RunConfig, EpochSettings):
       need(len(set(self.agent_models)) == 1 and FOREST not in self.models, "models",
            "one neural architecture for all agents (FedAvg averages parameters)")
 
-
-FIELDS = ExperimentConfig.field_names()
