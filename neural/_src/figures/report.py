@@ -344,7 +344,7 @@ def _mnist(out: Path, settings: MainJobSettings, progress: bool):
             "limit; AKD's and EKD's degradation rate rho is the factor per cycle of M rounds "
             "(rho = radius^M). "
             + ("A fitted rate is measured on the curve of the test squared error "
-               "(`neural.geometric_rate`: least squares of log |v(t+1) - v(t)| on t)."
+               "(`neural.evidence.geometric_rate`: least squares of log |v(t+1) - v(t)| on t)."
                if fitted else
                f"No rate is fitted to the curves: {c.rounds} rounds show the transient, not "
                f"the rate (`neural compare` fits curves of {MIN_FIT_ROUNDS} rounds or more)."),

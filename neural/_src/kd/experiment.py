@@ -311,7 +311,7 @@ def train_and_evaluate(config: ExperimentConfig, workdir: str | os.PathLike, *,
     on_round_end: called with t after round t's metrics are written and before
       its checkpoint (tests use it to interrupt a run at the worst moment).
     units: the rounds of ``accuracy.png``: "paper" (the paper's figures: AKD rounds
-      of M steps, means over agents, EKD's even sums; ``neural.paper_rounds``) or
+      of M steps, means over agents, EKD's even sums; ``neural.evidence.paper_rounds``) or
       "steps" (every logged step and agent). The metrics are the same either way.
     fit_group: ``fit_group(learners, xs, targets) -> models`` fits every group of
       networks that one round fits together (and every single fit of a network) in

@@ -396,7 +396,7 @@ def distillation_loss(logits: Array, labels_onehot: Array, target: Array,
 class FedDKCConfig(MethodConfig, OptimizerChoice):
   """A FedDKC / FedGKT run (Wu et al. 2023, Sec. 4.1; defaults: the paper's where given).
 
-  The clients and the server train with the settings of ``neural.OptimizerChoice``
+  The clients and the server train with the settings of ``neural.training.OptimizerChoice``
   (L2 decay added to the gradient, then SGD with momentum or Adam, PyTorch style).
 
   Attributes:
@@ -533,7 +533,7 @@ class _DistillLoss:
 
 
 def _fit(params, opt_state, x, onehot, target, mask, key, kd_weight, *, model, config, epochs):
-  """``epochs`` shuffled passes of :class:`_DistillLoss` through ``neural.train_loop``."""
+  """``epochs`` shuffled passes of :class:`_DistillLoss` through ``neural.training.train_loop``."""
   out = train_loop(_DistillLoss(model), params, {"x": x, "y": onehot, "target": target},
                    optimizer=_opt(config), key=key,
                    schedule=Schedule(config.batch_size, epochs=epochs),

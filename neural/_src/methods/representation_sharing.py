@@ -420,7 +420,7 @@ def client_payload(values: Array, labels: Array, mask: Array, key: Array, *,
 class RepShareConfig(MethodConfig, EpochSettings):
   """Representation sharing and its baselines (one config for the four methods).
 
-  Local training is Adam with the settings of ``neural.EpochSettings``.
+  Local training is Adam with the settings of ``neural.training.EpochSettings``.
 
   Attributes:
     method: "repshare", "repshare-fd", "repshare-fedavg" or "repshare-independent".
@@ -563,7 +563,8 @@ def local_loss(model: FeatureClassifier, loss: _Loss, params: Any, x: Array, lab
 
 @dataclasses.dataclass(frozen=True)
 class _LocalLoss:
-  """:func:`local_loss` as ``neural.train_loop`` calls it (``batch.context``: the download)."""
+  """:func:`local_loss` as ``neural.training.train_loop`` calls it (``batch.context``: the
+  download)."""
 
   model: FeatureClassifier
   loss: _Loss

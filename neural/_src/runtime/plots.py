@@ -164,7 +164,7 @@ def plot_run(rows: Sequence[Mapping[str, Any]], path: str | os.PathLike, title: 
              units: str = "steps", accuracy: str | None = None) -> None:
   """Test accuracy per round, one line per agent (and ensemble / server), into ``path`` (PNG).
 
-  ``units="paper"`` draws the paper's curve instead (:func:`neural.paper_rounds`: AKD
+  ``units="paper"`` draws the paper's curve instead (:func:`neural.evidence.paper_rounds`: AKD
   rounds of M steps, means over the agents, EKD's even partial sums). ``accuracy``:
   "last" (end of local training) or "best" (best local epoch, the authors' number);
   ``None``: "best" where the rows carry it (runs with ``epoch_eval``).
@@ -240,7 +240,7 @@ def plot_sweep(results: Mapping[str, Sequence[Mapping[str, Any]]], path: str | o
       (e.g. ``alpha=0.1__avgkd``); the runs sharing the first part share a panel.
     path: the PNG file.
     title: the figure title.
-    units: "steps" (as logged) or "paper" (:func:`neural.paper_rounds`).
+    units: "steps" (as logged) or "paper" (:func:`neural.evidence.paper_rounds`).
 
   Each run shows its best local epoch where its rows carry it (``epoch_eval``), else
   the end of local training. One legend below the panels: colours name the agents

@@ -2,7 +2,7 @@
 
 A method supplies only its loss (and, if its agents talk during training, its
 communication step); the scaffold owns the rest: mini-batch sampling, masks for
-padded agents, keys, the optimiser (:func:`neural.make_optimizer`), stacking of
+padded agents, keys, the optimiser (:func:`neural.training.make_optimizer`), stacking of
 agents and the choice of the compiled loop.
 
 **Sampling.** ``epochs=E``: every epoch the masked-in points are shuffled (a key
@@ -469,7 +469,7 @@ def _check(loss_fn, params, data, *, optimizer, key, schedule: Schedule, loop: L
   try:
     optimizer = optimizer_config(optimizer)
   except OptimizerError:
-    raise TrainError(f"optimizer: expected a neural.OptimizerConfig, got "
+    raise TrainError(f"optimizer: expected a neural.training.OptimizerConfig, got "
                      f"{type(optimizer).__name__}") from None
   hyper = optimizer.hyperparameters()
   if loop.step_loop not in STEP_LOOPS:
@@ -571,8 +571,8 @@ def train_loop(loss_fn: Callable[..., Any] | Sequence[Callable[..., Any]], param
       frozen dataclass with ``__call__`` (equal values reuse the compiled step).
     params: the parameters (a PyTree; leading agent axis if ``stacked``).
     data: a PyTree of arrays with ``n`` points on axis 0 (axis 1 if ``stacked``).
-    optimizer: an :class:`neural.OptimizerConfig`, or a config's training
-      settings (``neural.optimizer_config`` converts them). Its rule and schedule
+    optimizer: an :class:`neural.training.OptimizerConfig`, or a config's training
+      settings (``neural.training.optimizer_config`` converts them). Its rule and schedule
       are static; its learning rate and weight decay reach the compiled step as data, so
       one program serves every value, and they may be arrays: ``jax.vmap`` of a function
       that calls ``train_loop`` trains over a batch of learning rates at once. With
