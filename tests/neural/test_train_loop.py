@@ -83,6 +83,13 @@ def test_stacked_agents_keep_their_own_schedules_and_numbers():
                             schedule=training.Schedule(6, epochs=2), mask=masks, stacked=True,
                             loop=training.Loop(agent_batching=batching))
     np.testing.assert_array_equal(np.asarray(out.params), 2.0 * masks)
+  # drawn steps too: the agents one after the other draw what they draw vmapped
+  outs = [training.train_loop(count_uses, jnp.zeros((2, n)), data, optimizer=SGD1, key=keys,
+                              schedule=training.Schedule(4, steps=5), mask=masks, stacked=True,
+                              loop=training.Loop(agent_batching=batching)).params
+          for batching in ("vmap", "sequential")]
+  np.testing.assert_array_equal(np.asarray(outs[0]), np.asarray(outs[1]))
+  assert np.asarray(outs[0]).sum() == 2 * 5 * 4
 
 
 @dataclasses.dataclass(frozen=True)
