@@ -38,7 +38,7 @@ def group_scores(config, data, variables, targets) -> dict[str, dict[str, float]
   out = {}
   m = config.agents
   for a, (name, var) in enumerate(zip(config.agent_models, variables)):
-    model = neural.FlaxModel(neural.get_model(name, data.num_classes, width=config.width,
+    model = neural.training.FlaxModel(neural.get_model(name, data.num_classes, width=config.width,
                                               tiny=config.tiny, norm=config.norm), var)
     pred = np.asarray(model.predict(data.x_test)).argmax(1)
     own = np.isin(data.y_test, np.unique(data.labels[a]))

@@ -7,7 +7,7 @@ The work: the two convolution layers of the paper's MNIST CNN (5x5, 1 -> 16 and
 16 -> 32 channels, 'SAME', each followed by ReLU and a 2x2 max-pool) for M agents,
 each with its own weights and its own batch of 28x28 images: the loss (the sum of
 squares of the output) and its gradient with respect to both kernels, one jitted
-program per route. A training step of ``neural.train_batch`` with
+program per route. A training step of ``neural.training.train_batch`` with
 ``agent_batching="vmap"`` spends its convolution time here. The routes:
 
 * ``grouped``: ``jax.vmap`` of one agent's ``lax.conv_general_dilated``; XLA

@@ -6,7 +6,7 @@
     done
     python benchmarks/ddist_claims.py --workdir runs/ddist --fig3-workdir runs/ddist_fig3
 
-Reads finished sweeps (``neural.read_seeds``: an unfinished run, or a run whose seeds
+Reads finished sweeps (``neural.runs.read_seeds``: an unfinished run, or a run whose seeds
 have different rounds, is refused, exit status 2) of ``ddist_small`` (runs
 ``method=M`` for M in d-distillation, d-sgd, silo-sgd) and of ``ddist_fig3_small``
 (``two_models__method=M``, ``four_models__method=M``), one per seed
@@ -15,7 +15,7 @@ seed), and prints the mean device test
 accuracy at the last round (the paper's metric: the ``agent: "mean"`` row), mean ± sd
 over the seeds, per architecture for Fig. 3, the consensus error per round (Lemma 4)
 and the numbers each device sent (exact counts, not decided). It then decides the
-paper's statements with ``neural.judge`` (the t-interval over the seeds with the
+paper's statements with ``neural.evidence.judge`` (the t-interval over the seeds with the
 binomial error of ``--test-points``, the minimum effect; docs/reproduce.md): see
 :func:`fig2_claims` and :func:`fig3_claims`.
 """
@@ -35,7 +35,7 @@ import neural
 METHODS = ("d-distillation", "d-sgd", "silo-sgd")
 PANELS = ("two_models", "four_models")
 
-Rows = list[tuple[str, str, neural.Judgement]]
+Rows = list[tuple[str, str, neural.evidence.Judgement]]
 
 
 class RunResult(NamedTuple):
@@ -73,7 +73,7 @@ def run_result(rows: Sequence[Mapping]) -> RunResult:
 
 def read_seeds(workdir: Path) -> dict[str, dict[str, RunResult]]:
   """``{seed: {run: RunResult}}`` of ``WORKDIR/seed=S/RUN`` (or ``{"": ...}`` for
-  ``WORKDIR/RUN``), in the order of S, read with ``neural.read_seeds``: only folders
+  ``WORKDIR/RUN``), in the order of S, read with ``neural.runs.read_seeds``: only folders
   named exactly ``seed=S`` are seeds, and every run must be finished with the same
   rounds on every seed.
 
@@ -82,7 +82,7 @@ def read_seeds(workdir: Path) -> dict[str, dict[str, RunResult]]:
       different rounds (one line naming the folder).
   """
   return {s: {name: run_result(record.rows) for name, record in runs.items()}
-          for s, runs in neural.read_seeds(workdir).items()}
+          for s, runs in neural.runs.read_seeds(workdir).items()}
 
 
 def seeds_of(results: Mapping[str, Mapping[str, RunResult]], run: str) -> list[RunResult]:
@@ -122,13 +122,13 @@ def fig2_claims(accuracy: Mapping[str, Sequence[float]], consensus_first: Sequen
   return [
       ("D-Distillation beats Silo-SGD (Fig. 2)",
        "\"significant performance gains over Silo-SGD\"",
-       neural.judge(neural.difference("d-distillation - silo-sgd", dd, silo, n))),
+       neural.evidence.judge(neural.evidence.difference("d-distillation - silo-sgd", dd, silo, n))),
       ("D-Distillation above D-SGD (Fig. 2; the paper: comparable)",
        "\"comparable accuracy to D-SGD\"",
-       neural.judge(neural.difference("d-distillation - d-sgd", dd, dsgd, n))),
+       neural.evidence.judge(neural.evidence.difference("d-distillation - d-sgd", dd, dsgd, n))),
       ("Lemma 4: the consensus error of z falls (relative drop from round 0 to the last)",
        "consensus as t -> infinity",
-       neural.judge(neural.Effect("relative drop of consensus_error", drop))),
+       neural.evidence.judge(neural.evidence.Effect("relative drop of consensus_error", drop))),
   ]
 
 
@@ -149,26 +149,26 @@ def fig3_claims(accuracy: Mapping[tuple[str, str], Sequence[float]], n: int) -> 
   acc = {k: np.asarray(v, dtype=float) for k, v in accuracy.items()}
 
   def diff(panel, a, b):
-    return neural.difference(f"{panel}: {a} - {b}", acc[panel, a], acc[panel, b], n)
+    return neural.evidence.difference(f"{panel}: {a} - {b}", acc[panel, a], acc[panel, b], n)
 
   gain = {p: acc[p, "d-distillation"] - acc[p, "d-sgd"] for p in PANELS}
-  more = neural.Effect("(d-distillation - d-sgd) four_models - two_models",
+  more = neural.evidence.Effect("(d-distillation - d-sgd) four_models - two_models",
                        gain["four_models"] - gain["two_models"],
                        np.concatenate([acc[p, m] for p in PANELS
                                        for m in ("d-distillation", "d-sgd")]), n)
   return [
       ("Fig. 3 left (4 LeNet-5 + 4 ResNet-8): D-Distillation beats per-architecture D-SGD",
        "\"even by joining just two subsets ... outperforms D-SGD\"",
-       neural.judge(diff("two_models", "d-distillation", "d-sgd"))),
+       neural.evidence.judge(diff("two_models", "d-distillation", "d-sgd"))),
       ("Fig. 3 right (2 each of four models): D-Distillation beats per-architecture D-SGD",
        "\"outperform the accuracy of D-SGD\"",
-       neural.judge(diff("four_models", "d-distillation", "d-sgd"))),
+       neural.evidence.judge(diff("four_models", "d-distillation", "d-sgd"))),
       ("Fig. 3: the gain over D-SGD is larger with four architectures than with two",
        "\"further increases its performance over D-SGD when there are four subsets\"",
-       neural.judge(more)),
+       neural.evidence.judge(more)),
       ("Fig. 3: D-Distillation beats Silo-SGD in both panels",
        "\"significant performance gains over Silo-SGD\" (Sec. 6)",
-       neural.judge([diff(p, "d-distillation", "silo-sgd") for p in PANELS])),
+       neural.evidence.judge([diff(p, "d-distillation", "silo-sgd") for p in PANELS])),
   ]
 
 
@@ -236,7 +236,7 @@ def main() -> None:
     parser.exit(2, f"{parser.prog}: error: {' '.join(str(e).split())}\n")
   print(f"the paper's statements, decided over {'/'.join(map(str, sorted(seeds)))} seed(s) "
         f"(n = {args.test_points} test points; docs/reproduce.md):\n")
-  print(neural.judgement_table(rows))
+  print(neural.evidence.judgement_table(rows))
 
 if __name__ == "__main__":
   main()

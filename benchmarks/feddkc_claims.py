@@ -10,7 +10,7 @@ temporary directory by default; a run already finished there is read back, not
 run again). It then prints, per non-iid level, the clients' mean Top-1 and Top-5
 test accuracy after the last round (the paper's "average" rows of Tables 5-7),
 mean and sample standard deviation over the seeds, and decides each of the paper's
-claims with ``neural.judge`` (docs/reproduce.md, "How a statement is decided": the
+claims with ``evidence.judge`` (docs/reproduce.md, "How a statement is decided": the
 95% t-interval over the seeds with the test set's binomial error, the minimum
 effect of one point, and the verdicts "reproduced", "not reproduced", "no
 difference", "inconclusive"; a claim of several effects holds when all hold).
@@ -52,6 +52,8 @@ import numpy as np
 
 import fedkrr
 import neural
+from neural import data
+from neural import evidence
 
 VARIANTS = ("fedgkt", "kkr", "skr")
 # Sec. 4.2's average gains over FedGKT in points (MNIST, CIFAR-10, CINIC-10).
@@ -96,7 +98,7 @@ def run_all(config_name: str, seeds, workdir: Path):
 
 def count_test_points(config: neural.methods.feddkc.FedDKCConfig) -> int:
   """The test points every client is scored on (the config's test subset of the split)."""
-  return int(len(neural.load_train_test(config)[3]))
+  return int(len(data.load_train_test(config)[3]))
 
 
 def client_accuracies(rows, k: int) -> np.ndarray:
@@ -121,7 +123,7 @@ def _means(summaries: Sequence[Summary], beta: float, variant: str, k: int) -> n
   return np.array([s[beta, variant][k].mean() for s in summaries])
 
 
-Effects = Callable[[Sequence[Summary], int], list[neural.Effect]]
+Effects = Callable[[Sequence[Summary], int], list[evidence.Effect]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,7 +140,7 @@ def _average_gain(v: str, k: int) -> Effects:
     betas = _levels(summaries)
     mine = np.array([_means(summaries, b, v, k) for b in betas])        # (levels, seeds)
     base = np.array([_means(summaries, b, "fedgkt", k) for b in betas])
-    return [neural.Effect(f"{v.upper()} - FedGKT, Top-{k}, mean over the levels",
+    return [evidence.Effect(f"{v.upper()} - FedGKT, Top-{k}, mean over the levels",
                           (mine - base).mean(axis=0), np.concatenate([mine, base]).ravel() / 100,
                           n, scale=100)]
   return effects
@@ -146,8 +148,9 @@ def _average_gain(v: str, k: int) -> Effects:
 
 def _every_level(v: str) -> Effects:
   return lambda summaries, n: [
-      neural.difference(f"{v.upper()} - FedGKT, Top-1, beta {float(b)}", _means(summaries, b, v, 1),
-                        _means(summaries, b, "fedgkt", 1), n, scale=100)
+      evidence.difference(f"{v.upper()} - FedGKT, Top-1, beta {float(b)}",
+                          _means(summaries, b, v, 1), _means(summaries, b, "fedgkt", 1), n,
+                          scale=100)
       for b in _levels(summaries)]
 
 
@@ -155,7 +158,7 @@ def _gain_grows(v: str) -> Effects:
   def effects(summaries, n):
     low, high = _levels(summaries)[0], _levels(summaries)[-1]   # least, most heterogeneous
     acc = [_means(summaries, b, u, 1) for b in (high, low) for u in (v, "fedgkt")]
-    return [neural.Effect(f"gain at beta {float(high)} - gain at beta {float(low)}",
+    return [evidence.Effect(f"gain at beta {float(high)} - gain at beta {float(low)}",
                           (acc[0] - acc[1]) - (acc[2] - acc[3]),
                           np.concatenate(acc) / 100, n, scale=100)]
   return effects
@@ -166,7 +169,7 @@ def _most_clients(v: str) -> Effects:
     del n   # a fraction of clients: no binomial term
     share = [np.mean(np.concatenate([s[b, v][1] > s[b, "fedgkt"][1] for b in _levels([s])]))
              for s in summaries]
-    return [neural.Effect("share of (client, beta) groups with a higher Top-1 - 1/2",
+    return [evidence.Effect("share of (client, beta) groups with a higher Top-1 - 1/2",
                           np.array(share) - 0.5)]
   return effects
 
@@ -194,9 +197,9 @@ def claims(betas: Sequence[float]) -> list[Claim]:
   return out
 
 
-def judge_claims(summaries: Sequence[Summary], n: int) -> list[tuple[str, str, neural.Judgement]]:
+def judge_claims(summaries: Sequence[Summary], n: int) -> list[tuple[str, str, evidence.Judgement]]:
   """``(claim, paper, Judgement)`` for every claim, over the seeds' summaries."""
-  return [(c.text, c.paper, neural.judge(c.effects(summaries, n)))
+  return [(c.text, c.paper, evidence.judge(c.effects(summaries, n)))
           for c in claims(_levels(summaries))]
 
 
@@ -215,7 +218,7 @@ def report(config_name: str, results, seeds, n: int) -> None:
       line += "".join(f"{(acc[v] - acc['fedgkt']).mean():>+10.2f}" for v in ("kkr", "skr"))
       print(line)
   print()
-  print(neural.judgement_table(judge_claims(summaries, n)))
+  print(evidence.judgement_table(judge_claims(summaries, n)))
 
 
 def _sd(values: np.ndarray) -> float:

@@ -3,7 +3,7 @@
     python benchmarks/large_batch.py                    # 100 points, batch 10^6 (~1 min)
     python benchmarks/large_batch.py --points 500 --batch 100000 --epochs 5
 
-``neural.train`` of the tiny CNN on ``--points`` digits for ``--epochs`` epochs,
+``neural.training.train`` of the tiny CNN on ``--points`` digits for ``--epochs`` epochs,
 side by side in one run (best of ``--repeats`` after a warm-up that compiles):
 batch = the number of points (the whole data, the reference) and batch =
 ``--batch``, far beyond it. A batch larger than the data is the whole data (one
@@ -36,17 +36,17 @@ def main(argv=None) -> None:
 
   data = neural.load_dataset("digits")
   x, labels = data.x_train[:args.points], data.y_train[:args.points]
-  targets = neural.one_hot(labels, data.num_classes)
+  targets = neural.data.one_hot(labels, data.num_classes)
   model = neural.get_model("cnn", data.num_classes, tiny=True)
-  variables = neural.init_variables(model, jax.random.PRNGKey(0), x.shape[1:])
+  variables = neural.training.init_variables(model, jax.random.PRNGKey(0), x.shape[1:])
   key = jax.random.PRNGKey(1)
 
   def fit(batch_size):
-    config = neural.TrainConfig(epochs=args.epochs, batch_size=batch_size)
-    return lambda: neural.train(model, variables, x, targets, key, config)["params"]
+    config = neural.training.TrainConfig(epochs=args.epochs, batch_size=batch_size)
+    return lambda: neural.training.train(model, variables, x, targets, key, config)["params"]
 
   with warnings.catch_warnings():
-    warnings.simplefilter("ignore", neural.LargeBatchWarning)
+    warnings.simplefilter("ignore", neural.training.LargeBatchWarning)
     whole, large = fit(args.points), fit(args.batch)
     results = {"whole": whole(), "large": large()}          # the warm-up compiles
     times = {name: best_time(fn, args.repeats) for name, fn in (("whole", whole),

@@ -54,7 +54,7 @@ def _effects(figure: str, mappings: list[dict]) -> dict[str, tuple[str, list[flo
   (``Check.evidence``: ``effect ± half-width`` per statistic)."""
   out: dict[str, tuple[str, list[float]]] = {}
   for curves in mappings:
-    for check in neural.check_claims(figure, curves):
+    for check in neural.evidence.check_claims(figure, curves):
       if check.verdict == "not testable here":
         continue
       out[f"{check.statement} [{check.setting}]"] = (

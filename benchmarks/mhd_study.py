@@ -8,14 +8,14 @@ Runs every run of the study's shipped config once per seed (``--seeds``: the
 config's ``seed``, which sets the data split and the initialisations), in
 ``WORKDIR/CONFIG/seed=S/RUN`` when ``--workdir`` is given (a finished run is read
 back, an interrupted one resumes), else in a temporary directory. Then decides
-each of the paper's claims that the study tests with ``neural.judge``
+each of the paper's claims that the study tests with ``neural.evidence.judge``
 (docs/reproduce.md, "How a statement is decided"): a claim is one or more
 effects, a statistic per seed that it says is positive, most often a difference
 of two accuracies after the last round (mean over the clients); each gets the 95%
 t-interval over the seeds with the test set's binomial error, and the claim is
 "reproduced", "not reproduced", "no difference" or "inconclusive" (a claim of
 several effects holds when all hold). It prints the verdicts with
-``neural.judgement_table`` and, per claim, the quantities compared (mean +- sd
+``neural.evidence.judgement_table`` and, per claim, the quantities compared (mean +- sd
 over the seeds).
 
 The quantities: ``shared[h]`` is head h's accuracy on the test set (the shared,
@@ -115,7 +115,7 @@ class Measured(NamedTuple):
   n: int
 
 
-Effects = Callable[[dict[str, Measured]], list[neural.Effect]]
+Effects = Callable[[dict[str, Measured]], list[neural.evidence.Effect]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,9 +137,9 @@ def measure(claim: Claim, summaries: Sequence[Summary]) -> dict[str, Measured]:
   return out
 
 
-def judge_claim(claim: Claim, summaries: Sequence[Summary]) -> neural.Judgement:
+def judge_claim(claim: Claim, summaries: Sequence[Summary]) -> neural.evidence.Judgement:
   """The claim's verdict over the seeds' summaries (one :class:`Summary` per seed)."""
-  return neural.judge(claim.effects(measure(claim, summaries)))
+  return neural.evidence.judge(claim.effects(measure(claim, summaries)))
 
 
 def _last(run: str, kind: str = "shared") -> Quantity:
@@ -159,15 +159,15 @@ def _hop(run: str, d: int, h: int) -> Quantity:
 
 
 def _effect(label: str, v: dict[str, Measured], names: Sequence[str],
-            per_seed: Callable[..., np.ndarray]) -> neural.Effect:
+            per_seed: Callable[..., np.ndarray]) -> neural.evidence.Effect:
   """``per_seed(*values of names)`` as an effect, with the binomial error of those accuracies."""
   parts = [v[name] for name in names]
-  return neural.Effect(label, per_seed(*(p.values for p in parts)),
+  return neural.evidence.Effect(label, per_seed(*(p.values for p in parts)),
                        np.concatenate([p.values for p in parts]), min(p.n for p in parts))
 
 
-def _diff(v: dict[str, Measured], a: str, b: str) -> neural.Effect:
-  return neural.difference(f"{a} - {b}", v[a].values, v[b].values, min(v[a].n, v[b].n))
+def _diff(v: dict[str, Measured], a: str, b: str) -> neural.evidence.Effect:
+  return neural.evidence.difference(f"{a} - {b}", v[a].values, v[b].values, min(v[a].n, v[b].n))
 
 
 def _beats(*pairs: tuple[str, str]) -> Effects:
@@ -299,11 +299,11 @@ CLAIMS = {"table1": table1_claims, "ablation": ablation_claims, "topology": topo
 
 
 def claims_table(claims: list[Claim], results: dict[int, Summary]) -> str:
-  """The verdicts (``neural.judgement_table``: statement, paper, each effect's mean +- 95%
+  """The verdicts (``neural.evidence.judgement_table``: statement, paper, each effect's mean +- 95%
   half-width, seeds, verdict, and the count of verdicts), then each claim's quantities
   (mean +- sample sd over the seeds)."""
   summaries = list(results.values())
-  verdicts = neural.judgement_table([(c.text, c.paper, judge_claim(c, summaries))
+  verdicts = neural.evidence.judgement_table([(c.text, c.paper, judge_claim(c, summaries))
                                      for c in claims])
   lines = ["| claim | quantities: mean +- sd over the seeds |", "| --- | --- |"]
   for claim in claims:

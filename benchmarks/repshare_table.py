@@ -8,7 +8,7 @@
     python benchmarks/repshare_table.py --workdir runs/repshare_lambdas
 
 Reads every run of the sweep (``WORKDIR/RUN``, or one sweep per seed,
-``WORKDIR/seed=S/RUN`` with S an integer) with ``neural.read_seeds``, which refuses
+``WORKDIR/seed=S/RUN`` with S an integer) with ``neural.runs.read_seeds``, which refuses
 an unfinished run and a run whose seeds have different rounds (exit status 2); runs
 are named ``[DATASET__]cl`` and ``[DATASET__]nN_METHOD`` as in the shipped configs. It
 prints, per dataset, the
@@ -20,7 +20,7 @@ Fig. 4 compares the curves). For the ablation sweep (runs named
 accuracy minus that of lambda_KD = lambda_disc = 0 (independent learning).
 
 It then decides the thesis's statements about these numbers (Table 1 of MNIST/LeNet-5,
-Sec. 5; Fig. 3) with ``neural.judge`` (the t-interval over the seeds with the binomial
+Sec. 5; Fig. 3) with ``evidence.judge`` (the t-interval over the seeds with the binomial
 error of ``--test-points``, the minimum effect; docs/reproduce.md): see
 :func:`table1_claims` and :func:`lambda_claims`. With one seed the intervals hold the
 test set's noise only.
@@ -38,6 +38,7 @@ import re
 import numpy as np
 
 import neural
+from neural import evidence
 
 ORDER = ("ours", "ours_code", "fd", "fd_code", "fedavg", "il")
 SIZES = (2, 5, 10)
@@ -53,7 +54,7 @@ EARLY_ROUND = 10
 # "Does not improve" in the rules of docs/reproduce.md: a gain of at most 3 points.
 NO_GAIN = 0.03
 
-Rows = list[tuple[str, str, neural.Judgement]]
+Rows = list[tuple[str, str, evidence.Judgement]]
 
 
 def mean_curve(rows) -> np.ndarray:
@@ -65,14 +66,14 @@ def mean_curve(rows) -> np.ndarray:
 
 def read_curves(workdir: Path) -> tuple[list[str], dict[str, np.ndarray]]:
   """``(seeds, {run: mean curves (seeds, rounds)})`` of the runs every seed has, read with
-  ``neural.read_seeds`` (only folders named exactly ``seed=S`` are seeds).
+  ``neural.runs.read_seeds`` (only folders named exactly ``seed=S`` are seeds).
 
   Raises:
     neural.ExperimentError: no runs there, an unfinished run, or a run whose seeds have
       different rounds (one line naming the folder).
   """
   per_seed = {s: {name: mean_curve(record.rows) for name, record in runs.items()}
-              for s, runs in neural.read_seeds(workdir).items()}
+              for s, runs in neural.runs.read_seeds(workdir).items()}
   seeds = list(per_seed)
   names = sorted(set.intersection(*(set(runs) for runs in per_seed.values())))
   missing = sorted(set.union(*(set(runs) for runs in per_seed.values())) - set(names))
@@ -114,16 +115,16 @@ def table1_claims(final: Mapping[tuple[str, int], Sequence[float]],
   """
   rows: Rows = []
 
-  def add(statement: str, paper: str, build: Callable[[], list[neural.Effect]]) -> None:
+  def add(statement: str, paper: str, build: Callable[[], list[evidence.Effect]]) -> None:
     try:
       effects = build()
     except KeyError:   # a run the statement compares is not in the sweep
       return
-    rows.append((statement, paper, neural.judge(effects)))
+    rows.append((statement, paper, evidence.judge(effects)))
 
   def diff(a: str, b: str, size: int, b_size: int | None = None, source=final, when=""):
     b_size = size if b_size is None else b_size
-    return neural.difference(f"{a} - {b}{when} N={size}", source[a, size],
+    return evidence.difference(f"{a} - {b}{when} N={size}", source[a, size],
                              source[b, b_size], n)
 
   for ours in ("ours_code", "ours"):
@@ -133,7 +134,7 @@ def table1_claims(final: Mapping[tuple[str, int], Sequence[float]],
   add("the gain of `ours_code` over IL grows with N (N = 10 minus N = 2)",
       f"{PAPER['ours', 2] - PAPER['il', 2]:+.2f} -> {PAPER['ours', 10] - PAPER['il', 10]:+.2f}"
       " points",
-      lambda: [neural.Effect(
+      lambda: [evidence.Effect(
           "(ours_code - il) N=10 - N=2",
           np.subtract(final["ours_code", 10], final["il", 10])
           - np.subtract(final["ours_code", 2], final["il", 2]),
@@ -173,7 +174,8 @@ def lambda_claims(final: Mapping[tuple[float, float], Sequence[float]], n: int) 
   il = (0.0, 0.0)
 
   def diff(a, b):
-    return neural.difference(f"({a[0]:g}, {a[1]:g}) - ({b[0]:g}, {b[1]:g})", final[a], final[b], n)
+    return evidence.difference(f"({a[0]:g}, {a[1]:g}) - ({b[0]:g}, {b[1]:g})", final[a], final[b],
+                               n)
 
   for a, b, statement, paper in (
       ((10.0, 1.0), il, "lambda_KD = 10, lambda_disc = 1 beats IL",
@@ -183,12 +185,12 @@ def lambda_claims(final: Mapping[tuple[float, float], Sequence[float]], n: int) 
       ((10.0, 1.0), (10.0, 0.0), "adding L_disc (lambda_disc = 1) to L_KD improves",
        "\"can still improve the test accuracy significantly if tuned properly\"")):
     if a in final and b in final:
-      rows.append((statement, paper, neural.judge(diff(a, b))))
+      rows.append((statement, paper, evidence.judge(diff(a, b))))
   alone = [k for k in sorted(final) if k[0] == 0 and k[1] > 0]
   if alone and il in final:
     effects = [diff(k, il)._replace(theta=NO_GAIN, above=False) for k in alone]
     rows.append((f"L_disc alone does not help: its gain over IL <= {NO_GAIN:g}",
-                 "\"the reciprocal is not true\"", neural.judge(effects)))
+                 "\"the reciprocal is not true\"", evidence.judge(effects)))
   return rows
 
 
@@ -282,7 +284,7 @@ def main() -> None:
   if rows:
     print(f"\nthe thesis's statements, decided over {len(seeds)} seed(s) "
           f"(n = {args.test_points} test points; docs/reproduce.md):\n")
-    print(neural.judgement_table(rows))
+    print(evidence.judgement_table(rows))
 
 
 if __name__ == "__main__":

@@ -71,7 +71,7 @@ def _problem(args):
     else:
       ds = neural.load_dataset("mnist", args.mnist)
     x = ds.x_train.reshape(ds.num_train, -1)
-    y = neural.one_hot(ds.y_train, ds.num_classes)
+    y = neural.data.one_hot(ds.y_train, ds.num_classes)
     order = np.random.default_rng(args.seed).permutation(x.shape[0])
     halves = np.array_split(order, 2)
     gamma = 1.0 / (x.shape[1] * float(np.var(x)))

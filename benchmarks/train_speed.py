@@ -12,7 +12,7 @@ PyTorch-style Adam (lr 1e-3, L2 3e-4 added to the gradient). Printed, measured
 side by side in one run after a warm-up that compiles every program (best of
 ``--repeats``):
 
-1. ``neural.train`` (the scaffold, ``step_loop="auto"``), the scaffold forced to
+1. ``training.train`` (the scaffold, ``step_loop="auto"``), the scaffold forced to
    one ``lax.scan`` per epoch (``step_loop="scan"``, the structure the scaffold
    replaced) and to one jitted step per mini-batch (``"python"``), and the plain
    loop: one jitted Flax + Optax step per mini-batch in training mode (dropout
@@ -21,7 +21,7 @@ side by side in one run after a warm-up that compiles every program (best of
    (never a dependency), the same network and optimiser in PyTorch too.
 2. ``--agents`` agents of the same CNN (one epoch each, 1,024 images per agent; a
    comma-separated list runs the section for each number):
-   ``neural.train_batch`` with ``agent_batching="auto"``, ``"vmap"`` and
+   ``training.train_batch`` with ``agent_batching="auto"``, ``"vmap"`` and
    ``"sequential"``, and the ratio of agents together (auto) to one after the
    other (target on a CPU: <= 1; on a GPU the vmapped program should cost under
    1.5x one agent, printed as vmapped / one agent).
@@ -46,13 +46,14 @@ import optax
 from timing import best_time
 
 import neural
-from neural import per_example_loss
-from neural import resolve_loop
+from neural import training
+from neural.training import per_example_loss
+from neural.training import resolve_loop
 
 
 def plain_loop(model, config, x, t, params, seed=0):
   """The obvious program: one jitted step per mini-batch, batches cut in NumPy."""
-  tx = neural.make_optimizer(config)
+  tx = training.make_optimizer(config)
 
   @jax.jit
   def step(p, o, xb, tb, i):
@@ -109,17 +110,17 @@ def agents_section(model, variables, x, t, key, m, repeats):
   """Section 2: m agents together (vmapped, auto) against one after the other and one agent."""
   n = len(x) // 2
   print(f"\n2. {m} agents of one architecture, one epoch of {n} images each, batch 64")
-  config = neural.TrainConfig(epochs=1, batch_size=64)
+  config = training.TrainConfig(epochs=1, batch_size=64)
   xs = np.stack([x[:n]] * m)
   ts = np.stack([t[:n]] * m)
   stacked = jax.tree.map(lambda a: jnp.stack([a] * m), variables)
   keys = jax.random.split(key, m)
   times = {}
   for mode in ("auto", "vmap", "sequential"):
-    c = neural.TrainConfig(epochs=1, batch_size=64, agent_batching=mode)
-    times[mode] = timed(lambda c=c: neural.train_batch(model, stacked, xs, ts, keys, c),
+    c = training.TrainConfig(epochs=1, batch_size=64, agent_batching=mode)
+    times[mode] = timed(lambda c=c: training.train_batch(model, stacked, xs, ts, keys, c),
                         repeats)
-  t_one = timed(lambda: neural.train(model, variables, x[:n], t[:n], key, config), repeats)
+  t_one = timed(lambda: training.train(model, variables, x[:n], t[:n], key, config), repeats)
   print(f"together (auto): {times['auto']:.4f}s   vmap: {times['vmap']:.4f}s   "
         f"sequential: {times['sequential']:.4f}s   one agent: {t_one:.4f}s")
   print(f"ratio together (auto) / one after the other: {times['auto'] / times['sequential']:.2f}")
@@ -140,9 +141,9 @@ def main(argv=None) -> None:
 
   data = neural.load_dataset("mnist-subset", seed=0)
   x = np.asarray(data.x_train[:args.points], np.float32)
-  t = neural.one_hot(data.y_train[:args.points], data.num_classes)
+  t = neural.data.one_hot(data.y_train[:args.points], data.num_classes)
   model = neural.get_model(args.model, data.num_classes)
-  variables = neural.init_variables(model, jax.random.PRNGKey(0), x.shape[1:])
+  variables = training.init_variables(model, jax.random.PRNGKey(0), x.shape[1:])
   key = jax.random.PRNGKey(1)
   print(f"backend: {jax.default_backend()} ({jax.devices()[0].device_kind}); paper "
         f"{args.model.upper()} "
@@ -156,12 +157,12 @@ def main(argv=None) -> None:
         f"   {'scaffold/plain':>14s} {'scan/plain':>10s} {'python/plain':>12s} "
         f"{'scaffold/torch':>14s}")
   for batch_size in (64, 512):
-    config = neural.TrainConfig(epochs=1, batch_size=batch_size)
-    scan = neural.TrainConfig(epochs=1, batch_size=batch_size, step_loop="scan")
-    python = neural.TrainConfig(epochs=1, batch_size=batch_size, step_loop="python")
-    t_auto = timed(lambda c=config: neural.train(model, variables, x, t, key, c), args.repeats)
-    t_scan = timed(lambda c=scan: neural.train(model, variables, x, t, key, c), args.repeats)
-    t_python = timed(lambda c=python: neural.train(model, variables, x, t, key, c), args.repeats)
+    config = training.TrainConfig(epochs=1, batch_size=batch_size)
+    scan = training.TrainConfig(epochs=1, batch_size=batch_size, step_loop="scan")
+    python = training.TrainConfig(epochs=1, batch_size=batch_size, step_loop="python")
+    t_auto = timed(lambda c=config: training.train(model, variables, x, t, key, c), args.repeats)
+    t_scan = timed(lambda c=scan: training.train(model, variables, x, t, key, c), args.repeats)
+    t_python = timed(lambda c=python: training.train(model, variables, x, t, key, c), args.repeats)
     t_plain = timed(plain_loop(model, config, x, t, variables["params"]), args.repeats)
     reference = torch_loop(x, t, batch_size) if args.model == "cnn" else None
     t_torch = timed(reference[0], args.repeats) if reference else float("nan")
@@ -182,7 +183,7 @@ def main(argv=None) -> None:
   if args.fit:
     print(f"\n3. one paper {args.model.upper()} fit: 2,000 images, 20 epochs, batch 64, "
           f"compilation included")
-    learner = neural.FlaxLearner(model, x.shape[1:], neural.TrainConfig(epochs=20),
+    learner = neural.FlaxLearner(model, x.shape[1:], training.TrainConfig(epochs=20),
                                  jax.random.PRNGKey(2))
     t0 = time.perf_counter()
     jax.block_until_ready(learner.fit(x[:2000], t[:2000]).variables)

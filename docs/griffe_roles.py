@@ -2,7 +2,7 @@
 
 The docstrings write cross-references the Sphinx way (``:func:`make_problem```,
 ``:class:`fedkrr.RBF```). This turns each into a link to the API reference when
-it names a documented public name (``fedkrr.X``, ``neural.X``, ``neural.methods.X``,
+it names a documented public name (``fedkrr.X``, ``neural.X``, ``neural.training.X``, ...,
 or a bare ``X`` that one of them exports), and into code otherwise.
 """
 
@@ -20,6 +20,8 @@ from api_names import public_names  # noqa: E402
 ROLE = re.compile(r":(?:func|class|meth|mod|attr|data|exc|obj):`~?([^`]+)`")
 # Bare names link to these namespaces' names only (the paper modules share init, step, ...).
 LINKED = {"fedkrr": "fedkrr/__init__.py", "neural": "neural/__init__.py",
+          **{f"neural.{place}": f"neural/{place}.py"
+             for place in ("training", "data", "models", "evidence", "runs")},
           "neural.methods": "neural/methods/__init__.py"}
 
 

@@ -3,7 +3,7 @@
 The small Fig. 4 config (``fig04_akd_small``) runs 5 paper rounds of AKD so that the
 figure fits a CPU with three seeds. This script runs two of its AKD runs (same data,
 and data heterogeneity: label split, Alpha 0.1; both from agent 1) for 20 paper rounds
-(40 AKD steps) with one seed, and prints the paper's curve (``neural.paper_rounds``:
+(40 AKD steps) with one seed, and prints the paper's curve (``neural.evidence.paper_rounds``:
 the mean of the two agents per round, the best local epoch):
 
     python scripts/akd_20_rounds.py --workdir runs/akd20 [--seed 0]
@@ -39,7 +39,7 @@ def main(argv=None) -> int:
     config = config.replace(rounds=args.paper_rounds * config.agents)
     start = time.perf_counter()
     rows = train_and_evaluate(config, os.path.join(args.workdir, name))
-    curve = [round(r["test_accuracy"], 3) for r in neural.paper_rounds(rows, "best")]
+    curve = [round(r["test_accuracy"], 3) for r in neural.evidence.paper_rounds(rows, "best")]
     print(json.dumps({"run": name, "seed": args.seed, "seconds": round(time.perf_counter()
                                                                         - start),
                       "paper_rounds": curve}))

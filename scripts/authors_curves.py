@@ -4,7 +4,7 @@ Afonin & Karimireddy published the per-round test accuracies behind their Figs. 
 8, 9 and 10 with their code (github.com/AfoninAndrei/ICLR2022, ``config/``, JSON
 files of numbers). Their repository has no licence, so the project carries the
 numbers only (facts), not their files; this script reads a checkout and writes the
-numbers in the curve format of ``neural.check_claims``:
+numbers in the curve format of ``neural.evidence.check_claims``:
 
     git clone https://github.com/AfoninAndrei/ICLR2022 /tmp/ICLR2022
     python scripts/authors_curves.py /tmp/ICLR2022 [--out neural/_src/data/authors_curves.json]

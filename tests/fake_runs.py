@@ -25,7 +25,7 @@ def write_run(folder: Path, rows, rounds: int | None = None, done: int | None = 
   (folder / "config.json").write_text(config.to_json())
   (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
   if rows:
-    neural.save_checkpoint(folder / "checkpoint.npz", {
+    neural.runs.save_checkpoint(folder / "checkpoint.npz", {
         "round": done, "rows": [r for r in rows if r["round"] < done],
         "config": config.to_dict(), "state": {}})
   return folder

@@ -20,9 +20,14 @@ import pytest
 
 import fedkrr
 import neural
+from neural import data
+from neural import evidence
+from neural import models
+from neural import runs
+from neural import training
 
 PAPER_MODULES = ("ddistillation", "mhd", "representation_sharing", "feddkc")
-PUBLIC_MODULES = (fedkrr, neural, neural.methods,
+PUBLIC_MODULES = (fedkrr, neural, training, data, models, evidence, runs, neural.methods,
                   *(getattr(neural.methods, name) for name in PAPER_MODULES))
 # Flax calls these itself; they are documented by Flax.
 FRAMEWORK_HOOKS = {"setup"}

@@ -1,21 +1,22 @@
 """Training settings declared once: the optimiser fields the configs share, checked in one place.
 
-Every config that trains with the one optimiser factory (:func:`neural.make_optimizer`)
+Every config that trains with the one optimiser factory (:func:`neural.training.make_optimizer`)
 holds its settings by deriving from :class:`TrainingSettings` (batch size, learning
 rate, L2 weight decay: Adam's), :class:`OptimizerChoice` (plus the update rule and
 SGD's momentum) and :class:`EpochSettings` (plus local epochs) as it has them: the
-KD experiment's config, ``neural.TrainConfig`` and the configs of the methods of the
+KD experiment's config, ``neural.training.TrainConfig`` and the configs of the methods of the
 other papers (D-Distillation, whose step sizes are Theorem 3's ``eta0``, ``eta_power``,
-``eta_t0``, builds its ``neural.OptimizerConfig`` from them). The fields stay flat, so config files,
+``eta_t0``, builds its ``neural.training.OptimizerConfig`` from them). The fields stay flat,
+so config files,
 ``config.json`` of run directories and the command-line flags (``--lr``,
 ``--batch-size``, ``--weight-decay``) name them as before; a config changes only a
 default, by declaring the field again with its own value.
 
 The ranges are checked here once (:func:`optimizer_problem`, :meth:`TrainingSettings.
-training_problems`), by ``neural.Config.validate``, ``neural.TrainConfig`` and
-``neural.OptimizerConfig`` alike, each raising its own error type. The one conversion
+training_problems`), by ``neural.Config.validate``, ``neural.training.TrainConfig`` and
+``neural.training.OptimizerConfig`` alike, each raising its own error type. The one conversion
 to what training needs is :meth:`TrainingSettings.optimizer_settings` (the keyword
-arguments of ``neural.OptimizerConfig``; ``neural.optimizer_config`` builds it).
+arguments of ``neural.training.OptimizerConfig``; ``neural.training.optimizer_config`` builds it).
 
 Imports nothing of JAX: the configs load without it.
 """
@@ -65,7 +66,7 @@ def optimizer_problem(name: str = "adam", learning_rate: Any = 1e-3, weight_deca
                       t0: float = 1.0) -> tuple[str, str] | None:
   """The first bad optimiser setting as ``(field, what it expects)``, or ``None``.
 
-  The arguments are those of ``neural.OptimizerConfig``. A learning rate or weight
+  The arguments are those of ``neural.training.OptimizerConfig``. A learning rate or weight
   decay given as an array (traced: one compiled program trains every value) is not
   range-checked.
   """
@@ -112,16 +113,16 @@ class TrainingSettings:
   weight_decay: float = 3e-4
 
   def optimizer_settings(self) -> dict[str, Any]:
-    """The keyword arguments of ``neural.OptimizerConfig`` these settings name.
+    """The keyword arguments of ``neural.training.OptimizerConfig`` these settings name.
 
-    The one conversion from a config to its optimiser (``neural.optimizer_config``);
+    The one conversion from a config to its optimiser (``neural.training.optimizer_config``);
     a config with a schedule extends it.
     """
     return dict(name="adam", learning_rate=self.learning_rate, weight_decay=self.weight_decay)
 
   def training_settings(self) -> dict[str, Any]:
     """These settings' fields by name: what another config that holds them is built from
-    (the KD experiment's and representation sharing's ``neural.TrainConfig``)."""
+    (the KD experiment's and representation sharing's ``neural.training.TrainConfig``)."""
     return {f.name: getattr(self, f.name) for f in dataclasses.fields(TrainingSettings)}
 
   def training_problems(self) -> Iterator[tuple[str, str]]:
@@ -149,7 +150,7 @@ class OptimizerChoice(TrainingSettings):
   momentum: float = 0.0
 
   def optimizer_settings(self) -> dict[str, Any]:
-    """The keyword arguments of ``neural.OptimizerConfig`` (rule and momentum included)."""
+    """The keyword arguments of ``neural.training.OptimizerConfig`` (rule and momentum included)."""
     return {**super().optimizer_settings(), "name": self.optimizer, "momentum": self.momentum}
 
   def training_settings(self) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """benchmarks/mhd_study.py and benchmarks/feddkc_claims.py decide the papers' claims with
-neural.judge: on made-up per-seed summaries (no training), each verdict is reached, each
+neural.evidence.judge: on made-up per-seed summaries (no training), each verdict is reached, each
 effect is the statistic its claim names, and every claim of every study builds its effects."""
 
 import importlib.util
@@ -105,7 +105,7 @@ def test_mhd_beats_isolated_reaches_each_verdict(mhd, mhd_acc, isolated_acc, poi
   j = mhd.judge_claim(claim, summaries)
   assert j.verdict == verdict
   # the same as judging the difference directly
-  direct = neural.judge(neural.difference("d", mhd_acc, isolated_acc, points))
+  direct = neural.evidence.judge(neural.evidence.difference("d", mhd_acc, isolated_acc, points))
   assert (j.effects[0][1].effect, j.effects[0][1].noise) == pytest.approx(
       (direct.effects[0][1].effect, direct.effects[0][1].noise))
 
@@ -143,7 +143,7 @@ def test_mhd_summary_and_test_points(mhd):
   # iid labels: beta_priv weighs every class as the test set does, n is the test set's size
   config = neural.load_spec("mhd_small").expand({"seed": 0})[0][1].replace(skew=0.0)
   points = mhd.count_test_points(config)
-  assert points["shared"] == len(neural.load_train_test(config)[3])
+  assert points["shared"] == len(neural.data.load_train_test(config)[3])
   assert 0.8 * points["shared"] < points["private"] <= 1.05 * points["shared"]
   skewed = mhd.count_test_points(config.replace(skew=100.0))
   assert skewed["private"] < 0.5 * skewed["shared"]   # about 3 primary digits of 10
@@ -206,7 +206,7 @@ def test_every_feddkc_claim_builds_its_effects(feddkc):
   for text, _, j in rows:
     assert j.verdict in VERDICTS, text
     assert j.seeds == 3
-  table = neural.judgement_table(rows)
+  table = neural.evidence.judgement_table(rows)
   assert "| KKR beats FedGKT (Top-1) at every level" in table
 
 
@@ -242,7 +242,7 @@ def test_feddkc_summaries_from_final_rows(feddkc):
   np.testing.assert_allclose(summaries[0][3.0, "fedgkt"][5], [50.0, 50.0])
 
 
-# --- every claim script reads runs through neural.read_seeds: finished runs only
+# --- every claim script reads runs through neural.runs.read_seeds: finished runs only
 
 
 def _ddist_rows(accuracy, rounds):
@@ -345,7 +345,7 @@ def test_claim_scripts_count_only_seed_folders_named_by_an_integer(script, tmp_p
   sweep = _ddist_sweep if script == "ddist" else _repshare_sweep
   sweep(tmp_path, seeds=("seed=0", "seed=1", "seed=01", "seed=0.bak", "seed=1 copy",
                          "seed=+2", "seed="))
-  assert list(neural.seed_folders(tmp_path)) == ["seed=0", "seed=1"]
+  assert list(neural.runs.seed_folders(tmp_path)) == ["seed=0", "seed=1"]
   code, out, err = _main(module, ["--workdir", tmp_path], monkeypatch, capsys)
   assert code == 0, err
   assert "seed=0, seed=1" in out and "seed=0, seed=1, " not in out

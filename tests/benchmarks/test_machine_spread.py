@@ -7,6 +7,7 @@ from pathlib import Path
 import sys
 
 import neural
+from neural import evidence
 from neural._src.figures.reproduce_curves import curves_to_mapping
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
@@ -28,7 +29,7 @@ def _write(path, curves):
 
 
 def test_a_shift_of_one_run_is_the_spread_it_reports(tmp_path, capsys):
-  curves = {n: c for n, c in neural.authors_curves("Fig. 6").items() if "/" not in n}
+  curves = {n: c for n, c in evidence.authors_curves("Fig. 6").items() if "/" not in n}
   shifted = dict(curves)
   run = shifted["alpha=1.0__avgkd"]
   shifted["alpha=1.0__avgkd"] = run._replace(
@@ -52,11 +53,11 @@ def test_the_docs_sections_come_from_a_reproduce_json(tmp_path, capsys):
       "reproduce_docs", BENCHMARKS.parent / "scripts" / "reproduce_docs.py")
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
-  horizons = {name: 5 for name in neural.authors_curves("Fig. 6")}
-  checks = tuple(neural.control_checks("Fig. 6", horizons))
+  horizons = {name: 5 for name in evidence.authors_curves("Fig. 6")}
+  checks = tuple(evidence.control_checks("Fig. 6", horizons))
   control = {(c.statement, c.setting): c for c in checks}
-  curves = {n: c for n, c in neural.authors_curves("Fig. 6").items() if "/" not in n}
-  result = neural.Reproduction("Fig. 6", "small", {}, (0, 1, 2), (neural.ConfigReproduction(
+  curves = {n: c for n, c in evidence.authors_curves("Fig. 6").items() if "/" not in n}
+  result = neural.Reproduction("Fig. 6", "small", {}, (0, 1, 2), (evidence.ConfigReproduction(
       "fig06", "", "w", curves, checks, control, "w/reproduce.png", control),),
       {"md": "", "json": ""}, 60.0, 600.0, 2, {"python": "3.11.7", "packages": {"jax": "0.1"},
                                               "device": {"backend": "cpu"}, "cpu": {"cores": 2}})

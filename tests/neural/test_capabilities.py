@@ -12,6 +12,7 @@ import pytest
 
 import fedkrr
 import neural
+from neural import training
 from neural._src.capabilities import EpochScoredModel
 from neural._src.capabilities import ParameterLearner
 from neural._src.capabilities import ParameterModel
@@ -29,7 +30,7 @@ CAPABILITIES = (fedkrr.BatchLearner, fedkrr.WarmStartLearner, ReseedableLearner,
 def _learners():
   """One learner of each kind a run can hold, by name."""
   flax = neural.FlaxLearner(neural.get_model("mlp", 10), (28, 28, 1),
-                            neural.TrainConfig(warm_start=True), jax.random.PRNGKey(0))
+                            training.TrainConfig(warm_start=True), jax.random.PRNGKey(0))
   forest = neural.ForestLearner(n_estimators=2)
   problem = fedkrr.make_problem([np.zeros((3, 2))] * 2, [np.zeros(3)] * 2, fedkrr.RBF(1.0), 0.1)
   exact = fedkrr.krr_learners(problem)[0]
@@ -69,7 +70,7 @@ def test_wrapped_learners_have_exactly_the_wrapped_learners_capabilities():
         # FedAvg's check reads exactly these members through the wrapper.
         check_same_architecture([wrapper, wrapper])
       else:
-        with pytest.raises(neural.FedAvgError, match="FedAvg needs Flax learners"):
+        with pytest.raises(training.FedAvgError, match="FedAvg needs Flax learners"):
           check_same_architecture([wrapper])
   # A counted learner is batched exactly when the wrapped one is; a stand-in never.
   for learner in _learners().values():
@@ -203,7 +204,7 @@ def test_each_fitted_model_declares_its_variables_and_epoch_scores():
   x = rng.random((16, 4, 4, 1), dtype=np.float32)
   targets = np.eye(3, dtype=np.float32)[rng.integers(0, 3, 16)]
   flax = neural.FlaxLearner(neural.get_model("mlp", 3, tiny=True), (4, 4, 1),
-                            neural.TrainConfig(epochs=1, batch_size=8), jax.random.PRNGKey(0))
+                            training.TrainConfig(epochs=1, batch_size=8), jax.random.PRNGKey(0))
   network = flax.fit(x, targets)
   tree = neural.ForestLearner(n_estimators=2).fit(x, targets)
   has = fedkrr.has_capability

@@ -220,7 +220,7 @@ def islands(num_nodes: int, num_islands: int) -> Graph:
     GraphError: bad n or number of islands.
 
   Example:
-    >>> neural.islands(4, 2).adjacency.astype(int)
+    >>> neural.data.islands(4, 2).adjacency.astype(int)
     array([[0, 1, 0, 0],
            [1, 0, 0, 0],
            [0, 0, 0, 1],

@@ -19,7 +19,7 @@ our words, the runs it compares and the rule that decides it from the numbers.
   match several runs (``"{p}__from-agent*"``: AKD from either agent).
   ``<ekd run>:akd-from-agent<s>`` names the AKD run from agent s inside an EKD run.
   ``"Fig. 6/{p}__pkd"`` names a run of another figure (a cross-figure statement).
-- **Curves** (:class:`Curve`) are in the paper's units (``neural.paper_rounds``):
+- **Curves** (:class:`Curve`) are in the paper's units (``neural.evidence.paper_rounds``):
   rounds from 1, the mean over the agents (EKD: the ensemble), per-agent values
   beside it, **one row per seed**.
 

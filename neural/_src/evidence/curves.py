@@ -1,10 +1,10 @@
 """Curves in the paper's units, one row per seed, and how to build them from plain numbers.
 
-A :class:`Curve` is one run's test accuracy per paper round (``neural.paper_rounds``:
+A :class:`Curve` is one run's test accuracy per paper round (``neural.evidence.paper_rounds``:
 rounds from 1, the mean over the agents, EKD's even partial sums) with each agent's
 values beside it, for each seed that ran it. :func:`curves_from_mapping` builds them
 from the documented plain format ``{setting: {variant: per-seed numbers}}``, so the
-paper's statements can be checked on anyone's logs (``neural.check_claims``).
+paper's statements can be checked on anyone's logs (``neural.evidence.check_claims``).
 """
 
 from __future__ import annotations

@@ -47,7 +47,6 @@ from neural._src.kd.experiment import train_and_evaluate
 from neural._src.runtime.config import ExperimentConfig
 from neural._src.runtime.rundir import read_metrics
 
-PARTS = MAIN_JOB_PARTS
 MNIST_CONFIG = "compare_small"
 REPORT_FILE = "report.md"
 
@@ -57,7 +56,7 @@ class MainJobSettings:
   """What the main job runs (defaults: the README's command, < 5 min on 2 CPU cores).
 
   Attributes:
-    parts: a subset of ``PARTS``, run in that order.
+    parts: a subset of ``MAIN_JOB_PARTS``, run in that order.
     rounds: rounds of the synthetic closed-form part.
     toy_rounds: rounds of the toy experiment (the paper: 250).
     verify_only: run only the checks whose id starts so (``None``: all of them).
@@ -72,7 +71,7 @@ class MainJobSettings:
     seed: the seed of every part.
   """
 
-  parts: tuple[str, ...] = PARTS
+  parts: tuple[str, ...] = MAIN_JOB_PARTS
   rounds: int = 40
   toy_rounds: int = 250
   verify_only: str | None = None
@@ -84,9 +83,9 @@ class MainJobSettings:
   seed: int = 0
 
   def __post_init__(self):
-    unknown = [p for p in self.parts if p not in PARTS]
+    unknown = [p for p in self.parts if p not in MAIN_JOB_PARTS]
     if unknown or not self.parts:
-      raise ValueError(f"parts: expected names from {', '.join(PARTS)}, got "
+      raise ValueError(f"parts: expected names from {', '.join(MAIN_JOB_PARTS)}, got "
                        f"{', '.join(self.parts) or 'nothing'}")
     if self.rounds < 1:
       raise ValueError(f"rounds: expected an integer >= 1, got {self.rounds}")
@@ -275,9 +274,6 @@ def _closed_forms(out: Path, settings: MainJobSettings, progress: bool):
   return section, reading
 
 
-NAMES = {row.name: row.display for row in fedkrr.PROTOCOL_TABLE}
-
-
 def _partition(config: ExperimentConfig) -> str:
   """``"iid"``, ``"label-split (alpha = 0.1)"``: the partition and its parameters."""
   params = ", ".join(f"{k} = {list(v) if isinstance(v, tuple) else v}"
@@ -336,7 +332,7 @@ def _mnist(out: Path, settings: MainJobSettings, progress: bool):
       gap = f"{np.mean(np.abs(np.subtract(th, nn))):.3f}" if nn else "-"
       cycle = (f"{comp.degradation_rate_per_cycle:.4f} ({c.agents} rounds)"
                if comp.degradation_rate_per_cycle is not None else "-")
-      lines.append(f"| {NAMES.get(protocol, protocol)} | {series} | {th[0]:.3f} / {th[-1]:.3f} | "
+      lines.append(f"| {fedkrr.display_name(protocol)} | {series} | {th[0]:.3f} / {th[-1]:.3f} | "
                    f"{_num(nn[0] if nn else None)} / {_num(nn[-1] if nn else None)} | {gap} | "
                    f"{rate['spectral_radius']:.4f} | {cycle} |"
                    + (f" {_num(rate['theory_fit_sq_error'])} / "
@@ -348,7 +344,7 @@ def _mnist(out: Path, settings: MainJobSettings, progress: bool):
             "limit; AKD's and EKD's degradation rate rho is the factor per cycle of M rounds "
             "(rho = radius^M). "
             + ("A fitted rate is measured on the curve of the test squared error "
-               "(`neural.geometric_rate`: least squares of log |v(t+1) - v(t)| on t)."
+               "(`neural.evidence.geometric_rate`: least squares of log |v(t+1) - v(t)| on t)."
                if fitted else
                f"No rate is fitted to the curves: {c.rounds} rounds show the transient, not "
                f"the rate (`neural compare` fits curves of {MIN_FIT_ROUNDS} rounds or more)."),
@@ -441,7 +437,7 @@ def _mnist_reading(protocol: str, comp: Any, num_test: int, agents: int) -> str:
   the mean gap between the curves; one seed, so an observation, not a verdict."""
   level = 2 * _standard_error(num_test)
   trend = lambda a, b: "falls" if b < a - level else ("rises" if b > a + level else "stays level")
-  text = f"**{NAMES.get(protocol, protocol)} on MNIST**"
+  text = f"**{fedkrr.display_name(protocol)} on MNIST**"
   if comp.degradation_rate_per_cycle is not None:
     text += (f" (degradation rate rho = {comp.degradation_rate_per_cycle:.4f} per cycle of "
              f"{agents} rounds, {comp.spectral_radius_per_round:.4f} per round)")
@@ -478,7 +474,7 @@ def _plot_side_by_side(results: dict[str, Any], path: Path) -> None:
              if r["network_accuracy"] is not None]
       if net:
         ax.plot(*zip(*net), "o-", color=color, markersize=3, label=f"{series}: network")
-    ax.set_title(NAMES.get(protocol, protocol))
+    ax.set_title(fedkrr.display_name(protocol))
     ax.set_xlabel("round (0: local training on the labels)")
     ax.set_ylabel("test accuracy")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0, -0.22), ncols=2, frameon=False)

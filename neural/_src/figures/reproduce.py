@@ -7,7 +7,7 @@ runs (or resumes) every run once per seed with :func:`neural.run_configs`, and
 writes into the work directory:
 
 - ``reproduce.png``: the figure as the paper draws it: one panel per setting,
-  the paper's rounds and curves (:func:`neural.paper_rounds`: AKD rounds of M
+  the paper's rounds and curves (:func:`neural.evidence.paper_rounds`: AKD rounds of M
   steps, the mean of the agents, EKD's even partial sums; the best local epoch
   where the run logs it), the mean over the seeds with a band of one standard
   deviation; per agent for the figures the paper draws per agent;

@@ -1,5 +1,6 @@
 """A reproduced figure's curves: runs' metric rows in the paper's units, and the paper's
-statements about the figure checked on them (``neural reproduce``, :func:`neural.check_claims`).
+statements about the figure checked on them (``neural reproduce``,
+:func:`neural.evidence.check_claims`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from neural._src.evidence.paper_units import BEST
 from neural._src.evidence.paper_units import default_accuracy
 from neural._src.evidence.paper_units import paper_round_count
 from neural._src.evidence.paper_units import paper_rounds
-from neural._src.kd.experiment import total_rounds
 from neural._src.runtime.config import ConfigError
 from neural._src.runtime.config import ExperimentConfig
 from neural._src.runtime.config import RunConfig
@@ -166,7 +166,7 @@ def _server_curve(name: str, rows: Sequence[Mapping[str, Any]], steps: int | Non
 
 def _run_curves(name: str, rows: Sequence[Mapping[str, Any]],
                 config: RunConfig | None, lines: Lines) -> list[Curve]:
-  steps = total_rounds(config) if isinstance(config, ExperimentConfig) else None
+  steps = config.total_rounds if isinstance(config, ExperimentConfig) else None
   points = test_points(config) if config is not None else 0
   dataset = config.dataset if config is not None else ""
   if not rows:
@@ -215,7 +215,7 @@ def paper_curves(results: Mapping[str, Sequence[Mapping[str, Any]]],
       A curve some of whose rows have no line keeps ``()``.
 
   Returns:
-    A :class:`neural.Curve` per run with one seed: the agents' mean per paper round
+    A :class:`neural.evidence.Curve` per run with one seed: the agents' mean per paper round
     (EKD: its even partial sums) and each agent's values, from the best local epoch
     where the run logs it, else the end of local training. An EKD run adds the AKD
     run from each agent that it holds (``<name>:akd-from-agent<s>``), a FedAvg run its
@@ -250,7 +250,7 @@ def merge_seeds(per_seed: Sequence[Mapping[str, Curve]]) -> dict[str, Curve]:
 
 
 def curves_to_mapping(curves: Mapping[str, Curve]) -> dict[str, dict[str, Any]]:
-  """The plain format of :func:`neural.check_claims` (``{setting: {variant: {...}}}``)."""
+  """The plain format of :func:`neural.evidence.check_claims` (``{setting: {variant: {...}}}``)."""
   out: dict[str, dict[str, Any]] = {}
   for c in curves.values():
     entry: dict[str, Any] = {"mean": [list(v) for v in c.values], "rounds": c.rounds,
@@ -291,14 +291,14 @@ def check_claims(figure: int | str, curves: Mapping[str, Mapping[str, Any]], *,
       with them.
 
   Returns:
-    One :class:`neural.Check` per statement and setting.
+    One :class:`neural.evidence.Check` per statement and setting.
 
   Raises:
     ConfigError: not a figure number. ValueError: malformed curves.
 
   Example:
     >>> curves = {"alpha=0.0": {"pkd": [[0.50, 0.90, 0.80, 0.70, 0.60]]}}
-    >>> checks = neural.check_claims(6, curves, test_points=10000)
+    >>> checks = neural.evidence.check_claims(6, curves, test_points=10000)
     >>> check = next(c for c in checks if c.statement == "PKD degrades with rounds")
     >>> check.verdict
     'reproduced'
@@ -322,12 +322,12 @@ def check_statements(figure: int | str, results: Mapping[str, Sequence[Mapping[s
     configs: the runs' configs (see :func:`paper_curves`).
 
   Returns:
-    One :class:`neural.Check` per statement and setting (:data:`neural.CLAIMS`).
+    One :class:`neural.evidence.Check` per statement and setting (:data:`neural.CLAIMS`).
 
   Example:
     >>> rows = [{"round": t, "agent": t % 2, "protocol": "akd", "model": "cnn",
     ...          "test_accuracy": 0.9 - 0.05 * t, "test_loss": 0.0} for t in range(6)]
-    >>> checks = neural.check_statements(4, {"same__from-agent1": rows})
+    >>> checks = neural.evidence.check_statements(4, {"same__from-agent1": rows})
     >>> check = next(c for c in checks if c.setting == "same")
     >>> check.statement, check.verdict
     ('AKD degrades with rounds', 'reproduced')

@@ -10,7 +10,8 @@ from typing import Any
 from matplotlib.figure import Figure
 import numpy as np
 
-from fedkrr import PROTOCOL_TABLE
+from fedkrr import PROTOCOLS
+from fedkrr import display_name
 from fedkrr.io import atomic_savefig
 from neural._src.evidence.curves import Curve
 
@@ -25,7 +26,13 @@ _STYLES = {"avgkd": ("tab:blue", "-", "o"), "pkd": ("tab:orange", "-", "s"),
            "fedavg": ("tab:purple", "-", "X"), "akd": ("tab:red", "-", "v"),
            "akd-from-agent1": ("tab:red", ":", "v"), "akd-from-agent2": ("tab:brown", "-.", "^"),
            "from-agent1": ("tab:blue", "-", "o"), "from-agent2": ("tab:red", "-", "s")}
-_NAMES = {**{row.name: row.display for row in PROTOCOL_TABLE}, "fedavg": "FedAvg"}
+
+
+def _display(name: str) -> str | None:
+  """The printed name of a protocol (``fedkrr.display_name``; FedAvg too), else ``None``."""
+  if name == "fedavg":
+    return "FedAvg"
+  return display_name(name) if name in PROTOCOLS else None
 
 
 def _baseline(curve: Curve) -> bool:
@@ -60,13 +67,14 @@ def _line(curve: Curve) -> tuple[str, str, str, str]:
     return "FedAvg (averaged model)", "tab:purple", "--", "x"
   if inner:   # an AKD run inside an EKD run
     color, style, marker = _STYLES.get(inner, ("tab:red", ":", "v"))
-    return f"AKD from agent {inner[-1]} (in EKD)", color, style, marker
+    return (f"{display_name('akd')} from agent {inner[-1]} ({display_name('ekd')})", color,
+            style, marker)
   if curve.variant.startswith("from-agent"):
     color, style, marker = _STYLES.get(curve.variant, ("tab:gray", "-", "o"))
-    return f"AKD from agent {curve.variant[-1]}", color, style, marker
+    return f"{display_name('akd')} from agent {curve.variant[-1]}", color, style, marker
   color, style, marker = _STYLES.get(curve.variant, _STYLES.get(curve.protocol,
                                                                 ("tab:gray", "-", "o")))
-  name = _NAMES.get(curve.variant, _NAMES.get(curve.protocol, curve.protocol))
+  name = _display(curve.variant) or _display(curve.protocol) or curve.protocol
   return name, color, style, marker
 
 

@@ -250,7 +250,7 @@ def _head(result: Reproduction) -> list[str]:
       + f" with {seeds} seed{'s' if seeds > 1 else ''} ({', '.join(map(str, result.seeds))}); "
       f"{took}.", "", f"Computed on: {env} (`environment` in reproduce.json).", "",
       *_stand_in(result),
-      "Values are test accuracy in the paper's units (`neural.paper_rounds`): rounds "
+      "Values are test accuracy in the paper's units (`neural.evidence.paper_rounds`): rounds "
       "numbered from 1, an AKD round is M steps, the mean over the agents, EKD's even "
       "partial sums; from the best local epoch where the run logs it (`epoch_eval`), "
       "else the end of local training (the `accuracy` column); mean ± the seeds' "

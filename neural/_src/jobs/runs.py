@@ -41,7 +41,7 @@ def run_one(config: RunConfig, workdir: str | os.PathLike, units: str = "paper",
             **kwargs) -> list[dict[str, Any]]:
   """``train_and_evaluate`` for a KD-protocol config, ``run_method`` for a method's config.
 
-  ``units`` (the rounds of the KD runs' figure, see ``neural.paper_rounds``) does not
+  ``units`` (the rounds of the KD runs' figure, see ``neural.evidence.paper_rounds``) does not
   apply to the methods, whose rows have no KD protocol. A finished run whose figure
   is current is read back without loading its models, its data or JAX.
   """
@@ -152,7 +152,7 @@ def run_configs(runs: Sequence[tuple[str, RunConfig]], workdir: str | os.PathLik
 
   With several runs, ``workdir/sweep.json`` lists them and ``workdir/accuracy.png``
   shows them side by side (one panel per value of the first grid axis), in ``units``
-  ("paper": the paper's rounds and agent means, ``neural.paper_rounds``; "steps").
+  ("paper": the paper's rounds and agent means, ``neural.evidence.paper_rounds``; "steps").
   ``done``: the rows of runs already run in this call (by name, e.g. by worker
   processes); they are not run again.
 

@@ -9,7 +9,7 @@ one-hot targets), for the same rounds and starting agent, with
 
 * each agent's kernel taken from its architecture (``kernel``):
 
-  - ``"ntk"``: the empirical NTK (logit-averaged, :func:`neural.ntk_kernel`)
+  - ``"ntk"``: the empirical NTK (logit-averaged, :func:`neural.training.ntk_kernel`)
     of the agent's network at the initialisation of round 0 of the run: the
     variables that agent's learner draws from ``round_key(seed, 0, a)``
     (Jacot et al. 2018; Lee et al. 2019). Rounds t > 0 of the run start from
@@ -341,7 +341,7 @@ def _gram_columns(config: ExperimentConfig, data: RunData, kernel: str, a: int,
 
 @functools.partial(jax.jit, static_argnames=("model",))
 def mlp_ntk(model: Any, params: Any, x1: Array, x2: Array) -> Array:
-  """The logit-averaged empirical NTK of :class:`neural.MLP` in closed form, (n1, n2).
+  """The logit-averaged empirical NTK of :class:`neural.models.MLP` in closed form, (n1, n2).
 
   For a stack of dense layers ``h_l = W_l a_{l-1} + b_l``, ``a_l = relu(h_l)``,
   the gradient of logit c with respect to ``W_l`` is ``delta_lc a_{l-1}^T``
@@ -349,11 +349,11 @@ def mlp_ntk(model: Any, params: Any, x1: Array, x2: Array) -> Array:
 
       k(x, x') = (1 / C) sum_l (<a_{l-1}(x), a_{l-1}(x')> + 1) sum_c <delta_lc(x), delta_lc(x')>,
 
-  the same kernel as :func:`neural.ntk_kernel` (dropout off, relu' (0) = 0) at a
+  the same kernel as :func:`neural.training.ntk_kernel` (dropout off, relu' (0) = 0) at a
   cost of ``n1 n2 C (sum of widths)`` instead of ``n1 n2 C P``.
 
   Args:
-    model: an :class:`neural.MLP` (static).
+    model: an :class:`neural.models.MLP` (static).
     params: its parameters ``{"Dense_0": {"kernel", "bias"}, ...}``.
     x1: flat inputs (n1, d).
     x2: flat inputs (n2, d).

@@ -183,11 +183,6 @@ def make_protocol(config: ExperimentConfig, learners: Sequence[Any]) -> Protocol
   return _baseline(config.protocol)
 
 
-def total_rounds(config: ExperimentConfig) -> int:
-  """Rounds a run does: ``config.rounds``, or 1 for the baselines central and local."""
-  return config.total_rounds
-
-
 # ---------------------------------------------------------------------------
 # Metrics
 
@@ -316,7 +311,7 @@ def train_and_evaluate(config: ExperimentConfig, workdir: str | os.PathLike, *,
     on_round_end: called with t after round t's metrics are written and before
       its checkpoint (tests use it to interrupt a run at the worst moment).
     units: the rounds of ``accuracy.png``: "paper" (the paper's figures: AKD rounds
-      of M steps, means over agents, EKD's even sums; ``neural.paper_rounds``) or
+      of M steps, means over agents, EKD's even sums; ``neural.evidence.paper_rounds``) or
       "steps" (every logged step and agent). The metrics are the same either way.
     fit_group: ``fit_group(learners, xs, targets) -> models`` fits every group of
       networks that one round fits together (and every single fit of a network) in
@@ -334,7 +329,7 @@ def train_and_evaluate(config: ExperimentConfig, workdir: str | os.PathLike, *,
   if units not in UNITS:
     raise ValueError(f"units: expected one of {', '.join(UNITS)}, got {units!r}")
   return run_rounds(config, workdir, from_dict=ExperimentConfig.from_dict,
-                    rounds=total_rounds(config), load_data=lambda: load_run_data(config),
+                    rounds=config.total_rounds, load_data=lambda: load_run_data(config),
                     expected=lambda data, done: expected_state(config, data, done),
                     begin=lambda data, checkpoint: _begin(config, data, checkpoint, progress,
                                                           fit_group),

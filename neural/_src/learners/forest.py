@@ -55,7 +55,7 @@ class ForestLearner:
   Example:
     >>> ds = neural.load_dataset("digits", test_fraction=0.25)
     >>> learner = neural.ForestLearner(n_estimators=20, seed=0)
-    >>> model = learner.fit(ds.x_train[:200], neural.one_hot(ds.y_train[:200], 10))
+    >>> model = learner.fit(ds.x_train[:200], neural.data.one_hot(ds.y_train[:200], 10))
     >>> model.predict(ds.x_test).shape   # (n_test, 10)
     (450, 10)
   """

@@ -78,7 +78,7 @@ class FlaxLearner:
 
   ``fit(x, targets)`` splits ``key`` into an initialisation key and a training
   key, initialises fresh variables (or starts from ``init`` when
-  ``config.warm_start``), trains with :func:`neural.train` and returns a
+  ``config.warm_start``), trains with :func:`neural.training.train` and returns a
   :class:`FlaxModel`. The same learner fitted twice on the same data gives the
   same model; give each round and agent its own key with :meth:`with_key`.
 
@@ -101,8 +101,8 @@ class FlaxLearner:
   Example:
     >>> ds = neural.load_dataset("digits", test_fraction=0.25)
     >>> learner = neural.FlaxLearner(neural.get_model("mlp", 10, width=16), (8, 8, 1),
-    ...                              neural.TrainConfig(epochs=2), jax.random.PRNGKey(0))
-    >>> model = learner.fit(ds.x_train[:200], neural.one_hot(ds.y_train[:200], 10))
+    ...                              neural.training.TrainConfig(epochs=2), jax.random.PRNGKey(0))
+    >>> model = learner.fit(ds.x_train[:200], neural.data.one_hot(ds.y_train[:200], 10))
     >>> model.predict(ds.x_test[:5]).shape   # softmax probabilities
     (5, 10)
   """
@@ -153,7 +153,7 @@ class FlaxLearner:
   def fit(self, x: ArrayLike, targets: ArrayLike | SoftTargets) -> FlaxModel:
     """Trains on ``x`` (n, H, W, C) and ``targets`` (n, C); returns the trained model.
 
-    ``targets`` may be :class:`neural.SoftTargets` (teachers' predictions to come):
+    ``targets`` may be :class:`neural.training.SoftTargets` (teachers' predictions to come):
     with ``config.augment`` the teachers are evaluated on each augmented batch,
     otherwise once on ``x``.
     """
@@ -176,7 +176,7 @@ class FlaxLearner:
     for _, model in targets.teachers:
       if not isinstance(model, FlaxModel):
         raise LearnerError(f"targets: a teacher on augmented batches must be a network "
-                           f"(neural.FlaxModel), got {type(model).__name__}")
+                           f"(neural.training.FlaxModel), got {type(model).__name__}")
     fixed = targets.fixed
     if fixed is None:
       num_classes = np.shape(targets.teachers[0][1].predict(np.asarray(x)[:1]))[1]

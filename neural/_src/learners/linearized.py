@@ -28,7 +28,7 @@ in the row space of J, so they converge to the minimum-norm solution, fedkrr's
 pseudo-inverse fit.
 
 With C > 1 outputs ``Theta`` is the C x C matrix-valued NTK: the minimiser is
-exactly fedkrr's ``KRRLearner(neural.ntk_kernel(...))`` (one scalar kernel,
+exactly fedkrr's ``KRRLearner(neural.training.ntk_kernel(...))`` (one scalar kernel,
 the logit average, for every label column) when C = 1, and in the infinite-
 width limit, where ``Theta_cc'(x, x') = delta_cc' k(x, x')``; at finite width
 and C > 1 the cross-logit terms make the two differ, by O(1 / sqrt(width)).
@@ -156,7 +156,7 @@ class LinearizedLearner:
   needing one Jacobian-vector and one vector-Jacobian product per step) until
   the gradient norm falls below ``tol`` times its initial value (or
   ``max_steps``). The minimiser predicts like
-  ``fedkrr.KRRLearner(neural.ntk_kernel(model, variables, input_shape), c, N)``
+  ``fedkrr.KRRLearner(neural.training.ntk_kernel(model, variables, input_shape), c, N)``
   (exactly for one output; module docstring for C > 1). Every fit starts from
   the same theta0, so the agent's kernel is the same in every round, as in the
   closed forms. Computes in float32.
@@ -180,7 +180,7 @@ class LinearizedLearner:
     >>> mlp = neural.get_model("mlp", 10, width=16)
     >>> variables = mlp.init(jax.random.PRNGKey(0), ds.x_train[:1])
     >>> learner = neural.LinearizedLearner(mlp, variables, (8, 8, 1), ridge=1e-2, num_total=200)
-    >>> model = learner.fit(x, neural.one_hot(ds.y_train[:200], 10))
+    >>> model = learner.fit(x, neural.data.one_hot(ds.y_train[:200], 10))
     >>> model.predict(ds.x_test[:5].reshape(5, -1)).shape
     (5, 10)
   """

@@ -129,7 +129,7 @@ def empirical_ntk(apply_fn: Callable[[Any, Array], Array], params: Any, x1: Arra
     >>> x = jax.random.normal(jax.random.PRNGKey(1), (6, 8, 8, 1))
     >>> variables = mlp.init(jax.random.PRNGKey(0), x)
     >>> apply_fn = lambda p, x: mlp.apply({"params": p}, x)
-    >>> k = neural.empirical_ntk(apply_fn, variables["params"], x)
+    >>> k = neural.training.empirical_ntk(apply_fn, variables["params"], x)
     >>> k.shape, bool(jnp.allclose(k, k.T))
     ((6, 6), True)
   """
@@ -217,9 +217,9 @@ def ntk_kernel(model: nn.Module, variables: Any, input_shape: tuple[int, ...], *
   Example:
     >>> mlp = neural.get_model("mlp", 10, width=16)
     >>> variables = mlp.init(jax.random.PRNGKey(0), jnp.zeros((1, 8, 8, 1)))
-    >>> kernel = neural.ntk_kernel(mlp, variables, (8, 8, 1))
+    >>> kernel = neural.training.ntk_kernel(mlp, variables, (8, 8, 1))
     >>> x = jax.random.normal(jax.random.PRNGKey(1), (20, 64))   # flat inputs
-    >>> y = neural.one_hot(jnp.arange(20) % 10, 10)
+    >>> y = neural.data.one_hot(jnp.arange(20) % 10, 10)
     >>> problem = fedkrr.make_problem([x[:10], x[10:]], [y[:10], y[10:]], kernel, ridge=1e-3)
     >>> problem.sizes
     (10, 10)

@@ -65,6 +65,8 @@ from neural._src.models.models import MODELS
 from neural._src.models.models import get_model
 from neural._src.training.optimizers import OptimizerConfig
 from neural._src.training.optimizers import make_optimizer
+from neural._src.training.train_loop import Loop
+from neural._src.training.train_loop import Schedule
 from neural._src.training.train_loop import train_loop
 from neural._src.training.training import init_variables
 from neural._src.training.training import per_example_loss
@@ -221,13 +223,13 @@ class DDistConfig(MethodConfig):
       per device (length ``agents``; Fig. 3's mixes), each with ``width`` and ``tiny``
       (as ``ExperimentConfig.models``).
     loss: the private loss L, "ce" or "mse" (the paper does not name it).
-    graph: the communication graph (``neural.make_graph``: "ring", "complete",
+    graph: the communication graph (``neural.data.make_graph``: "ring", "complete",
       "random" with maximum degree ``graph_degree`` as in the paper's Fig. 2, or
       "directed-ring"), seeded by ``data_seed``; W is its Metropolis matrix (uniform
       1/(d+1) for the directed ring).
     graph_degree: d, the maximum degree of the "random" graph.
     graph_window: B = 1 keeps the graph fixed; B > 1 makes it time-varying
-      (:func:`neural.edge_schedule`): its edges are dealt into B parts and round t
+      (:func:`neural.data.edge_schedule`): its edges are dealt into B parts and round t
       uses part ``t mod B`` with that part's Metropolis W_t, so only the union over
       B rounds is connected (undirected graphs; not in the paper's experiments).
     reference_fraction: share of the training data taken (labels dropped) as the
@@ -350,7 +352,7 @@ def make_graph_and_weights(config: DDistConfig) -> tuple[np.ndarray, np.ndarray]
   """Each round's adjacency and checked mixing matrix, stacked (B, N, N) for B = graph_window.
 
   The graph is seeded by ``[data_seed, 3]``; with ``graph_window`` > 1 its edges are dealt
-  into B parts (:func:`neural.edge_schedule`) by the same generator. D-SGD with mixed
+  into B parts (:func:`neural.data.edge_schedule`) by the same generator. D-SGD with mixed
   models gets one graph per architecture group (B = 1), seeded ``[data_seed, 3, g]``,
   so its adjacency and W are block diagonal (a group of one device keeps W = 1).
   """
@@ -467,7 +469,7 @@ def init(config: DDistConfig, data: DDistData) -> DDistState:
 
 
 # ---------------------------------------------------------------------------
-# One round: ``steps_per_round`` iterations of ``neural.train_loop``
+# One round: ``steps_per_round`` iterations of ``neural.training.train_loop``
 
 
 def _reference_batch(shared_key, q: int, b: int):
@@ -513,7 +515,7 @@ class _DeviceLoss:
 
 @dataclasses.dataclass(frozen=True)
 class _Gossip:
-  """The communication of every iteration (``neural.train_loop``'s communicate step).
+  """The communication of every iteration (``neural.training.train_loop``'s communicate step).
 
   D-Distillation: eq. 6 on the common reference batch, with the step's eta_t.
   D-SGD (and Silo-SGD, W = I): combine then adapt,
@@ -573,14 +575,15 @@ def step(config: DDistConfig, data: DDistData, state: DDistState, t: int
       losses if grouped else losses[0], state.params, {"x": data.xs, "y": data.labels},
       optimizer=_step_size(config),
       key=jax.random.split(key, config.agents), shared_key=jax.random.fold_in(key, config.agents),
-      batch_size=config.batch_size, steps=config.steps_per_round, mask=mask, context=context,
+      schedule=Schedule(config.batch_size, steps=config.steps_per_round,
+                        first_step=t * config.steps_per_round),
+      mask=mask, context=context,
       shared={"x_ref": jnp.asarray(data.x_ref), "weights": jnp.asarray(weights)},
       opt_state=state.opt_state, stacked=True, has_aux=distills,
       communicate=_Gossip(distills, config.network_batch_size, config.distill_beta,
                           config.z_step_scale, _step_size(config),
                           tuple(d for _, d in groups) if grouped else None),
-      first_step=t * config.steps_per_round, step_loop=config.step_loop,
-      agent_batching=config.agent_batching,
+      loop=Loop(config.step_loop, config.agent_batching),
       groups=tuple(d for _, d in groups) if grouped else None)
   params, opt_state = out.params, out.opt_state
   z = out.context["z"] if distills else None

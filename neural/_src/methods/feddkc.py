@@ -57,6 +57,8 @@ from neural._src.settings import OptimizerChoice
 from neural._src.training.optimizers import OptimizerConfig
 from neural._src.training.optimizers import make_optimizer
 from neural._src.training.optimizers import optimizer_config
+from neural._src.training.train_loop import Loop
+from neural._src.training.train_loop import Schedule
 from neural._src.training.train_loop import train_loop
 from neural._src.training.train_loop import weighted_mean
 from neural._src.training.training import init_variables
@@ -394,7 +396,7 @@ def distillation_loss(logits: Array, labels_onehot: Array, target: Array,
 class FedDKCConfig(MethodConfig, OptimizerChoice):
   """A FedDKC / FedGKT run (Wu et al. 2023, Sec. 4.1; defaults: the paper's where given).
 
-  The clients and the server train with the settings of ``neural.OptimizerChoice``
+  The clients and the server train with the settings of ``neural.training.OptimizerChoice``
   (L2 decay added to the gradient, then SGD with momentum or Adam, PyTorch style).
 
   Attributes:
@@ -531,11 +533,12 @@ class _DistillLoss:
 
 
 def _fit(params, opt_state, x, onehot, target, mask, key, kd_weight, *, model, config, epochs):
-  """``epochs`` shuffled passes of :class:`_DistillLoss` through ``neural.train_loop``."""
+  """``epochs`` shuffled passes of :class:`_DistillLoss` through ``neural.training.train_loop``."""
   out = train_loop(_DistillLoss(model), params, {"x": x, "y": onehot, "target": target},
-                   optimizer=_opt(config), key=key, batch_size=config.batch_size, epochs=epochs,
+                   optimizer=_opt(config), key=key,
+                   schedule=Schedule(config.batch_size, epochs=epochs),
                    mask=mask, shared=kd_weight, opt_state=opt_state,
-                   step_loop=config.step_loop, agent_batching=config.agent_batching)
+                   loop=Loop(config.step_loop, config.agent_batching))
   return out.params, out.opt_state
 
 

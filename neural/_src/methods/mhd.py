@@ -22,7 +22,7 @@ step on a fresh public batch. The pool holds ``N_P`` checkpoints from the start
 (the neighbours' initial models, :func:`initial_pool_owners`), so round 0 already
 has teachers and the embedding loss. A round of this module is ``S_P`` local
 steps; at its end every client receives the new checkpoint of one random
-neighbour in the communication graph (``neural.make_graph``), which replaces a
+neighbour in the communication graph (``neural.data.make_graph``), which replaces a
 random entry of its pool. So the teachers are previous-round snapshots of
 neighbours, lagging by up to a few rounds, and what is sent is one snapshot per
 client and round (``comm_floats``); the prediction-exchange cost of the general
@@ -73,6 +73,8 @@ from neural._src.settings import OptimizerChoice
 from neural._src.training.optimizers import OptimizerConfig
 from neural._src.training.optimizers import make_optimizer
 from neural._src.training.optimizers import optimizer_config
+from neural._src.training.train_loop import Loop
+from neural._src.training.train_loop import Schedule
 from neural._src.training.train_loop import train_loop
 
 Array = jax.Array
@@ -291,7 +293,7 @@ def embedding_loss(embedding: Array, teacher_embeddings: Array,
 class MHDConfig(MethodConfig, OptimizerChoice):
   """Config of ``"mhd"`` and its baselines ``"mhd-isolated"``, ``"mhd-fedavg"``.
 
-  Local training has the settings of ``neural.OptimizerChoice`` (SGD with momentum
+  Local training has the settings of ``neural.training.OptimizerChoice`` (SGD with momentum
   by default, the paper's), with a cosine decay over all rounds (``cosine``).
 
   The shared ``partition`` fields are not used: the split is Sec. 3.3's
@@ -308,7 +310,7 @@ class MHDConfig(MethodConfig, OptimizerChoice):
       (``clients_per_label`` each).
     labels_per_client: primary labels of each client ("random" assignment).
     clients_per_label: primary clients of each label ("even" assignment).
-    graph: communication graph of ``neural.make_graph`` ("complete", "ring", "random",
+    graph: communication graph of ``neural.data.make_graph`` ("complete", "ring", "random",
       "directed-ring", "islands"); client i takes checkpoints of the clients that send
       to it.
     graph_degree: the degree bound of the "random" graph.
@@ -382,7 +384,8 @@ class MHDConfig(MethodConfig, OptimizerChoice):
     self.need(self.target_choice in TARGET_CHOICES, "target_choice", f"one of {TARGET_CHOICES}")
 
   def optimizer_settings(self) -> dict[str, Any]:
-    """``neural.OptimizerChoice``'s, with the cosine decay over all rounds if ``cosine``."""
+    """``neural.training.OptimizerChoice``'s, with the cosine decay over all rounds if
+    ``cosine``."""
     cosine = dict(schedule="cosine", decay_steps=self.rounds * self.steps_per_round)
     return {**super().optimizer_settings(), **(cosine if self.cosine else {})}
 
@@ -522,7 +525,7 @@ def _client_loss(model, config: MHDConfig, params, xp, yp, xu, teacher_emb, teac
 
 @dataclasses.dataclass(frozen=True)
 class _MHDLoss:
-  """One client's loss at one step, as ``neural.train_loop`` calls it.
+  """One client's loss at one step, as ``neural.training.train_loop`` calls it.
 
   ``batch.data``: the private mini-batch ``{"x", "y"}``; ``batch.context``: the
   client's checkpoint pool ``(params (N_P, ...), valid (N_P,))``; ``batch.shared``:
@@ -562,10 +565,11 @@ def _local_steps(config: MHDConfig, model, state: MHDState, data: MHDData, keys)
   context = (state.pool_params, jnp.asarray(state.pool_owner >= 0)) if config.distills else None
   mask = np.arange(data.xs.shape[1])[None, :] < np.asarray(data.counts)[:, None]
   out = train_loop(_MHDLoss(model, local), state.params, {"x": data.xs, "y": data.ys},
-                   optimizer=_optimizer(config), key=keys, batch_size=config.batch_size,
-                   steps=config.steps_per_round, mask=mask, context=context,
+                   optimizer=_optimizer(config), key=keys,
+                   schedule=Schedule(config.batch_size, steps=config.steps_per_round),
+                   mask=mask, context=context,
                    shared=jnp.asarray(data.x_public), opt_state=state.opt_state, stacked=True,
-                   step_loop=config.step_loop, agent_batching=config.agent_batching)
+                   loop=Loop(config.step_loop, config.agent_batching))
   return out.params, out.opt_state
 
 
@@ -615,7 +619,7 @@ def _to_numpy(tree: Any) -> Any:
 def teacher_adjacency(config: MHDConfig) -> np.ndarray:
   """(K, K) booleans: ``T[i, j]`` iff client i may take checkpoints of client j (e_t(i)).
 
-  The graph comes from ``neural.make_graph`` (``config.graph``, the random one
+  The graph comes from ``neural.data.make_graph`` (``config.graph``, the random one
   seeded by ``config.data_seed``). There ``A[j, i]`` means j sends to i, so ``T = A^T``.
   """
   return np.array(_graph(config).adjacency, dtype=bool).T
@@ -632,7 +636,7 @@ def teacher_hops(config: MHDConfig) -> np.ndarray:
 
   1 for a direct teacher, 2 for a teacher's teacher (the paper's "Cycle-2"), 0 on
   the diagonal, -1 where j's knowledge cannot reach i (another island). It is
-  ``neural.hop_distances`` of the graph, transposed like :func:`teacher_adjacency`.
+  ``neural.data.hop_distances`` of the graph, transposed like :func:`teacher_adjacency`.
   """
   return hop_distances(_graph(config)).T
 

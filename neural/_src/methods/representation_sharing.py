@@ -74,6 +74,8 @@ from neural._src.models.repshare_models import RepShareError
 from neural._src.models.repshare_models import make_client_model
 from neural._src.settings import EpochSettings
 from neural._src.training.optimizers import make_optimizer
+from neural._src.training.train_loop import Loop
+from neural._src.training.train_loop import Schedule
 from neural._src.training.train_loop import train_loop
 
 Array = jax.Array
@@ -418,7 +420,7 @@ def client_payload(values: Array, labels: Array, mask: Array, key: Array, *,
 class RepShareConfig(MethodConfig, EpochSettings):
   """Representation sharing and its baselines (one config for the four methods).
 
-  Local training is Adam with the settings of ``neural.EpochSettings``.
+  Local training is Adam with the settings of ``neural.training.EpochSettings``.
 
   Attributes:
     method: "repshare", "repshare-fd", "repshare-fedavg" or "repshare-independent".
@@ -561,7 +563,8 @@ def local_loss(model: FeatureClassifier, loss: _Loss, params: Any, x: Array, lab
 
 @dataclasses.dataclass(frozen=True)
 class _LocalLoss:
-  """:func:`local_loss` as ``neural.train_loop`` calls it (``batch.context``: the download)."""
+  """:func:`local_loss` as ``neural.training.train_loop`` calls it (``batch.context``: the
+  download)."""
 
   model: FeatureClassifier
   loss: _Loss
@@ -576,9 +579,9 @@ def _update_all(params, opt_state, x, labels, mask, downloads, keys, *, model, l
   """LOCALUPDATE of every client: ``epochs`` shuffled passes of mini-batch Adam."""
   out = train_loop(_LocalLoss(model, loss), params, {"x": x, "y": labels},
                    optimizer=config, key=keys,
-                   batch_size=config.batch_size, epochs=config.epochs, mask=mask,
+                   schedule=Schedule(config.batch_size, epochs=config.epochs), mask=mask,
                    context=downloads, opt_state=opt_state, stacked=True,
-                   step_loop=config.step_loop, agent_batching=config.agent_batching)
+                   loop=Loop(config.step_loop, config.agent_batching))
   return out.params, out.opt_state
 
 

@@ -35,7 +35,6 @@ from neural._src.models.models import _norm
 from neural._src.models.models import get_model
 
 BACKBONES = ("lenet5", "mlp", "resnet9", "resnet18")
-ACTIVATIONS = ("relu", "tanh")
 
 
 class RepShareError(ValueError):

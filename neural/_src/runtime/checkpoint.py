@@ -98,7 +98,7 @@ class ModelSlot:
     module: the network's Flax module (from the config); ``None`` for a random forest.
     variables: arrays of the shapes and dtypes of its variables (``None`` for a forest).
     num_classes: C, the width of its predictions.
-    epoch_accuracy: always empty (the stand-in of ``neural.FlaxModel``'s field).
+    epoch_accuracy: always empty (the stand-in of ``neural.training.FlaxModel``'s field).
     best_epoch_right: always empty (likewise).
   """
 
@@ -360,8 +360,8 @@ def restore_checkpoint(value: Any, target: Any, where: str = "") -> Any:
   The result has the target's containers, NamedTuples, Flax modules and models;
   its arrays are the file's, each checked against the target's shape and dtype,
   and its plain values are the file's, each of the target's type. A
-  :class:`ModelSlot` of the target becomes a ``neural.FlaxModel`` (the slot's
-  module, the file's variables) or a ``neural.ForestModel``.
+  :class:`ModelSlot` of the target becomes a ``neural.training.FlaxModel`` (the slot's
+  module, the file's variables) or a ``neural.training.ForestModel``.
 
   Args:
     value: the file's node.

@@ -57,8 +57,7 @@ from neural._src.settings import EpochSettings
 from neural._src.settings import TrainingSettings
 
 KD_PROTOCOLS = PROTOCOLS   # fedkrr's protocols, by the same names
-BASELINE_PROTOCOLS = BASELINES
-RUN_PROTOCOLS = KD_PROTOCOLS + ("fedavg",) + BASELINE_PROTOCOLS
+RUN_PROTOCOLS = KD_PROTOCOLS + ("fedavg",) + BASELINES
 FEDAVG_INITS = ("one", "mean")
 DEVICE_CHOICES = ("one", "all")
 FOREST = "forest"
@@ -71,7 +70,7 @@ OUTPUT_FIELDS = ("tensorboard",)
 # values abort the process inside XLA, so each is refused first, naming its field.
 INT_LIMIT = 2**31 - 1
 # Rounds: far past any run of the papers (20 rounds of 20 epochs), short of runs that would
-# never end (local epochs: neural.EpochSettings, MAX_EPOCHS).
+# never end (local epochs: neural.training.EpochSettings, MAX_EPOCHS).
 MAX_ROUNDS = 100_000
 
 
@@ -128,7 +127,7 @@ class Config:
   def validate(self) -> None:
     """Checks the ranges of the fields (subclasses extend it, calling ``super()``): here,
     that every integer but the seeds is at most :data:`INT_LIMIT`, and the training
-    settings of a config that has them (``neural.TrainingSettings``, checked there)."""
+    settings of a config that has them (``neural.training.TrainingSettings``, checked there)."""
     for f in dataclasses.fields(self):
       if f.name in ("seed",) + SEED_FIELDS:
         continue
@@ -319,7 +318,7 @@ class RunConfig(Config):
       (``None``: seed).
     step_loop: how local training runs its steps: "scan" (one compiled loop per
       epoch), "python" (one jitted step per mini-batch) or "auto" (by backend and
-      model, see ``neural.train_loop``); the numbers do not depend on it.
+      model, see ``neural.training.train_loop``); the numbers do not depend on it.
     agent_batching: agents of one architecture trained together as one vmapped
       program ("vmap"), one after the other ("sequential"), or "auto".
     tensorboard: also write the run's metric rows as a TensorBoard event file into its
@@ -410,7 +409,7 @@ class RunConfig(Config):
 class ExperimentConfig(RunConfig, EpochSettings):
   """One neural experiment with a KD protocol (Afonin & Karimireddy, Sec. 6, App. A and H).
 
-  Local training is Adam with the settings of ``neural.EpochSettings``
+  Local training is Adam with the settings of ``neural.training.EpochSettings``
   (``epochs``, ``batch_size``, ``learning_rate``, ``weight_decay``: the paper's by default).
 
   Attributes:
@@ -490,7 +489,7 @@ class ExperimentConfig(RunConfig, EpochSettings):
   @property
   def total_rounds(self) -> int:
     """The rounds a run does: ``rounds``, or 1 for the baselines "central" and "local"."""
-    return 1 if self.protocol in BASELINE_PROTOCOLS else self.rounds
+    return 1 if self.protocol in BASELINES else self.rounds
 
   @property
   def protocol_params(self) -> ProtocolParams:
@@ -547,5 +546,3 @@ class ExperimentConfig(RunConfig, EpochSettings):
       need(len(set(self.agent_models)) == 1 and FOREST not in self.models, "models",
            "one neural architecture for all agents (FedAvg averages parameters)")
 
-
-FIELDS = ExperimentConfig.field_names()

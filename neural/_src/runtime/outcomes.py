@@ -5,7 +5,7 @@ paper curve uses, which test images were right: one JSON line per row, appended 
 the same committed section as the row (``neural._src.runtime.rundir``), so the file
 holds the lines of the finished rounds, each once. Every seed of a paper-scale run is
 scored on the same test images, and these give ``neural reproduce``'s verdicts a
-paired test-set term (``neural.Curve.outcomes``). A line is::
+paired test-set term (``neural.evidence.Curve.outcomes``). A line is::
 
   {"round": 3, "agent": 1, "count": 10000, "right": "<base64>", "best": "<base64>"}
 
@@ -101,7 +101,7 @@ def read_outcomes(workdir: str | os.PathLike) -> dict[RowKey, dict[str, Any]]:
   """A run directory's outcome lines by (round, agent) (``{}`` where it recorded none).
 
   Each line (see the module docstring) says which test images that metric row's model
-  got right; :func:`neural.paper_curves` turns them into the curves' per-image outcomes.
+  got right; :func:`neural.evidence.paper_curves` turns them into the curves' per-image outcomes.
 
   Example:
     >>> neural.read_outcomes("a-run-without-record-outcomes")

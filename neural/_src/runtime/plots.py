@@ -29,6 +29,7 @@ import textwrap
 from typing import Any
 
 from fedkrr import __version__
+from fedkrr import display_name
 from fedkrr.io import atomic_savefig
 from neural._src.evidence.paper_units import default_accuracy
 from neural._src.evidence.paper_units import in_units
@@ -57,7 +58,8 @@ def curve_label(row: Mapping[str, Any]) -> tuple[str, str]:
   agent = row.get("agent")
   if isinstance(agent, int):
     if "start" in row:
-      return f"AKD from agent {row['start']}", _COLORS[int(row["start"]) % len(_COLORS)]
+      label = f"{display_name('akd')} from agent {row['start']}"
+      return label, _COLORS[int(row["start"]) % len(_COLORS)]
     return f"agent {agent} ({row.get('model', '?')})", _COLORS[agent % len(_COLORS)]
   if agent == "server":
     owner = row.get("method") or row.get("protocol") or "the"
@@ -88,9 +90,9 @@ def round_axis_label(rows: Sequence[Mapping[str, Any]], units: str) -> str:
     return "round (0: local training on the labels)"
   notes = []
   if "akd" in protocols:
-    notes.append("AKD: M steps each")
+    notes.append(f"{display_name('akd')}: M steps each")
   if "ekd" in protocols:
-    notes.append("EKD: even partial sums")
+    notes.append(f"{display_name('ekd')}: even partial sums")
   return "paper round (1: local training" + "".join(f"; {n}" for n in notes) + ")"
 
 
@@ -162,7 +164,7 @@ def plot_run(rows: Sequence[Mapping[str, Any]], path: str | os.PathLike, title: 
              units: str = "steps", accuracy: str | None = None) -> None:
   """Test accuracy per round, one line per agent (and ensemble / server), into ``path`` (PNG).
 
-  ``units="paper"`` draws the paper's curve instead (:func:`neural.paper_rounds`: AKD
+  ``units="paper"`` draws the paper's curve instead (:func:`neural.evidence.paper_rounds`: AKD
   rounds of M steps, means over the agents, EKD's even partial sums). ``accuracy``:
   "last" (end of local training) or "best" (best local epoch, the authors' number);
   ``None``: "best" where the rows carry it (runs with ``epoch_eval``).
@@ -238,7 +240,7 @@ def plot_sweep(results: Mapping[str, Sequence[Mapping[str, Any]]], path: str | o
       (e.g. ``alpha=0.1__avgkd``); the runs sharing the first part share a panel.
     path: the PNG file.
     title: the figure title.
-    units: "steps" (as logged) or "paper" (:func:`neural.paper_rounds`).
+    units: "steps" (as logged) or "paper" (:func:`neural.evidence.paper_rounds`).
 
   Each run shows its best local epoch where its rows carry it (``epoch_eval``), else
   the end of local training. One legend below the panels: colours name the agents

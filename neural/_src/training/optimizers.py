@@ -18,11 +18,11 @@ is the optimiser's own count, so an optimiser state carried across rounds keeps
 its place in the schedule.
 
 The learning rate and the weight decay are data, not compiled constants:
-:func:`neural.train_loop` hands them to its compiled step as arrays
+:func:`neural.training.train_loop` hands them to its compiled step as arrays
 (:class:`Hyperparameters`), so one program trains every value and runs can be
 vmapped over learning rates. A Python float becomes a weakly typed array, which
 rounds into the float32 arithmetic as the float did: the numbers are the same.
-The settings' fields and ranges are declared once, in ``neural.TrainingSettings``
+The settings' fields and ranges are declared once, in ``neural.training.TrainingSettings``
 (every config that trains derives from it); :func:`optimizer_config` is the one
 conversion from a config to an :class:`OptimizerConfig`.
 """
@@ -134,8 +134,8 @@ def optimizer_config(settings: OptimizerConfig | TrainingSettings | Any) -> Opti
 
   Args:
     settings: an :class:`OptimizerConfig` (returned as is), or a config deriving from
-      ``neural.TrainingSettings`` (every config that trains: the KD experiment's,
-      ``neural.TrainConfig``, the methods'), converted through its
+      ``neural.training.TrainingSettings`` (every config that trains: the KD experiment's,
+      ``neural.training.TrainConfig``, the methods'), converted through its
       ``optimizer_settings()``.
 
   Raises:
@@ -145,8 +145,8 @@ def optimizer_config(settings: OptimizerConfig | TrainingSettings | Any) -> Opti
     return settings
   if isinstance(settings, TrainingSettings):
     return OptimizerConfig(**settings.optimizer_settings())
-  raise OptimizerError(f"optimizer: expected a neural.OptimizerConfig or training settings, "
-                       f"got {type(settings).__name__}")
+  raise OptimizerError(f"optimizer: expected a neural.training.OptimizerConfig or training "
+                       f"settings, got {type(settings).__name__}")
 
 
 def make_optimizer(config, hyperparameters: Hyperparameters | None = None
@@ -164,8 +164,8 @@ def make_optimizer(config, hyperparameters: Hyperparameters | None = None
       Whether a decay is added at all is ``config``'s (:attr:`OptimizerConfig.decays`).
 
   Example:
-    >>> tx = neural.make_optimizer(neural.OptimizerConfig("sgd", 0.1, weight_decay=5e-4,
-    ...                                                   momentum=0.9))
+    >>> tx = neural.training.make_optimizer(neural.training.OptimizerConfig(
+    ...     "sgd", 0.1, weight_decay=5e-4, momentum=0.9))
     >>> params = {"w": jnp.ones(3)}
     >>> updates, state = tx.update({"w": jnp.ones(3)}, tx.init(params), params)
     >>> updates["w"].round(6).tolist()   # -0.1 * (1 + 5e-4): no momentum in the first step

@@ -31,7 +31,7 @@ class SoftTargets(NamedTuple):
     fixed: the part that does not depend on the inputs' augmentation (labels and
       their multiples), shape (n, C), or ``None`` for 0.
     teachers: ``((w_k, model_k), ...)``: weights and trained networks
-      (``neural.FlaxModel``) whose softmax outputs are added.
+      (``neural.training.FlaxModel``) whose softmax outputs are added.
   """
 
   fixed: Any
@@ -99,7 +99,7 @@ class Teacher(NamedTuple):
   """A trained network whose predictions are deferred: ``predict(x)`` is a :class:`SoftTargets`.
 
   Attributes:
-    network: the trained ``neural.FlaxModel``; metrics read it directly.
+    network: the trained ``neural.training.FlaxModel``; metrics read it directly.
   """
 
   network: Any

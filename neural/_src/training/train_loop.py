@@ -2,7 +2,7 @@
 
 A method supplies only its loss (and, if its agents talk during training, its
 communication step); the scaffold owns the rest: mini-batch sampling, masks for
-padded agents, keys, the optimiser (:func:`neural.make_optimizer`), stacking of
+padded agents, keys, the optimiser (:func:`neural.training.make_optimizer`), stacking of
 agents and the choice of the compiled loop.
 
 **Sampling.** ``epochs=E``: every epoch the masked-in points are shuffled (a key
@@ -407,81 +407,57 @@ def resolve_loop(step_loop: str, agent_batching: str, uses_convolution: Callable
 # The scaffold
 
 
-def train_loop(loss_fn: Callable[..., Any] | Sequence[Callable[..., Any]], params: Any,
-               data: Any, *,
-               optimizer: OptimizerConfig | TrainingSettings, key: Array, batch_size: int,
-               epochs: int | None = None, steps: int | None = None, mask: Any = None,
-               context: Any = None, shared: Any = None, opt_state: Any = None,
-               stacked: bool = False, shared_key: Array | None = None,
-               communicate: Callable[[Exchange], tuple[Any, Any]] | None = None,
-               has_aux: bool = False, first_step: int = 0, step_loop: str = "auto",
-               agent_batching: str = "auto",
-               on_epoch: Callable[[int, Any, int | None], None] | None = None,
-               groups: Sequence[Sequence[int]] | None = None) -> TrainResult:
-  """Trains ``params`` on mini-batches of ``data`` with the loss ``loss_fn``.
+@dataclasses.dataclass(frozen=True)
+class Schedule:
+  """How many steps a :func:`train_loop` call takes and how its mini-batches are drawn.
 
-  Each step: ``grads = grad(loss_fn)(params, batch)`` (a :class:`Batch`), one
-  update of ``make_optimizer(optimizer)``, then ``communicate`` if given.
-
-  Args:
-    loss_fn: ``loss_fn(params, batch) -> scalar`` (``(scalar, aux)`` with
-      ``has_aux``). It is a static setting: pass a module-level function or a
-      frozen dataclass with ``__call__`` (equal values reuse the compiled step).
-    params: the parameters (a PyTree; leading agent axis if ``stacked``).
-    data: a PyTree of arrays with ``n`` points on axis 0 (axis 1 if ``stacked``).
-    optimizer: an :class:`neural.OptimizerConfig`, or a config's training settings
-      (``neural.optimizer_config`` converts them). Its rule and schedule are static;
-      its learning rate and weight decay reach the compiled step as data, so one
-      program serves every value, and they may be arrays: ``jax.vmap`` of a function
-      that calls ``train_loop`` trains over a batch of learning rates at once. With
-      ``stacked`` (and no ``groups``) either may have shape (M,): one value per agent.
-    key: PRNG key of the sampling and of ``batch.key`` ((M,) keys if ``stacked``).
+  Attributes:
     batch_size: B.
     epochs: E shuffled passes (give exactly one of ``epochs`` and ``steps``).
     steps: S mini-batches drawn with replacement (see the module docstring).
-    mask: (n,) booleans ((M, n) if ``stacked``), ``None`` for all points.
-    context: per-agent PyTree handed to the loss (and updated by ``communicate``).
-    shared: PyTree common to all agents, handed to the loss and ``communicate``.
-    opt_state: the optimiser state to continue from (``None``: a fresh one).
-    stacked: the leading axis of params, data, mask, context, opt_state and key
-      is an agent axis.
-    shared_key: the key of ``batch.shared_key`` (default: derived from ``key``).
-    communicate: ``communicate(exchange) -> (params, context)`` after every step
-      of the stacked agents (static, like ``loss_fn``); needs ``stacked``.
-    has_aux: ``loss_fn`` returns ``(loss, aux)``; aux reaches ``communicate``.
     first_step: the global index of this call's first step (``batch.step``).
-    step_loop: "auto" (see the module docstring), "scan" or "python".
-    agent_batching: "auto" (see the module docstring), "vmap" or "sequential".
-    on_epoch: ``on_epoch(epoch, params, agent)`` after every epoch (``epochs`` only),
-      to watch training without changing it (e.g. the test accuracy per epoch).
-      ``agent`` is ``None`` when ``params`` are all of this call's (stacked if
-      ``stacked``), or the index m when stacked agents train one after the other
-      and ``params`` are agent m's alone.
-    groups: stacked agents of different architectures, grouped: ``groups[g]`` lists
-      the agents of group g (every agent in exactly one group). Then ``loss_fn[g]``
-      is group g's loss, and ``params`` and ``opt_state`` are tuples whose entry g
-      is stacked over ``groups[g]`` in that order; data, mask, context, key and the
-      aux that ``communicate`` sees stay stacked over all agents in agent order.
-      Each group steps as a stacked run of its own, then ``communicate`` acts on all.
-
-  Returns:
-    A :class:`TrainResult` (params, optimiser state, context).
-
-  Raises:
-    TrainError: bad settings or shapes, named.
-
-  Example:
-    >>> def loss_fn(params, batch):
-    ...   pred = batch.data["x"] @ params["w"]
-    ...   return weighted_mean((pred - batch.data["y"]) ** 2, batch.weights)
-    >>> x = jax.random.normal(jax.random.PRNGKey(1), (64, 3))
-    >>> y = x @ jnp.array([1.0, -2.0, 0.5])
-    >>> out = train_loop(loss_fn, {"w": jnp.zeros(3)}, {"x": x, "y": y},
-    ...                  optimizer=OptimizerConfig("sgd", 0.1), key=jax.random.PRNGKey(0),
-    ...                  batch_size=16, epochs=50)
-    >>> out.params["w"].round(2).tolist()
-    [1.0, -2.0, 0.5]
   """
+
+  batch_size: int
+  epochs: int | None = None
+  steps: int | None = None
+  first_step: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Loop:
+  """Which compiled loop runs the steps (the numbers are the same; see the module docstring).
+
+  Attributes:
+    step_loop: "auto", "scan" or "python".
+    agent_batching: "auto", "vmap" or "sequential" (stacked agents only).
+  """
+
+  step_loop: str = "auto"
+  agent_batching: str = "auto"
+
+
+class _Checked(NamedTuple):
+  """The arguments of :func:`train_loop` checked and normalised by :func:`_check`."""
+
+  loss_fn: Any
+  params: Any
+  data: Any
+  optimizer: OptimizerConfig
+  hyper: Hyperparameters        # per agent ((M,) leaves) when ``per_agent_hyper``
+  groups: tuple[tuple[int, ...], ...] | None
+  mask: np.ndarray              # read on the host
+  spread: jax.Array | None      # the mask as given when it spans several processes
+  n_valid: np.ndarray
+  key: Array
+  num_agents: int
+  per_agent_hyper: bool
+
+
+def _check(loss_fn, params, data, *, optimizer, key, schedule: Schedule, loop: Loop, mask,
+           opt_state, stacked: bool, communicate, groups) -> _Checked:
+  """:func:`train_loop`'s arguments checked (a :class:`TrainError` names a bad one)."""
+  epochs, steps, batch_size = schedule.epochs, schedule.steps, schedule.batch_size
   if (epochs is None) == (steps is None):
     raise TrainError(f"epochs, steps: expected exactly one of them, got {epochs!r} and {steps!r}")
   count = epochs if steps is None else steps
@@ -493,13 +469,14 @@ def train_loop(loss_fn: Callable[..., Any] | Sequence[Callable[..., Any]], param
   try:
     optimizer = optimizer_config(optimizer)
   except OptimizerError:
-    raise TrainError(f"optimizer: expected a neural.OptimizerConfig, got "
+    raise TrainError(f"optimizer: expected a neural.training.OptimizerConfig, got "
                      f"{type(optimizer).__name__}") from None
-  hyper, rule = optimizer.hyperparameters(), optimizer.rule()
-  if step_loop not in STEP_LOOPS:
-    raise TrainError(f"step_loop: expected one of {STEP_LOOPS}, got {step_loop!r}")
-  if agent_batching not in AGENT_BATCHING:
-    raise TrainError(f"agent_batching: expected one of {AGENT_BATCHING}, got {agent_batching!r}")
+  hyper = optimizer.hyperparameters()
+  if loop.step_loop not in STEP_LOOPS:
+    raise TrainError(f"step_loop: expected one of {STEP_LOOPS}, got {loop.step_loop!r}")
+  if loop.agent_batching not in AGENT_BATCHING:
+    raise TrainError(f"agent_batching: expected one of {AGENT_BATCHING}, got "
+                     f"{loop.agent_batching!r}")
   if communicate is not None and not stacked:
     raise TrainError("communicate: needs stacked=True (it acts on all agents at once)")
   if groups is not None:
@@ -549,58 +526,148 @@ def train_loop(loss_fn: Callable[..., Any] | Sequence[Callable[..., Any]], param
                      f"{key.shape}")
   if steps is not None and np.any(n_valid == 0):
     raise TrainError("mask: every agent needs at least one point to draw mini-batches from")
+  return _Checked(loss_fn, params, data, optimizer, hyper, groups, mask, spread, n_valid, key,
+                  num_agents, per_agent_hyper)
+
+
+def _steps_per_epoch(schedule: Schedule, n_valid: np.ndarray) -> tuple[int, int, bool]:
+  """``(batch size, steps per call or epoch, guard)`` of a checked schedule.
+
+  With ``epochs`` a batch larger than the data is cut to it (:func:`epoch_batch_size`,
+  warned once); ``guard``: some agent meets a mini-batch of padding only.
+  """
+  batch_size = schedule.batch_size
+  if schedule.steps is not None:
+    return int(batch_size), int(schedule.steps), False
+  largest = int(n_valid.max(initial=0))
+  if batch_size > largest > 0:   # warned from here: the registry says it once per size
+    warnings.warn(f"batch_size {batch_size} is larger than the data: each epoch is one "
+                  f"step on the whole data (the batch is cut to the data's size)",
+                  LargeBatchWarning, stacklevel=1)
+  batch_size = epoch_batch_size(int(batch_size), largest)
+  steps_per_epoch = int(-(-int(n_valid.max()) // batch_size))
+  sizes = set(-(-np.atleast_1d(n_valid) // batch_size))
+  return int(batch_size), steps_per_epoch, len(sizes) > 1
+
+
+def train_loop(loss_fn: Callable[..., Any] | Sequence[Callable[..., Any]], params: Any,
+               data: Any, *,
+               optimizer: OptimizerConfig | TrainingSettings, key: Array, schedule: Schedule,
+               loop: Loop = Loop(), mask: Any = None,
+               context: Any = None, shared: Any = None, opt_state: Any = None,
+               stacked: bool = False, groups: Sequence[Sequence[int]] | None = None,
+               shared_key: Array | None = None,
+               communicate: Callable[[Exchange], tuple[Any, Any]] | None = None,
+               has_aux: bool = False,
+               on_epoch: Callable[[int, Any, int | None], None] | None = None) -> TrainResult:
+  """Trains ``params`` on mini-batches of ``data`` with the loss ``loss_fn``.
+
+  Each step: ``grads = grad(loss_fn)(params, batch)`` (a :class:`Batch`), one
+  update of ``make_optimizer(optimizer)``, then ``communicate`` if given.
+
+  Args:
+    loss_fn: ``loss_fn(params, batch) -> scalar`` (``(scalar, aux)`` with
+      ``has_aux``). It is a static setting: pass a module-level function or a
+      frozen dataclass with ``__call__`` (equal values reuse the compiled step).
+    params: the parameters (a PyTree; leading agent axis if ``stacked``).
+    data: a PyTree of arrays with ``n`` points on axis 0 (axis 1 if ``stacked``).
+    optimizer: an :class:`neural.training.OptimizerConfig`, or a config's training
+      settings (``neural.training.optimizer_config`` converts them). Its rule and schedule
+      are static; its learning rate and weight decay reach the compiled step as data, so
+      one program serves every value, and they may be arrays: ``jax.vmap`` of a function
+      that calls ``train_loop`` trains over a batch of learning rates at once. With
+      ``stacked`` (and no ``groups``) either may have shape (M,): one value per agent.
+    key: PRNG key of the sampling and of ``batch.key`` ((M,) keys if ``stacked``).
+    schedule: the batch size, ``epochs`` or ``steps``, and the first step's index
+      (a :class:`Schedule`).
+    loop: which compiled loop runs the steps (a :class:`Loop`; "auto" by default).
+    mask: (n,) booleans ((M, n) if ``stacked``), ``None`` for all points.
+    context: per-agent PyTree handed to the loss (and updated by ``communicate``).
+    shared: PyTree common to all agents, handed to the loss and ``communicate``.
+    opt_state: the optimiser state to continue from (``None``: a fresh one).
+    stacked: the leading axis of params, data, mask, context, opt_state and key
+      is an agent axis.
+    groups: stacked agents of different architectures, grouped: ``groups[g]`` lists
+      the agents of group g (every agent in exactly one group). Then ``loss_fn[g]``
+      is group g's loss, and ``params`` and ``opt_state`` are tuples whose entry g
+      is stacked over ``groups[g]`` in that order; data, mask, context, key and the
+      aux that ``communicate`` sees stay stacked over all agents in agent order.
+      Each group steps as a stacked run of its own, then ``communicate`` acts on all.
+    shared_key: the key of ``batch.shared_key`` (default: derived from ``key``).
+    communicate: ``communicate(exchange) -> (params, context)`` after every step
+      of the stacked agents (static, like ``loss_fn``); needs ``stacked``.
+    has_aux: ``loss_fn`` returns ``(loss, aux)``; aux reaches ``communicate``.
+    on_epoch: ``on_epoch(epoch, params, agent)`` after every epoch (``epochs`` only),
+      to watch training without changing it (e.g. the test accuracy per epoch).
+      ``agent`` is ``None`` when ``params`` are all of this call's (stacked if
+      ``stacked``), or the index m when stacked agents train one after the other
+      and ``params`` are agent m's alone.
+
+  Returns:
+    A :class:`TrainResult` (params, optimiser state, context).
+
+  Raises:
+    TrainError: bad settings or shapes, named.
+
+  Example:
+    >>> def loss_fn(params, batch):
+    ...   pred = batch.data["x"] @ params["w"]
+    ...   return weighted_mean((pred - batch.data["y"]) ** 2, batch.weights)
+    >>> x = jax.random.normal(jax.random.PRNGKey(1), (64, 3))
+    >>> y = x @ jnp.array([1.0, -2.0, 0.5])
+    >>> out = train_loop(loss_fn, {"w": jnp.zeros(3)}, {"x": x, "y": y},
+    ...                  optimizer=OptimizerConfig("sgd", 0.1), key=jax.random.PRNGKey(0),
+    ...                  schedule=Schedule(batch_size=16, epochs=50))
+    >>> out.params["w"].round(2).tolist()
+    [1.0, -2.0, 0.5]
+  """
+  checked = _check(loss_fn, params, data, optimizer=optimizer, key=key, schedule=schedule,
+                   loop=loop, mask=mask, opt_state=opt_state, stacked=stacked,
+                   communicate=communicate, groups=groups)
+  loss_fn, params, data, key = checked.loss_fn, checked.params, checked.data, checked.key
+  groups, hyper, n_valid = checked.groups, checked.hyper, checked.n_valid
+  rule = checked.optimizer.rule()
   if opt_state is None and groups is not None:
     opt_state = tuple(_optimizer_init(p, optimizer=rule, stacked=True) for p in params)
   elif opt_state is None:
     opt_state = _optimizer_init(params, optimizer=rule, stacked=stacked)
-  if count == 0:
+  epochs = schedule.epochs
+  if (schedule.steps if epochs is None else epochs) == 0:
     return TrainResult(params, opt_state, context)
   if shared_key is None:
     shared_key = cast(jax.Array, _shared_key(key, stacked=stacked))   # jit's result: untyped
-
-  if steps is None:   # epochs is given (checked above)
-    requested, largest = batch_size, int(n_valid.max(initial=0))
-    if batch_size > largest > 0:   # warned from here: the registry says it once per size
-      warnings.warn(f"batch_size {batch_size} is larger than the data: each epoch is one "
-                    f"step on the whole data (the batch is cut to the data's size)",
-                    LargeBatchWarning, stacklevel=1)
-    batch_size = epoch_batch_size(int(batch_size), largest)
-    steps_per_epoch = int(-(-int(n_valid.max()) // batch_size))
-    sizes = set(-(-np.atleast_1d(n_valid) // batch_size))
-  else:
-    steps_per_epoch, sizes = int(steps), {0}
-  plan = _Plan(loss_fn, rule, int(batch_size), "epochs" if steps is None else "steps",
-               has_aux, communicate, stacked, "vmap", num_agents, guard=len(sizes) > 1,
-               groups=groups, per_agent_hyper=per_agent_hyper)
+  batch_size, steps_per_epoch, guard = _steps_per_epoch(schedule, n_valid)
+  plan = _Plan(loss_fn, rule, batch_size, "epochs" if epochs is not None else "steps",
+               has_aux, communicate, stacked, "vmap", checked.num_agents, guard=guard,
+               groups=groups, per_agent_hyper=checked.per_agent_hyper)
   state = (params, opt_state, context)
-  mask = jnp.asarray(mask) if spread is None else spread.astype(bool)
+  mask = jnp.asarray(checked.mask) if checked.spread is None else checked.spread.astype(bool)
+  first_step, valid = schedule.first_step, jnp.asarray(n_valid, jnp.int32)
   if epochs is not None:
     epoch_keys, shared_keys = _epoch_keys(key, shared_key, epochs=epochs, stacked=stacked)
 
     def inputs_of(e):
       order, step_key = _epoch_order(mask, epoch_keys[:, e] if stacked else epoch_keys[e],
                                      stacked=stacked, slots=steps_per_epoch * batch_size)
-      return _Inputs(data, shared, order, jnp.asarray(n_valid, jnp.int32), step_key,
-                     shared_keys[e], jnp.int32(first_step + e * steps_per_epoch))
-    rounds = range(epochs)
+      return _Inputs(data, shared, order, valid, step_key, shared_keys[e],
+                     jnp.int32(first_step + e * steps_per_epoch))
   else:
     order = _valid_first(mask, stacked=stacked)
-    inputs_of = lambda e: _Inputs(data, shared, order, jnp.asarray(n_valid, jnp.int32), key,
-                                  shared_key, jnp.int32(first_step))
-    rounds = range(1)
+    inputs_of = lambda e: _Inputs(data, shared, order, valid, key, shared_key,
+                                  jnp.int32(first_step))
 
   first_inputs = inputs_of(0)
   step_loop, agent_batching = resolve_loop(
-      step_loop, agent_batching, lambda: _step_uses_convolution(plan, state, first_inputs))
+      loop.step_loop, loop.agent_batching,
+      lambda: _step_uses_convolution(plan, state, first_inputs))
   if stacked and agent_batching == "sequential":
     if communicate is None and groups is None:   # independent agents: each trains alone
       return _one_by_one(loss_fn, state, data, mask, key, shared_key, shared,
-                         dict(optimizer=optimizer, batch_size=requested, epochs=epochs,
-                              steps=steps, has_aux=has_aux, first_step=first_step,
-                              step_loop=step_loop, agent_batching="vmap"), on_epoch,
-                         hyper if per_agent_hyper else None)
+                         dict(optimizer=checked.optimizer, schedule=schedule,
+                              loop=Loop(step_loop, "vmap"), has_aux=has_aux), on_epoch,
+                         hyper if checked.per_agent_hyper else None)
     plan = dataclasses.replace(plan, agents="sequential")   # one program (they communicate)
-  for e in rounds:
+  for e in range(1 if epochs is None else epochs):
     inputs = first_inputs if e == 0 else inputs_of(e)
     if step_loop == "scan":
       state = _scan_steps(state, inputs, hyper, plan=plan, num_steps=steps_per_epoch)

@@ -2,7 +2,7 @@
 
 The paper's setting (Afonin & Karimireddy, App. A): Adam, learning rate 1e-3,
 L2 weight decay 3e-4 added to the gradient *before* Adam, as PyTorch's
-``torch.optim.Adam(weight_decay=...)`` does (see :func:`neural.make_optimizer`).
+``torch.optim.Adam(weight_decay=...)`` does (see :func:`neural.training.make_optimizer`).
 Losses, on per-example softmax probabilities ``s = softmax(logits)`` (C classes):
 
 * ``"mse"``: ``mean_c (s_c - t_c)^2``, averaged over the batch: PyTorch's
@@ -11,7 +11,7 @@ Losses, on per-example softmax probabilities ``s = softmax(logits)`` (C classes)
   to the theoretical setting");
 * ``"ce"``: soft cross-entropy ``-sum_c t_c log s_c``, averaged over the batch.
 
-:func:`train` and :func:`train_batch` run :func:`neural.train_loop` (the one
+:func:`train` and :func:`train_batch` run :func:`neural.training.train_loop` (the one
 training scaffold) with :class:`SoftmaxLoss`: shuffled epochs of mini-batches,
 the last one partial, a per-example ``mask`` that removes points (a padded agent
 follows the schedule of its unpadded run with the same key), and agents stacked
@@ -41,11 +41,12 @@ from neural._src.settings import EpochSettings
 from neural._src.settings import OptimizerChoice
 from neural._src.training.augment import Augment
 from neural._src.training.optimizers import Hyperparameters
-from neural._src.training.optimizers import OptimizerConfig
 from neural._src.training.optimizers import optimizer_config
 from neural._src.training.train_loop import AGENT_BATCHING
 from neural._src.training.train_loop import STEP_LOOPS
 from neural._src.training.train_loop import Batch
+from neural._src.training.train_loop import Loop
+from neural._src.training.train_loop import Schedule
 from neural._src.training.train_loop import TrainError
 from neural._src.training.train_loop import epoch_batch_size
 from neural._src.training.train_loop import train_loop
@@ -59,7 +60,8 @@ Variables = Any   # a Flax variables dict {"params": ...}
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig(EpochSettings, OptimizerChoice):
-  """Settings of local training (``neural.EpochSettings`` and ``neural.OptimizerChoice``).
+  """Settings of local training (``neural.training.EpochSettings`` and
+  ``neural.training.OptimizerChoice``).
 
   The loss, the loop and the rule are static (part of the compiled program); the
   learning rate and the weight decay are data (one program serves every value).
@@ -73,9 +75,9 @@ class TrainConfig(EpochSettings, OptimizerChoice):
       "ce" (soft cross-entropy, App. H.3).
     warm_start: if true, a learner with ``init`` variables starts from them
       instead of a fresh initialisation.
-    step_loop, agent_batching: how :func:`neural.train_loop` runs the steps and
+    step_loop, agent_batching: how :func:`neural.training.train_loop` runs the steps and
       stacked agents ("auto": by backend and model; the numbers do not depend on it).
-    augment: augmentation of every training batch (:class:`neural.Augment`), or
+    augment: augmentation of every training batch (:class:`neural.training.Augment`), or
       ``None``.
   """
 
@@ -88,7 +90,7 @@ class TrainConfig(EpochSettings, OptimizerChoice):
 
   def __post_init__(self):
     if self.augment is not None and not isinstance(self.augment, Augment):
-      raise TrainError(f"augment: expected a neural.Augment or None, got "
+      raise TrainError(f"augment: expected a neural.training.Augment or None, got "
                        f"{type(self.augment).__name__}")
     for name, expected in self.training_problems():
       raise TrainError(f"{name}: expected {expected}, got {getattr(self, name)!r}")
@@ -99,10 +101,6 @@ class TrainConfig(EpochSettings, OptimizerChoice):
     if self.agent_batching not in AGENT_BATCHING:
       raise TrainError(f"agent_batching: expected one of {AGENT_BATCHING}, got "
                        f"{self.agent_batching!r}")
-
-  def optimizer_config(self) -> OptimizerConfig:
-    """The :class:`neural.OptimizerConfig` of these settings (``neural.optimizer_config``)."""
-    return optimizer_config(self)
 
 
 def per_example_loss(logits: Array, targets: Array, loss: str) -> Array:
@@ -157,7 +155,7 @@ class SoftmaxLoss:
   Attributes:
     model: the student network.
     loss: "mse" or "ce".
-    augment: an :class:`neural.Augment`, or ``None``.
+    augment: an :class:`neural.training.Augment`, or ``None``.
     teachers: the teachers' modules (their variables and weights are in the context).
   """
 
@@ -285,9 +283,10 @@ def _fit(model, variables, x, targets, mask, key, config: TrainConfig, stacked: 
         weight_decay=jnp.asarray(hyperparameters.weight_decay) if config.weight_decay else 0.0)
   out = train_loop(SoftmaxLoss(model, config.loss, config.augment, modules), params,
                    {"x": x, "t": targets},
-                   optimizer=optimizer, key=key, batch_size=config.batch_size,
-                   epochs=config.epochs, mask=mask, context=context, stacked=stacked,
-                   step_loop=config.step_loop, agent_batching=config.agent_batching,
+                   optimizer=optimizer, key=key,
+                   schedule=Schedule(config.batch_size, epochs=config.epochs),
+                   loop=Loop(config.step_loop, config.agent_batching), mask=mask,
+                   context=context, stacked=stacked,
                    on_epoch=None if on_epoch is None else hook)
   return {**(others or {}), "params": out.params}
 

@@ -316,10 +316,10 @@ def test_a_damaged_problem_or_checkpoint_is_one_line(tmp_path, how, capsys):
                "--out", str(tmp_path / "o.npz")]) == 2
   err = capsys.readouterr().err
   assert err.count("\n") == 1 and "p.npz" in err and "unusable" in err
-  neural.save_checkpoint(tmp_path / "c.npz", {"a": np.arange(300.0), "b": np.arange(200.0)})
+  neural.runs.save_checkpoint(tmp_path / "c.npz", {"a": np.arange(300.0), "b": np.arange(200.0)})
   _damaged(tmp_path / "c.npz", how)
-  with pytest.raises(neural.CheckpointError, match="unusable") as info:
-    neural.read_checkpoint(tmp_path / "c.npz")
+  with pytest.raises(neural.runs.CheckpointError, match="unusable") as info:
+    neural.runs.read_checkpoint(tmp_path / "c.npz")
   assert "\n" not in str(info.value)
 
 

@@ -154,7 +154,7 @@ def test_a_server_that_ignores_range_sends_the_whole_file_again(tmp_path):
 def test_a_wrong_checksum_is_refused_and_nothing_gets_the_name(serve, tmp_path):
   blob = b"the published file"
   server = serve({"f.bin": b"something else, same size"[:len(blob)]})
-  with pytest.raises(neural.DataError, match="not the published one"):
+  with pytest.raises(neural.data.DataError, match="not the published one"):
     download.fetch_file(f"{server.url}/f.bin", _remote("f.bin", blob), tmp_path / "f.bin")
   assert list(tmp_path.iterdir()) == []   # neither the file nor a .part
 
@@ -190,7 +190,7 @@ def test_an_archive_is_unpacked_checked_and_renamed_into_place(serve, tmp_path):
   assert sorted(p.name for p in tmp_path.iterdir()) == ["cifar-10-batches-py"]   # archive gone
   short = Download(server.url, (_remote("c.tar.gz", blob),),
                    unpack=("cifar-10-batches-py", (("data_batch_2", 0),)))
-  with pytest.raises(neural.DataError, match="lacks"):
+  with pytest.raises(neural.data.DataError, match="lacks"):
     download.fetch_dataset("c", tmp_path / "other", downloads={"c": short})
   assert not (tmp_path / "other" / "cifar-10-batches-py").exists()   # nothing half-unpacked
 
@@ -199,7 +199,7 @@ def test_an_archive_member_outside_the_directory_is_refused(serve, tmp_path):
   blob = _tarball({"../evil": b"x"})
   server = serve({"e.tar.gz": blob})
   spec = Download(server.url, (_remote("e.tar.gz", blob),), unpack=("e", ()))
-  with pytest.raises(neural.DataError, match="not a plain file or folder inside it"):
+  with pytest.raises(neural.data.DataError, match="not a plain file or folder inside it"):
     download.fetch_dataset("e", tmp_path / "d", downloads={"e": spec})
   assert not (tmp_path / "evil").exists()
 
@@ -211,7 +211,7 @@ def test_the_published_table_and_the_missing_data_error_name_the_command(tmp_pat
       assert remote.size > 0 and len(remote.digest) == {"sha256": 64, "md5": 32}[
           remote.algorithm]
   for name in ("mnist", "cifar10", "cinic10"):
-    with pytest.raises(neural.DataError, match=f"neural data fetch {name} --dir {tmp_path}"):
+    with pytest.raises(neural.data.DataError, match=f"neural data fetch {name} --dir {tmp_path}"):
       neural.load_dataset(name, tmp_path)
 
 
@@ -285,7 +285,7 @@ def test_a_dropped_connection_keeps_the_partial_file_and_the_next_try_resumes(mi
     return _response("206 Partial Content", blob[start:])
   server = misbehave(reply)
   part = tmp_path / "f.bin.part"
-  with pytest.raises(neural.DataError, match="run the command again to resume"):
+  with pytest.raises(neural.data.DataError, match="run the command again to resume"):
     download.fetch_file(f"{server.url}/f.bin", remote, tmp_path / "f.bin")
   assert part.read_bytes() == blob[:4000]   # kept, not deleted
   path = download.fetch_file(f"{server.url}/f.bin", remote, tmp_path / "f.bin")
@@ -334,7 +334,7 @@ def test_a_part_file_that_is_a_link_is_refused_and_its_target_untouched(serve, t
   elsewhere = tmp_path / "elsewhere"
   elsewhere.write_bytes(b"keep me")
   (tmp_path / "f.bin.part").symlink_to(elsewhere)
-  with pytest.raises(neural.DataError, match="f.bin.part: expected a partial download"):
+  with pytest.raises(neural.data.DataError, match="f.bin.part: expected a partial download"):
     download.fetch_file(f"{server.url}/f.bin", _remote("f.bin", blob), tmp_path / "f.bin")
   assert elsewhere.read_bytes() == b"keep me" and not (tmp_path / "f.bin").exists()
 
@@ -349,7 +349,7 @@ def test_a_part_file_hard_linked_elsewhere_is_neither_truncated_nor_written(serv
   elsewhere.write_bytes(b"keep me"[:have] if have else b"keep me too, all of it")
   before = elsewhere.read_bytes()
   (tmp_path / "f.bin.part").hardlink_to(elsewhere)
-  with pytest.raises(neural.DataError, match="f.bin.part: expected a partial download .* "
+  with pytest.raises(neural.data.DataError, match="f.bin.part: expected a partial download .* "
                                              "2 hard links") as info:
     download.fetch_file(f"{server.url}/f.bin", _remote("f.bin", blob), tmp_path / "f.bin")
   assert "\n" not in str(info.value)
@@ -376,7 +376,7 @@ def test_a_206_from_another_offset_is_refused(tmp_path):
   threading.Thread(target=wrong.serve_forever, daemon=True).start()
   try:
     url = f"http://127.0.0.1:{wrong.server_address[1]}/f.bin"
-    with pytest.raises(neural.DataError, match="Content-Range 'bytes 0-799/800'"):
+    with pytest.raises(neural.data.DataError, match="Content-Range 'bytes 0-799/800'"):
       download.fetch_file(url, _remote("f.bin", blob), tmp_path / "f.bin")
     assert (tmp_path / "f.bin.part").read_bytes() == blob[:100]
   finally:

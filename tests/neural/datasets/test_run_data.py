@@ -34,8 +34,8 @@ def test_an_agent_without_points_is_a_partition_error_naming_it():
   config = types.SimpleNamespace(partition="iid", agents=3,
                                  partition_params={"proportions": (0.98, 0.01, 0.01)})
   x, y = np.zeros((3, 8, 8, 1), np.float32), np.array([0, 1, 2])
-  with pytest.raises(neural.PartitionError, match="no (training )?points"):
-    neural.split_agents(config, x, y, 10, np.random.default_rng(0))
+  with pytest.raises(neural.data.PartitionError, match="no (training )?points"):
+    neural.data.split_agents(config, x, y, 10, np.random.default_rng(0))
 
 
 def test_normalize_standardises_with_the_authors_constants_or_the_datas_own():

@@ -9,6 +9,7 @@ import re
 import pytest
 
 import neural
+from neural import evidence
 from neural._src.evidence.authors import control_table
 from neural._src.evidence.claims import ALL
 from neural._src.evidence.claims import APART
@@ -85,7 +86,7 @@ def test_the_long_run_statements_need_the_papers_rounds():
 def test_a_setting_the_sentence_does_not_cover_is_out_of_scope_with_its_verdict_kept():
   avgkd, fedavg = [0.5, 0.7, 0.7, 0.7, 0.7], [0.5, 0.6, 0.6, 0.6, 0.6]
   runs = {a: {"avgkd": [avgkd] * 3, "fedavg": [fedavg] * 3} for a in ("alpha=0.0", "alpha=1.0")}
-  checks = neural.check_claims(6, runs, test_points=BIG)
+  checks = evidence.check_claims(6, runs, test_points=BIG)
   statement = "AvgKD consistently outperforms FedAvg"
   inside, outside = _check(checks, statement, "alpha=0.0"), _check(checks, statement,
                                                                     "alpha=1.0")
@@ -97,7 +98,7 @@ def test_a_setting_the_sentence_does_not_cover_is_out_of_scope_with_its_verdict_
 
 def test_ekd_benefiting_holds_by_construction():
   ekd = {"mean": [[0.80, 0.81, 0.82, 0.82, 0.83]] * 3, "local": [[0.48, 0.49]] * 3}
-  checks = neural.check_claims(8, {"alpha=0.0": {"ekd": ekd}}, test_points=BIG)
+  checks = evidence.check_claims(8, {"alpha=0.0": {"ekd": ekd}}, test_points=BIG)
   check = _check(checks, "both agents benefit from EKD in the early rounds", "alpha=0.0")
   assert check.standing == BY_CONSTRUCTION and "ensemble" in check.why
   assert check.verdict == REPRODUCED
@@ -106,18 +107,18 @@ def test_ekd_benefiting_holds_by_construction():
 def test_a_long_run_statement_on_five_rounds_is_beyond_the_horizon():
   statement = "EKD improves with rounds"
   five = [0.90, 0.91, 0.92, 0.93, 0.94]
-  short = _check(neural.check_claims(6, {"alpha=0.0": {"ekd": [five] * 3}}, test_points=BIG),
+  short = _check(evidence.check_claims(6, {"alpha=0.0": {"ekd": [five] * 3}}, test_points=BIG),
                  statement, "alpha=0.0")
   assert short.standing == BEYOND_HORIZON and "needs 20 paper rounds" in short.why
   assert "have 5" in short.why and short.verdict == REPRODUCED   # decided, not counted
   twenty = [0.90 + 0.002 * t for t in range(20)]
-  full = _check(neural.check_claims(6, {"alpha=0.0": {"ekd": [twenty] * 3}}, test_points=BIG),
+  full = _check(evidence.check_claims(6, {"alpha=0.0": {"ekd": [twenty] * 3}}, test_points=BIG),
                 statement, "alpha=0.0")
   assert full.standing == IN_SCOPE and full.verdict == REPRODUCED
 
 
 def test_a_check_without_runs_keeps_the_sentences_scope_but_no_horizon():
-  checks = neural.check_claims(6, {"alpha=1.0": {"avgkd": [[0.5, 0.6]]}})
+  checks = evidence.check_claims(6, {"alpha=1.0": {"avgkd": [[0.5, 0.6]]}})
   missing = _check(checks, "EKD improves with rounds", "alpha=1.0")
   assert missing.verdict == NOT_TESTABLE and missing.standing == IN_SCOPE
   fedavg = _check(checks, "AvgKD consistently outperforms FedAvg", "alpha=1.0")
@@ -129,8 +130,8 @@ def test_the_authors_fig_6_and_8_at_five_rounds_stand_apart_as_the_sentences_say
   sentences do not cover, what holds by construction, what 5 rounds cannot decide."""
   standing = {}
   for figure in ("Fig. 6", "Fig. 8"):
-    horizons = {name: 5 for name in neural.authors_curves(figure)}
-    for c in neural.control_checks(figure, horizons):
+    horizons = {name: 5 for name in evidence.authors_curves(figure)}
+    for c in evidence.control_checks(figure, horizons):
       standing[c.standing] = standing.get(c.standing, 0) + 1
   # Out of scope: AvgKD and EKD consistently outperform FedAvg (its clients and its averaged
   # model) at Alpha 0.1 and 1 (4 x 2); by construction: EKD benefits, Fig. 6 at the two
@@ -152,16 +153,16 @@ def test_the_authors_fig_6_and_8_at_five_rounds_stand_apart_as_the_sentences_say
 
 
 def _reproduction(checks):
-  curves = neural.authors_curves("Fig. 6")
+  curves = evidence.authors_curves("Fig. 6")
   own = {n: c for n, c in curves.items() if "/" not in n}
-  return neural.Reproduction("Fig. 6", "small", {}, (0,), (neural.ConfigReproduction(
+  return neural.Reproduction("Fig. 6", "small", {}, (0,), (evidence.ConfigReproduction(
       "fig06", "", "w", own, tuple(checks), {}, "w/reproduce.png"),), {"md": "", "json": ""},
       1.0)
 
 
 def test_the_report_counts_the_checks_in_scope_and_lists_the_others_apart():
-  horizons = {name: 5 for name in neural.authors_curves("Fig. 6")}
-  checks = neural.control_checks("Fig. 6", horizons)
+  horizons = {name: 5 for name in evidence.authors_curves("Fig. 6")}
+  checks = evidence.control_checks("Fig. 6", horizons)
   result = _reproduction(checks)
   counted = [c for c in checks if c.standing == IN_SCOPE]
   assert result.counted == counted
@@ -214,7 +215,7 @@ def test_a_report_with_every_check_in_scope_says_so():
 
 def test_the_control_table_counts_in_scope_checks_and_lists_the_others():
   table = control_table()
-  checks = neural.control_checks("Fig. 6")
+  checks = evidence.control_checks("Fig. 6")
   counted = [c for c in checks if c.standing == IN_SCOPE]
   held = sum(c.verdict == REPRODUCED for c in counted)
   assert (f"#### Fig. 6: {held} of {len(counted)} checks hold on the authors' curves "
@@ -230,8 +231,8 @@ def test_the_commands_summary_counts_the_checks_in_scope(monkeypatch, tmp_path, 
   cut to 5 rounds): the counts in scope, the others apart, each marked in the listing."""
   from neural._src.cli import main
   from neural._src.figures import reproduce as module
-  horizons = {name: 5 for name in neural.authors_curves("Fig. 6")}
-  result = _reproduction(neural.control_checks("Fig. 6", horizons))
+  horizons = {name: 5 for name in evidence.authors_curves("Fig. 6")}
+  result = _reproduction(evidence.control_checks("Fig. 6", horizons))
   monkeypatch.setattr(module, "reproduce", lambda *args, **kwargs: result)
   assert main(["reproduce", "--figure", "6", "--no-progress", "--workdir", str(tmp_path)]) == 0
   out = capsys.readouterr().out.splitlines()

@@ -241,11 +241,11 @@ def test_plain_numbers_say_how_their_test_images_were_drawn():
 
   runs = {"mean": [[0.5, 0.6, 0.7, 0.75, 0.8], [0.52, 0.61, 0.69, 0.74, 0.79],
                    [0.49, 0.62, 0.7, 0.76, 0.81]], "test_points": 1000}
-  own = neural.check_claims(6, {"alpha=0.0": {"ekd": {**runs, "test_sets": "own"}}})
-  shared = neural.check_claims(6, {"alpha=0.0": {"ekd": runs}})
+  own = neural.evidence.check_claims(6, {"alpha=0.0": {"ekd": {**runs, "test_sets": "own"}}})
+  shared = neural.evidence.check_claims(6, {"alpha=0.0": {"ekd": runs}})
   improves = [[c for c in checks if c.statement == "EKD improves with rounds"][0]
               for checks in (own, shared)]
   assert [c.term for c in improves] == [SEEDS_ONLY, BINOMIAL]
   with pytest.raises(ValueError, match=r"\['test_sets'\]: expected 'own', 'shared' or one "
                                        r"string per seed \(3\)"):
-    neural.check_claims(6, {"alpha=0.0": {"ekd": {**runs, "test_sets": ["a"]}}})
+    neural.evidence.check_claims(6, {"alpha=0.0": {"ekd": {**runs, "test_sets": ["a"]}}})

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import neural
+from neural import evidence
 from neural._src.cli import main
 from neural._src.evidence.authors import control_table
 from neural._src.evidence.claims import ALL
@@ -70,7 +71,7 @@ def test_statements_from_rows_and_settings_the_runs_lack():
   down, flat = [0.90, 0.85, 0.80, 0.75, 0.70], [0.90, 0.90, 0.90, 0.90, 0.90]
   results = {"same__from-agent1": _akd(down), "same__from-agent2": _akd(down, start=1),
              "same-no-reg__from-agent1": _akd(flat), "same-no-reg__from-agent2": _akd(flat, 1)}
-  checks = neural.check_statements(4, results)
+  checks = evidence.check_statements(4, results)
   degrades = "AKD degrades with rounds"
   assert _check(checks, degrades, "same").verdict == REPRODUCED
   assert _check(checks, degrades, "same-no-reg").verdict != REPRODUCED
@@ -82,7 +83,7 @@ def test_statements_from_rows_and_settings_the_runs_lack():
 
 def test_an_unfinished_run_is_not_testable():
   config = neural.ExperimentConfig(protocol="akd", rounds=10)
-  checks = neural.check_statements("Fig. 4", {"same__from-agent1": _akd([0.9, 0.8])},
+  checks = evidence.check_statements("Fig. 4", {"same__from-agent1": _akd([0.9, 0.8])},
                                    {"same__from-agent1": config})
   check = _check(checks, "AKD degrades with rounds", "same")
   assert check.verdict == NOT_TESTABLE and "2 of 5 rounds" in check.numbers
@@ -94,7 +95,7 @@ def test_ekd_runs_give_their_ensemble_and_the_akd_runs_inside():
     rows.append(_row(t, "ensemble", "ekd", [0.80, 0.5, 0.86, 0.4][t]))
     for a in range(2):
       rows.append(_row(t, a, "ekd", 0.7 - 0.05 * t + 0.01 * a, start=(a - t) % 2))
-  curves = neural.paper_curves({"alpha=0.0__ekd": rows})
+  curves = evidence.paper_curves({"alpha=0.0__ekd": rows})
   ekd = curves["alpha=0.0__ekd"]
   assert ekd.values == ((0.80, 0.86),) and ekd.local == ((0.70, 0.71),) and not ekd.agents
   akd = curves["alpha=0.0__ekd:akd-from-agent1"]
@@ -106,12 +107,12 @@ def test_fedavg_runs_give_their_clients_and_their_averaged_model_and_both_are_ju
   clients, server = [0.50, 0.55, 0.60], [0.80, 0.85, 0.88]
   rows = [r for t in range(3) for r in [_row(t, a, "fedavg", clients[t]) for a in range(2)]
           + [_row(t, "server", "fedavg", server[t])]]
-  curves = neural.paper_curves({"alpha=0.0__fedavg": rows})
+  curves = evidence.paper_curves({"alpha=0.0__fedavg": rows})
   assert curves["alpha=0.0__fedavg"].values == (tuple(clients),)
   averaged = curves["alpha=0.0__fedavg:server"]
   assert averaged.values == (tuple(server),) and averaged.protocol == "fedavg"
   avgkd = [0.5, 0.7, 0.7]
-  checks = neural.check_claims(6, {"alpha=0.0": {"avgkd": [avgkd] * 3, "fedavg": [clients] * 3,
+  checks = evidence.check_claims(6, {"alpha=0.0": {"avgkd": [avgkd] * 3, "fedavg": [clients] * 3,
                                                  "fedavg:server": [server] * 3}},
                                test_points=BIG)
   paper = _check(checks, "AvgKD consistently outperforms FedAvg", "alpha=0.0")
@@ -124,7 +125,7 @@ def test_fedavg_runs_give_their_clients_and_their_averaged_model_and_both_are_ju
 def test_check_claims_takes_plain_numbers_per_seed_and_other_figures():
   seeds = [[0.50, 0.90, 0.85, 0.80, 0.70], [0.52, 0.91, 0.86, 0.78, 0.71],
            [0.51, 0.90, 0.86, 0.79, 0.70]]
-  checks = neural.check_claims("8", {"alpha=0.0": {"pkd-mean": seeds}}, test_points=BIG,
+  checks = evidence.check_claims("8", {"alpha=0.0": {"pkd-mean": seeds}}, test_points=BIG,
                                other={6: {"alpha=0.0": {"pkd-mean": [[0.5, 0.9, 0.9, 0.9,
                                                                       0.88]] * 3}}})
   check = _check(checks, "PKD degrades with rounds (pkd-mean)", "alpha=0.0")
@@ -132,18 +133,18 @@ def test_check_claims_takes_plain_numbers_per_seed_and_other_figures():
   cross = _check(checks, "PKD degrades faster than with one model (Fig. 6)", "alpha=0.0")
   assert cross.verdict == REPRODUCED and "Fig. 6/alpha=0.0__pkd-mean" in cross.runs
   with pytest.raises(ValueError, match=r"curves\['alpha=0.0'\]\['pkd'\]\['mean'\]\[0\]\[1\]"):
-    neural.check_claims(8, {"alpha=0.0": {"pkd": [[0.5, "high"]]}})
+    evidence.check_claims(8, {"alpha=0.0": {"pkd": [[0.5, "high"]]}})
   with pytest.raises(ValueError, match="'agents' has 1 seeds, 'mean' 3"):
-    neural.check_claims(8, {"alpha=0.0": {"pkd": {"mean": seeds, "agents": [[[0.5]]]}}})
+    evidence.check_claims(8, {"alpha=0.0": {"pkd": {"mean": seeds, "agents": [[[0.5]]]}}})
 
 
 def test_a_cifar_statement_is_not_testable_on_mnist():
   runs = {"alpha=0.0": {"ekd": [[0.5, 0.6, 0.7]]}}
   statement = "EKD does not improve with rounds (CIFAR-10, unlike MNIST)"
-  on_mnist = _check(neural.check_claims(9, runs, dataset="mnist-subset"), statement,
+  on_mnist = _check(evidence.check_claims(9, runs, dataset="mnist-subset"), statement,
                     "alpha=0.0")
   assert on_mnist.verdict == NOT_TESTABLE and "cifar10" in on_mnist.numbers
-  on_cifar = _check(neural.check_claims(9, runs, dataset="cifar10"), statement, "alpha=0.0")
+  on_cifar = _check(evidence.check_claims(9, runs, dataset="cifar10"), statement, "alpha=0.0")
   assert on_cifar.verdict == NOT_REPRODUCED
 
 
@@ -160,7 +161,7 @@ def test_every_statement_names_runs_the_configs_have():
     for name in scales["paper"] + scales["small"]:
       runs = load_spec(name).expand()
       results = {run: _finished_rows(config) for run, config in runs}
-      checks = evaluate([c for c in CLAIMS if c.figure == figure], neural.paper_curves(results))
+      checks = evaluate([c for c in CLAIMS if c.figure == figure], evidence.paper_curves(results))
       assert checks
       untestable = [c for c in checks if c.verdict == NOT_TESTABLE
                     and not any("/" in r for r in c.runs)
@@ -187,16 +188,16 @@ def test_figure_labels_and_configs_per_scale():
 
 def test_the_authors_curves_have_every_run_of_their_figures():
   for figure in ("Fig. 6", "Fig. 8", "Fig. 9", "Fig. 10"):
-    curves = neural.authors_curves(figure)
+    curves = evidence.authors_curves(figure)
     own = [c for name, c in curves.items() if "/" not in name]
     assert {c.setting for c in own} == {"alpha=0.0", "alpha=0.01", "alpha=0.1", "alpha=1.0"}
     for c in own:
       assert c.seeds == 1 and c.test_points == 10_000
       assert c.done == (1 if c.protocol == "central" else 20), c.name
       assert np.all((c.array() > 0.05) & (c.array() <= 1.0))
-  assert neural.authors_curves("Fig. 4") == {}
+  assert evidence.authors_curves("Fig. 4") == {}
   # Figs. 8 and 10 compare with the same-model figure's curves.
-  assert any(n.startswith("Fig. 6/") for n in neural.authors_curves("Fig. 8"))
+  assert any(n.startswith("Fig. 6/") for n in evidence.authors_curves("Fig. 8"))
 
 
 def test_every_statement_of_the_authors_figures_is_decided_on_their_curves():
@@ -206,24 +207,24 @@ def test_every_statement_of_the_authors_figures_is_decided_on_their_curves():
   def theirs(check):
     return not any(r.endswith(("__pkd", "__fedavg:server")) for r in check.runs)
   for figure in ("Fig. 6", "Fig. 8", "Fig. 9", "Fig. 10"):
-    checks = neural.control_checks(figure)
+    checks = evidence.control_checks(figure)
     untested = [c for c in checks if c.verdict == NOT_TESTABLE and "cifar10" not in c.numbers]
     assert checks and untested, figure
     assert not [c for c in untested if theirs(c)], figure
 
 
 def test_the_control_beside_runs_is_cut_to_their_rounds_and_takes_their_spread():
-  curves = neural.authors_curves("Fig. 6")
-  full = {(c.statement, c.setting): c for c in neural.control_checks("Fig. 6")}
+  curves = evidence.authors_curves("Fig. 6")
+  full = {(c.statement, c.setting): c for c in evidence.control_checks("Fig. 6")}
   horizons = {name: 5 for name in curves}
-  cut = {(c.statement, c.setting): c for c in neural.control_checks("Fig. 6", horizons)}
+  cut = {(c.statement, c.setting): c for c in evidence.control_checks("Fig. 6", horizons)}
   key = ("AKD degrades with rounds", "alpha=0.0")
   assert full[key].numbers != cut[key].numbers
   changed = [k for k in full if full[k].verdict != cut[k].verdict]
   assert changed, "cutting 20 rounds to 5 changes no verdict"
   # The floor: the runs' seed spread makes a one-seed verdict of the authors' wider.
   floors = {k: 0.05 for k in cut}
-  wide = {(c.statement, c.setting): c for c in neural.control_checks("Fig. 6", horizons, floors)}
+  wide = {(c.statement, c.setting): c for c in evidence.control_checks("Fig. 6", horizons, floors)}
   assert sum(c.verdict == "reproduced" for c in wide.values()) < sum(
       c.verdict == "reproduced" for c in cut.values())
 
@@ -302,7 +303,7 @@ def test_reproduce_writes_the_report_json_and_figure_with_a_row_per_run(fig5):
     assert f"| {check.statement} |" in md
   assert "--seeds 2" in md and "no control column" in md
   # The JSON's curves are check_claims' format: the same verdicts from them.
-  again = neural.check_claims(5, config["curves"])
+  again = evidence.check_claims(5, config["curves"])
   assert [c.verdict for c in again] == [c.verdict for c in result.checks]
 
 
@@ -392,11 +393,11 @@ def test_batches_of_a_runs_seeds_give_the_rounds_of_the_runs_alone(fig5, tmp_pat
 
 
 def test_the_report_shows_the_control_and_lists_what_the_authors_runs_do_not_support():
-  curves = neural.authors_curves("Fig. 6")
+  curves = evidence.authors_curves("Fig. 6")
   own = {n: c for n, c in curves.items() if "/" not in n}
   checks = tuple(evaluate([c for c in CLAIMS if c.figure == "Fig. 6"], own))
-  control = {(c.statement, c.setting): c for c in neural.control_checks("Fig. 6")}
-  result = neural.Reproduction("Fig. 6", "paper", {}, (0,), (neural.ConfigReproduction(
+  control = {(c.statement, c.setting): c for c in evidence.control_checks("Fig. 6")}
+  result = neural.Reproduction("Fig. 6", "paper", {}, (0,), (evidence.ConfigReproduction(
       "fig06", "", "w", own, checks, control, "w/reproduce.png"),), {"md": "", "json": ""}, 1.0)
   md = markdown(result, "w")
   assert "authors' runs" in md and "do not support this at these tolerances" in md
@@ -417,14 +418,14 @@ def test_the_report_shows_the_control_and_lists_what_the_authors_runs_do_not_sup
 
 
 def test_the_report_sets_the_local_models_beside_the_authors_and_flags_other_splits():
-  curves = neural.authors_curves("Fig. 6")
+  curves = evidence.authors_curves("Fig. 6")
   own = {n: c for n, c in curves.items() if "/" not in n}
   lower = own["alpha=0.01__avgkd"]
   own["alpha=0.01__avgkd"] = lower._replace(values=((lower.values[0][0] - 0.1,)
                                                     + lower.values[0][1:],))
   checks = tuple(evaluate([c for c in CLAIMS if c.figure == "Fig. 6"], own))
-  control = {(c.statement, c.setting): c for c in neural.control_checks("Fig. 6")}
-  result = neural.Reproduction("Fig. 6", "paper", {}, (0,), (neural.ConfigReproduction(
+  control = {(c.statement, c.setting): c for c in evidence.control_checks("Fig. 6")}
+  result = neural.Reproduction("Fig. 6", "paper", {}, (0,), (evidence.ConfigReproduction(
       "fig06", "", "w", own, checks, control, "w/reproduce.png"),), {"md": "", "json": ""}, 1.0)
   md = markdown(result, "w")
   assert "### The local models beside the authors'" in md
@@ -441,16 +442,16 @@ def test_the_report_sets_the_local_models_beside_the_authors_and_flags_other_spl
 
 
 def test_the_report_counts_and_lists_verdicts_against_the_control():
-  curves = neural.authors_curves("Fig. 6")
+  curves = evidence.authors_curves("Fig. 6")
   own = {n: c for n, c in curves.items() if "/" not in n}
   checks = list(evaluate([c for c in CLAIMS if c.figure == "Fig. 6"], own))
-  control = {(c.statement, c.setting): c for c in neural.control_checks("Fig. 6")}
+  control = {(c.statement, c.setting): c for c in evidence.control_checks("Fig. 6")}
   held = [i for i, c in enumerate(checks) if c.verdict == "reproduced"]
   failed = [i for i, c in enumerate(checks) if c.verdict == "not reproduced"]
   checks[held[0]] = checks[held[0]]._replace(verdict="not reproduced", numbers="flipped")
   checks[held[1]] = checks[held[1]]._replace(verdict="inconclusive")
   checks[failed[0]] = checks[failed[0]]._replace(verdict="reproduced")
-  result = neural.Reproduction("Fig. 6", "paper", {}, (0,), (neural.ConfigReproduction(
+  result = neural.Reproduction("Fig. 6", "paper", {}, (0,), (evidence.ConfigReproduction(
       "fig06", "", "w", own, tuple(checks), control, "w/reproduce.png"),),
       {"md": "", "json": ""}, 1.0)
   tally = against_control(result)

@@ -108,7 +108,7 @@ def test_pkd_mean_run_and_its_round_one_targets(tmp_path, assert_close):
   assert [(r["round"], r["agent"], r["protocol"]) for r in rows] == [
       (0, 0, "pkd-mean"), (0, 1, "pkd-mean"), (1, 0, "pkd-mean"), (1, 1, "pkd-mean")]
   assert read_metrics(tmp_path) == rows
-  paper = neural.paper_rounds(rows)   # as PKD: one round per step, the mean of the agents
+  paper = neural.evidence.paper_rounds(rows)   # as PKD: one round per step, the mean of the agents
   assert [r["round"] for r in paper] == [1, 2]
   assert paper[1]["test_accuracy"] == pytest.approx((rows[2]["test_accuracy"]
                                                      + rows[3]["test_accuracy"]) / 2)

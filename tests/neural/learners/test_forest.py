@@ -49,7 +49,7 @@ def test_avgkd_with_an_mlp_and_a_forest(digits):
   xs = [x[:120], x[120:200]]
   ys = [np.eye(10, dtype=np.float32)[y[:120]], np.eye(10, dtype=np.float32)[y[120:200]]]
   learners = [neural.FlaxLearner(neural.get_model("mlp", 10, width=16), (8, 8, 1),
-                                 neural.TrainConfig(epochs=1, batch_size=32),
+                                 neural.training.TrainConfig(epochs=1, batch_size=32),
                                  jax.random.PRNGKey(0)),
               neural.ForestLearner(n_estimators=5, seed=0)]
   preds = fedkrr.simulate("avgkd", learners, xs, ys, rounds=2, x_eval=x[1500:1530])
@@ -65,7 +65,7 @@ def test_avgkd_with_an_mlp_and_a_forest(digits):
     (dict(max_depth=1.5), "max_depth"),
 ])
 def test_bad_settings_are_named(kwargs, match):
-  with pytest.raises(neural.ForestError, match=match):
+  with pytest.raises(neural.training.ForestError, match=match):
     neural.ForestLearner(**kwargs)
 
 

@@ -10,6 +10,7 @@ from sklearn.datasets import load_digits
 
 import fedkrr
 import neural
+from neural import training
 
 
 def leaves(tree):
@@ -35,7 +36,7 @@ def digits():
 def test_fit_batch_equals_fitting_one_by_one(name, sizes):
   """The vmapped program gives each agent the parameters of its own fit (different n)."""
   model = neural.get_model(name, 3, width=4)
-  config = neural.TrainConfig(epochs=2, batch_size=8)
+  config = training.TrainConfig(epochs=2, batch_size=8)
   learners = neural.flax_learners([model] * len(sizes), (6, 6, 1), config, jax.random.PRNGKey(7))
   xs, ts = random_problem(sizes)
   batched = neural.FlaxLearner.fit_batch(learners, xs, ts)
@@ -50,7 +51,7 @@ def test_fit_batch_equals_fitting_one_by_one(name, sizes):
 def test_learner_reaches_high_accuracy_on_digits(digits):
   x, y = digits
   learner = neural.FlaxLearner(neural.get_model("mlp", 10, width=128), (8, 8, 1),
-                               neural.TrainConfig(epochs=15, batch_size=32),
+                               training.TrainConfig(epochs=15, batch_size=32),
                                jax.random.PRNGKey(0))
   model = learner.fit(x[:1200], np.eye(10, dtype=np.float32)[y[:1200]])
   probs = model.predict(x[1200:])
@@ -63,7 +64,7 @@ def test_learner_reaches_high_accuracy_on_digits(digits):
 def test_fit_is_fresh_and_deterministic_per_key():
   xs, ts = random_problem([12])
   learner = neural.FlaxLearner(neural.get_model("mlp", 3, width=8), (6, 6, 1),
-                               neural.TrainConfig(epochs=1, batch_size=4), jax.random.PRNGKey(0))
+                               training.TrainConfig(epochs=1, batch_size=4), jax.random.PRNGKey(0))
   a, b = learner.fit(xs[0], ts[0]), learner.fit(xs[0], ts[0])
   assert all(np.array_equal(u, v) for u, v in zip(leaves(a.variables), leaves(b.variables)))
   c = learner.with_key(jax.random.PRNGKey(1)).fit(xs[0], ts[0])
@@ -73,10 +74,10 @@ def test_fit_is_fresh_and_deterministic_per_key():
 def test_warm_start_starts_from_init():
   xs, ts = random_problem([12])
   model = neural.get_model("mlp", 3, width=8)
-  init = neural.init_variables(model, jax.random.PRNGKey(42), (6, 6, 1))
-  cold = neural.FlaxLearner(model, (6, 6, 1), neural.TrainConfig(epochs=0),
+  init = training.init_variables(model, jax.random.PRNGKey(42), (6, 6, 1))
+  cold = neural.FlaxLearner(model, (6, 6, 1), training.TrainConfig(epochs=0),
                             jax.random.PRNGKey(0), init=init)
-  warm = neural.FlaxLearner(model, (6, 6, 1), neural.TrainConfig(epochs=0, warm_start=True),
+  warm = neural.FlaxLearner(model, (6, 6, 1), training.TrainConfig(epochs=0, warm_start=True),
                             jax.random.PRNGKey(0), init=init)
   assert all(np.array_equal(u, v)
              for u, v in zip(leaves(warm.fit(xs[0], ts[0]).variables), leaves(init)))
@@ -86,14 +87,14 @@ def test_warm_start_starts_from_init():
 
 
 def test_batch_key_groups_same_architecture_only():
-  config = neural.TrainConfig()
+  config = training.TrainConfig()
   a = neural.FlaxLearner(neural.get_model("cnn", 10), (28, 28, 1), config, jax.random.PRNGKey(0))
   b = a.with_key(jax.random.PRNGKey(1))
   assert a.batch_key == b.batch_key and hash(a.batch_key) == hash(b.batch_key)
   assert a.batch_key != dataclass_replace(a, model=neural.get_model("mlp", 10)).batch_key
-  assert a.batch_key != dataclass_replace(a, config=neural.TrainConfig(epochs=3)).batch_key
+  assert a.batch_key != dataclass_replace(a, config=training.TrainConfig(epochs=3)).batch_key
   assert a.batch_key != dataclass_replace(a, input_shape=(32, 32, 3)).batch_key
-  with pytest.raises(neural.LearnerError, match="batch_key"):
+  with pytest.raises(training.LearnerError, match="batch_key"):
     neural.FlaxLearner.fit_batch([a, dataclass_replace(a, input_shape=(32, 32, 3))],
                                  [None, None], [None, None])
 
@@ -105,10 +106,10 @@ def dataclass_replace(obj, **changes):
 
 def test_bad_input_shape_is_named():
   learner = neural.FlaxLearner(neural.get_model("mlp", 3, width=8), (6, 6, 1),
-                               neural.TrainConfig(epochs=1), jax.random.PRNGKey(0))
-  with pytest.raises(neural.LearnerError, match="x: expected shape"):
+                               training.TrainConfig(epochs=1), jax.random.PRNGKey(0))
+  with pytest.raises(training.LearnerError, match="x: expected shape"):
     learner.fit(np.zeros((4, 5, 5, 1), np.float32), np.zeros((4, 3), np.float32))
-  with pytest.raises(neural.LearnerError, match="targets"):
+  with pytest.raises(training.LearnerError, match="targets"):
     learner.fit(np.zeros((4, 6, 6, 1), np.float32), np.zeros((4,), np.float32))
 
 
@@ -117,7 +118,7 @@ def test_avgkd_round_with_two_flax_learners_goes_through_fit_batch(digits, monke
   xs = [x[:150], x[150:250]]
   ys = [np.eye(10, dtype=np.float32)[y[:150]], np.eye(10, dtype=np.float32)[y[150:250]]]
   learners = neural.flax_learners([neural.get_model("mlp", 10, width=16)] * 2, (8, 8, 1),
-                                  neural.TrainConfig(epochs=1, batch_size=32),
+                                  training.TrainConfig(epochs=1, batch_size=32),
                                   jax.random.PRNGKey(0))
 
   def no_single_fits(self, x, targets):
@@ -136,11 +137,11 @@ def test_epoch_scores_of_a_batch_equal_those_of_single_fits():
   ds = neural.load_dataset("digits", test_fraction=0.25)
   model = neural.get_model("mlp", 10, width=16)
   xs = [ds.x_train[:90], ds.x_train[90:150]]
-  ts = [neural.one_hot(ds.y_train[:90], 10), neural.one_hot(ds.y_train[90:150], 10)]
+  ts = [neural.data.one_hot(ds.y_train[:90], 10), neural.data.one_hot(ds.y_train[90:150], 10)]
   eval_data = (ds.x_test[:100], ds.y_test[:100])
   singles = []
   for a in range(2):
-    config = neural.TrainConfig(epochs=3, batch_size=32, learning_rate=0.01)
+    config = training.TrainConfig(epochs=3, batch_size=32, learning_rate=0.01)
     learner = neural.FlaxLearner(model, (8, 8, 1), config, jax.random.PRNGKey(a),
                                  eval_data=eval_data)
     singles.append(learner.fit(xs[a], ts[a]))
@@ -148,7 +149,7 @@ def test_epoch_scores_of_a_batch_equal_those_of_single_fits():
     assert len(singles[a].epoch_accuracy) == 3
     assert singles[a].epoch_accuracy[-1] == pytest.approx(last)
   for batching in ("vmap", "sequential"):
-    config = neural.TrainConfig(epochs=3, batch_size=32, learning_rate=0.01,
+    config = training.TrainConfig(epochs=3, batch_size=32, learning_rate=0.01,
                                 agent_batching=batching)
     learners = [neural.FlaxLearner(model, (8, 8, 1), config, jax.random.PRNGKey(a),
                                    eval_data=eval_data) for a in range(2)]
@@ -161,6 +162,6 @@ def test_epoch_scores_of_a_batch_equal_those_of_single_fits():
   batch = neural.FlaxLearner.fit_batch([learners[0], other], xs, ts)
   np.testing.assert_allclose(batch[0].epoch_accuracy, singles[0].epoch_accuracy, atol=0.021)
   np.testing.assert_allclose(batch[1].epoch_accuracy, alone, atol=0.11)   # 1 of 10 points
-  with pytest.raises(neural.LearnerError, match="eval_data"):
+  with pytest.raises(training.LearnerError, match="eval_data"):
     neural.FlaxLearner.fit_batch([learners[0], dataclasses.replace(other, eval_data=None)],
                                  xs, ts)

@@ -37,14 +37,14 @@ def assert_close(actual, expected, tol):
 def agents():
   """One single-output MLP architecture, two initialisations (two agents' kernels)."""
   model = neural.get_model("mlp", 1, width=16)
-  init = jax.jit(neural.init_variables, static_argnums=(0, 2))
+  init = jax.jit(neural.training.init_variables, static_argnums=(0, 2))
   return model, [init(model, jax.random.PRNGKey(a), SHAPE) for a in range(2)]
 
 
 def test_multi_output_is_krr_with_the_matrix_valued_ntk():
   """C = 3: the minimiser is KRR with the (nC, nC) NTK J J^T and ridge N c (derivation check)."""
   model = neural.get_model("mlp", 3, width=8)
-  variables = jax.jit(neural.init_variables, static_argnums=(0, 2))(
+  variables = jax.jit(neural.training.init_variables, static_argnums=(0, 2))(
       model, jax.random.PRNGKey(3), SHAPE)
   targets = RNG.normal(size=(8, 3))
   fitted = neural.LinearizedLearner(model, variables, SHAPE, RIDGE, NUM_TOTAL).fit(XS[0], targets)
@@ -76,7 +76,7 @@ def test_avgkd_with_linearised_learners_matches_the_closed_form(agents):
   residual = np.asarray(fitted.predict(XS[0])) - YS[0]
   assert np.linalg.norm(residual) < 0.5 * np.linalg.norm(YS[0])
   simulated = fedkrr.simulate("avgkd", learners, XS, YS, 3, X_EVAL)
-  kernels = [neural.ntk_kernel(model, v, SHAPE) for v in variables]
+  kernels = [neural.training.ntk_kernel(model, v, SHAPE) for v in variables]
   problem = fedkrr.make_problem(XS, YS, kernels, RIDGE)
   closed = fedkrr.trajectory(problem, "avgkd", 3, X_EVAL)
   assert simulated.shape == closed.shape == (3, 2, 6)
@@ -95,5 +95,5 @@ def test_bad_input_names_the_argument(agents):
   learner = neural.LinearizedLearner(model, variables[0], SHAPE, RIDGE, NUM_TOTAL)
   with pytest.raises(LinearizedError, match="targets: the network has 1 outputs"):
     learner.fit(XS[0], np.zeros((8, 2)))
-  with pytest.raises(neural.NTKError, match="expected shape"):
+  with pytest.raises(neural.training.NTKError, match="expected shape"):
     learner.fit(np.zeros((8, 4)), YS[0])

@@ -52,7 +52,7 @@ class NTKMLP(nn.Module):
 def mlp():
   """neural's MLP (standard parametrisation, images flattened), tiny; a CNN compiles 2x slower."""
   model = neural.get_model("mlp", 3, width=8)
-  variables = jax.jit(neural.init_variables, static_argnums=(0, 2))(
+  variables = jax.jit(neural.training.init_variables, static_argnums=(0, 2))(
       model, jax.random.PRNGKey(0), INPUT_SHAPE)
   rng = np.random.default_rng(0)
   x1 = rng.normal(size=(7,) + INPUT_SHAPE).astype(np.float32)
@@ -87,7 +87,7 @@ def test_batched_equals_full_jacobian(mlp, trained):
     params = jax.tree_util.tree_map(lambda a: np.asarray(a) * np.float32(1.3), params)
   expected = brute_force(model, params, np.concatenate([x1, x2]))[:7, 7:]
   # Blocks of 3 points do not divide 7 or 5: padded blocks are cut off.
-  got = np.asarray(neural.empirical_ntk(ModelApply(model, INPUT_SHAPE), params, x1, x2,
+  got = np.asarray(neural.training.empirical_ntk(ModelApply(model, INPUT_SHAPE), params, x1, x2,
                                         batch_size=3))
   assert got.shape == (7, 5) and got.dtype == np.float32
   np.testing.assert_allclose(got, expected, rtol=2e-5, atol=2e-5 * np.abs(expected).max())
@@ -111,7 +111,7 @@ def test_wide_mlp_approaches_the_analytic_ntk():
     for seed in range(3):
       shapes = jax.eval_shape(model.init, jax.random.PRNGKey(0), jnp.asarray(x))["params"]
       params = standard_normal(shapes, seed)   # as model.init draws them
-      gram = np.asarray(neural.empirical_ntk(apply_fn, params, x), np.float64)
+      gram = np.asarray(neural.training.empirical_ntk(apply_fn, params, x), np.float64)
       err += np.linalg.norm(gram - analytic) / np.linalg.norm(analytic) / 3
     errors.append(err)
   assert errors[0] > errors[1] > errors[2], errors
@@ -121,7 +121,7 @@ def test_wide_mlp_approaches_the_analytic_ntk():
 def test_ntk_kernel_in_a_fedkrr_problem(mlp):
   """Flat inputs in the problem's dtype (float64 with x64: a float64 kernel), symmetric PSD."""
   model, variables, x1, _ = mlp
-  kernel = neural.ntk_kernel(model, variables, INPUT_SHAPE, batch_size=3)
+  kernel = neural.training.ntk_kernel(model, variables, INPUT_SHAPE, batch_size=3)
   assert isinstance(kernel, fedkrr.CustomKernel)
   xs = [x1[:4].reshape(4, -1), x1[3:].reshape(4, -1)]
   problem = fedkrr.make_problem(xs, [np.ones((4, 2)), np.zeros((4, 2))], kernel, ridge=1e-2)
@@ -137,7 +137,7 @@ def test_ntk_kernel_in_a_fedkrr_problem(mlp):
   with pytest.raises(NTKError, match="x1: expected shape"):
     kernel(np.zeros((2, 5)), np.zeros((2, 5)))
   with pytest.raises(NTKError, match="batch_size"):
-    neural.ntk_kernel(model, variables, INPUT_SHAPE, batch_size=0)
+    neural.training.ntk_kernel(model, variables, INPUT_SHAPE, batch_size=0)
 
 
 def test_neural_mlp_ntk_approaches_the_standard_parametrisation_kernel():
@@ -154,8 +154,8 @@ def test_neural_mlp_ntk_approaches_the_standard_parametrisation_kernel():
     readout = fedkrr.ReluNNGP(1, 1.0, 0.0, parametrization="standard", width=width)
     ntk, readout = np.asarray(ntk(x64, x64)), np.asarray(readout(x64, x64))
     for seed in range(2):
-      model = neural.MLP(3, width=width, depth=1, dropout=0.0)
-      params = neural.init_variables(model, jax.random.PRNGKey(seed), (16,))["params"]
+      model = neural.models.MLP(3, width=width, depth=1, dropout=0.0)
+      params = neural.training.init_variables(model, jax.random.PRNGKey(seed), (16,))["params"]
       emp = np.asarray(mlp_ntk(model, params, x, x), np.float64)
       hidden = np.maximum(x @ np.asarray(params["Dense_0"]["kernel"]), 0).astype(np.float64)
       gaps.setdefault(width, []).append(

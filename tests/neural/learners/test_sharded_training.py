@@ -17,6 +17,7 @@ import pytest
 
 import fedkrr
 import neural
+from neural import training
 
 CHILD = textwrap.dedent("""
     import json
@@ -50,8 +51,8 @@ CHILD = textwrap.dedent("""
         return nn.Dense(3)(x.reshape((x.shape[0], -1)))
 
     model = Softmax()
-    config = neural.TrainConfig(epochs=1, batch_size=4, warm_start=True)
-    start = neural.init_variables(model, jax.random.PRNGKey(1), (2, 2, 1))
+    config = training.TrainConfig(epochs=1, batch_size=4, warm_start=True)
+    start = training.init_variables(model, jax.random.PRNGKey(1), (2, 2, 1))
     key = jax.random.PRNGKey(0)
     report = {}
     runs = {}
@@ -134,14 +135,14 @@ def test_agents_that_do_not_spread_over_the_mesh_are_refused():
 def test_a_learner_mesh_must_be_a_mesh():
   model = neural.get_model("mlp", 3, width=4)
   not_a_mesh: Any = "gpu"
-  with pytest.raises(neural.LearnerError, match="mesh: expected a jax.sharding.Mesh"):
-    neural.FlaxLearner(model, (2, 2, 1), neural.TrainConfig(), jax.random.PRNGKey(0),
+  with pytest.raises(training.LearnerError, match="mesh: expected a jax.sharding.Mesh"):
+    neural.FlaxLearner(model, (2, 2, 1), training.TrainConfig(), jax.random.PRNGKey(0),
                        mesh=not_a_mesh)
-  with pytest.raises(neural.LearnerError, match="mesh: expected a jax.sharding.Mesh, 'auto'"):
-    neural.flax_learners([model], (2, 2, 1), neural.TrainConfig(), jax.random.PRNGKey(0),
+  with pytest.raises(training.LearnerError, match="mesh: expected a jax.sharding.Mesh, 'auto'"):
+    neural.flax_learners([model], (2, 2, 1), training.TrainConfig(), jax.random.PRNGKey(0),
                          mesh="gpus")
   mesh = fedkrr.agent_mesh(2, jax.devices()[:1])
-  learner = neural.FlaxLearner(model, (2, 2, 1), neural.TrainConfig(), jax.random.PRNGKey(0),
+  learner = neural.FlaxLearner(model, (2, 2, 1), training.TrainConfig(), jax.random.PRNGKey(0),
                                mesh=mesh)
   assert learner.batch_key[-1] is mesh   # learners on other meshes train apart
 

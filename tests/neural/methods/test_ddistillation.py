@@ -189,7 +189,8 @@ def test_time_varying_graph_uses_one_part_of_the_edges_a_round(tmp_path):
   for w in data.weights:
     np.testing.assert_allclose(w.sum(0), 1.0, atol=1e-6)
     np.testing.assert_allclose(w.sum(1), 1.0, atol=1e-6)
-  assert not any(neural.is_strongly_connected(a) for a in data.adjacency)   # 2 edges < 3 a round
+  # 2 edges < 3 a round
+  assert not any(neural.data.is_strongly_connected(a) for a in data.adjacency)
   rows = run_method(config.replace(rounds=2), tmp_path)
   sent = {r["round"]: r["comm_floats"] for r in rows if r["agent"] == "mean"}
   per_link = config.steps_per_round * config.network_batch_size * data.num_classes

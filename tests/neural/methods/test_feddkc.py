@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 
 import neural
+from neural import models
+from neural import training
 from neural._src.jobs.specs import load_spec
 from neural._src.methods import feddkc
 from neural._src.methods.registry import load_method_data
@@ -209,7 +211,7 @@ def _num_params(tree):
                                           ("resnet12", 61.79)])
 def test_split_resnets_match_table_3_parameter_counts(name, table3):
   model = neural.get_model(name, 10)
-  variables = jax.eval_shape(lambda: neural.init_variables(model, jax.random.PRNGKey(0),
+  variables = jax.eval_shape(lambda: training.init_variables(model, jax.random.PRNGKey(0),
                                                            (32, 32, 3)))
   assert abs(_num_params(variables) / 1000 - table3) < 0.015
 
@@ -217,30 +219,30 @@ def test_split_resnets_match_table_3_parameter_counts(name, table3):
 def test_resnet20_server_head_matches_table_3():
   # Table 3: the server's ResNet20 (a predictor on the 16x16x16 features of 32x32x3 inputs)
   # has 167.31K parameters: six bottleneck blocks (3 x 6 convs + extractor conv + dense = 20).
-  head = neural.get_head("resnet20", 10)
-  variables = jax.eval_shape(lambda: neural.init_variables(head, jax.random.PRNGKey(0),
+  head = models.get_head("resnet20", 10)
+  variables = jax.eval_shape(lambda: training.init_variables(head, jax.random.PRNGKey(0),
                                                            (16, 16, 16)))
   assert abs(_num_params(variables) / 1000 - 167.31) < 0.005
   blocks = [name for name in variables["params"] if name.startswith("Bottleneck_")]
   assert len(blocks) == 6 and "BasicBlock_0" not in variables["params"]
-  with pytest.raises(neural.ModelError, match="block"):
-    jax.eval_shape(lambda: neural.init_variables(neural.ResNetHead(10, (1,), block="wide"),
+  with pytest.raises(models.ModelError, match="block"):
+    jax.eval_shape(lambda: training.init_variables(models.ResNetHead(10, (1,), block="wide"),
                                                  jax.random.PRNGKey(0), (4, 4, 4)))
 
 
-@pytest.mark.parametrize("name", list(neural.SPLIT_RESNETS) + ["lenet5", "cnn"])
+@pytest.mark.parametrize("name", list(models.SPLIT_RESNETS) + ["lenet5", "cnn"])
 def test_features_and_head_shapes(name):
   model = neural.get_model(name, 7, tiny=True)
-  variables = jax.eval_shape(lambda: neural.init_variables(model, jax.random.PRNGKey(0),
+  variables = jax.eval_shape(lambda: training.init_variables(model, jax.random.PRNGKey(0),
                                                            (8, 8, 1)))
   x = jax.ShapeDtypeStruct((3, 8, 8, 1), jnp.float32)
   logits, h = jax.eval_shape(lambda v, x: model.apply(v, x, return_features=True), variables, x)
   assert logits.shape == (3, 7)
-  if name in neural.SPLIT_RESNETS:
+  if name in models.SPLIT_RESNETS:
     assert h.shape == (3, 4, 4, 4)           # ConvStem: width 4, one 2x2 pool
     assert set(variables["params"]) == {"extractor", "predictor"}
-    head = neural.get_head(name, 7, tiny=True)
-    hv = jax.eval_shape(lambda: neural.init_variables(head, jax.random.PRNGKey(0), (4, 4, 4)))
+    head = models.get_head(name, 7, tiny=True)
+    hv = jax.eval_shape(lambda: training.init_variables(head, jax.random.PRNGKey(0), (4, 4, 4)))
     assert jax.tree_util.tree_map(lambda a: a.shape, hv["params"]) == jax.tree_util.tree_map(
         lambda a: a.shape, variables["params"]["predictor"])
   else:
@@ -248,8 +250,8 @@ def test_features_and_head_shapes(name):
 
 
 def test_get_head_needs_a_split_resnet():
-  with pytest.raises(neural.ModelError, match="name"):
-    neural.get_head("cnn", 10)
+  with pytest.raises(models.ModelError, match="name"):
+    models.get_head("cnn", 10)
 
 
 # ---------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The CPU path of ``neural.conv2d`` and ``neural.max_pool`` against the reference operations.
+"""The CPU path of ``models.conv2d`` and ``models.max_pool`` against the reference operations.
 
 The max-pool's CPU path is exact (the same maxima, the gradient to the same element);
 the convolution's sums run in another order, so values and gradients agree to float32
@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 
 import neural
+from neural import models
+from neural import training
 
 # Float32 sums of up to a few thousand terms taken in another order (taps, batch chunks).
 RTOL = 2e-5
@@ -41,7 +43,7 @@ def test_cpu_convolution_matches_the_reference_with_its_gradients(x_shape, kerne
   x, kernel = random(x_shape, 0), random(kernel_shape, 1)
   out = {}
   for impl in ("cpu", "reference"):
-    y, vjp = jax.vjp(lambda a, k, impl=impl: neural.conv2d(a, k, strides, padding, impl), x, kernel)
+    y, vjp = jax.vjp(lambda a, k, impl=impl: models.conv2d(a, k, strides, padding, impl), x, kernel)
     out[impl] = (y, *vjp(random(y.shape, 2)))
   for fast, ref in zip(out["cpu"], out["reference"]):
     assert fast.shape == ref.shape
@@ -53,7 +55,7 @@ def test_cpu_convolution_matches_the_reference_with_its_gradients(x_shape, kerne
 
 def test_auto_is_the_cpu_path_on_a_cpu():
   x, kernel = random((3, 8, 8, 1), 0), random((5, 5, 1, 2), 1)
-  grad = lambda impl: jax.grad(lambda k: jnp.sum(neural.conv2d(x, k, impl=impl) ** 2))(kernel)
+  grad = lambda impl: jax.grad(lambda k: jnp.sum(models.conv2d(x, k, impl=impl) ** 2))(kernel)
   jitted = jax.jit(grad, static_argnums=0)
   if jax.default_backend() == "cpu":
     np.testing.assert_array_equal(jitted("auto"), jitted("cpu"))
@@ -70,18 +72,18 @@ def test_auto_is_the_cpu_path_on_a_cpu():
 ])
 def test_cpu_max_pool_is_bit_identical_to_flax_with_ties(shape, window, padding):
   x = random(shape, 0, ties=True)   # integers in [-2, 2]: most windows hold a tie
-  y, vjp = jax.vjp(lambda a: neural.max_pool(a, window, window, padding, impl="cpu"), x)
+  y, vjp = jax.vjp(lambda a: models.max_pool(a, window, window, padding, impl="cpu"), x)
   y_ref, vjp_ref = jax.vjp(lambda a: nn.max_pool(a, window, window, padding), x)
   g = random(y.shape, 1)
   np.testing.assert_array_equal(y, y_ref)
   np.testing.assert_array_equal(vjp(g)[0], vjp_ref(g)[0])
-  np.testing.assert_array_equal(neural.max_pool(x, window, window, padding, impl="reference"),
+  np.testing.assert_array_equal(models.max_pool(x, window, window, padding, impl="reference"),
                                 y_ref)
 
 
 def test_max_pool_with_overlapping_windows_is_flax_s():
   x = random((2, 7, 7, 3), 0, ties=True)
-  np.testing.assert_array_equal(neural.max_pool(x, (3, 3), (2, 2), "SAME", impl="cpu"),
+  np.testing.assert_array_equal(models.max_pool(x, (3, 3), (2, 2), "SAME", impl="cpu"),
                                 nn.max_pool(x, (3, 3), (2, 2), "SAME"))
 
 
@@ -106,13 +108,13 @@ def test_cnn_loss_and_gradients_equal_the_reference_network(tiny):
   """
   model = neural.get_model("cnn", 10, tiny=tiny)
   reference = ReferenceCNN(model.width)
-  variables = neural.init_variables(model, jax.random.PRNGKey(0), (28, 28, 1))
+  variables = training.init_variables(model, jax.random.PRNGKey(0), (28, 28, 1))
   np.testing.assert_equal(jax.tree.map(np.asarray, variables), jax.tree.map(
-      np.asarray, neural.init_variables(reference, jax.random.PRNGKey(0), (28, 28, 1))))
+      np.asarray, training.init_variables(reference, jax.random.PRNGKey(0), (28, 28, 1))))
   x = np.full((40, 28, 28, 1), -0.42, np.float32)
   x[:, 6:22, 6:22] = np.random.default_rng(0).random((40, 16, 16, 1))
   targets = jax.nn.one_hot(jnp.arange(40) % 10, 10)
-  loss = lambda net: jax.jit(jax.value_and_grad(lambda v: jnp.mean(neural.per_example_loss(
+  loss = lambda net: jax.jit(jax.value_and_grad(lambda v: jnp.mean(training.per_example_loss(
       net.apply(v, jnp.asarray(x)), targets, "mse"))))
   (value, grads), (value_ref, grads_ref) = loss(model)(variables), loss(reference)(variables)
   assert relative_error(value, value_ref) <= RTOL
@@ -123,7 +125,7 @@ def test_cnn_loss_and_gradients_equal_the_reference_network(tiny):
 def test_cpu_path_under_vmap_gives_each_agent_its_own_gradient():
   xs, kernels = random((3, 6, 8, 8, 1), 0), random((3, 5, 5, 1, 4), 1)
   def grads(x, k):
-    f = lambda x, k: jnp.sum(neural.max_pool(jnp.tanh(neural.conv2d(x, k, impl="cpu")), (2, 2),
+    f = lambda x, k: jnp.sum(models.max_pool(jnp.tanh(models.conv2d(x, k, impl="cpu")), (2, 2),
                                              (2, 2), impl="cpu") ** 2)
     return jax.grad(f, argnums=(0, 1))(x, k)
   stacked = jax.vmap(grads)(xs, kernels)
@@ -134,20 +136,20 @@ def test_cpu_path_under_vmap_gives_each_agent_its_own_gradient():
 
 def test_conv_layer_has_flax_conv_s_variables():
   x = jnp.zeros((1, 10, 10, 3))
-  ours = neural.Conv(4, (3, 3), strides=(2, 2)).init(jax.random.PRNGKey(0), x)
+  ours = models.Conv(4, (3, 3), strides=(2, 2)).init(jax.random.PRNGKey(0), x)
   flax = nn.Conv(4, (3, 3), strides=(2, 2)).init(jax.random.PRNGKey(0), x)
   np.testing.assert_equal(jax.tree.map(np.asarray, ours), jax.tree.map(np.asarray, flax))
-  no_bias = neural.Conv(4, (3, 3), use_bias=False).init(jax.random.PRNGKey(0), x)
+  no_bias = models.Conv(4, (3, 3), use_bias=False).init(jax.random.PRNGKey(0), x)
   assert set(no_bias["params"]) == {"kernel"}
 
 
 def test_bad_arguments_are_named():
   x, kernel = jnp.zeros((1, 4, 4, 2)), jnp.zeros((3, 3, 3, 1))
-  with pytest.raises(neural.ConvError, match="x, kernel"):
-    neural.conv2d(x, kernel)
-  with pytest.raises(neural.ConvError, match="impl"):
-    neural.conv2d(x, jnp.zeros((3, 3, 2, 1)), impl="fast")
-  with pytest.raises(neural.ConvError, match="impl"):
-    neural.max_pool(x, (2, 2), (2, 2), impl="fast")
-  with pytest.raises(neural.ConvError, match="window_shape"):
-    neural.max_pool(x, (2,), (2,))
+  with pytest.raises(models.ConvError, match="x, kernel"):
+    models.conv2d(x, kernel)
+  with pytest.raises(models.ConvError, match="impl"):
+    models.conv2d(x, jnp.zeros((3, 3, 2, 1)), impl="fast")
+  with pytest.raises(models.ConvError, match="impl"):
+    models.max_pool(x, (2, 2), (2, 2), impl="fast")
+  with pytest.raises(models.ConvError, match="window_shape"):
+    models.max_pool(x, (2,), (2,))

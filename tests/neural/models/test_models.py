@@ -16,7 +16,7 @@ def num_params(variables) -> int:
 
 def shapes(model, shape):
   """The variables' shapes and dtypes, without running the initialisers (fast)."""
-  return jax.eval_shape(lambda: neural.init_variables(model, jax.random.PRNGKey(0), shape))
+  return jax.eval_shape(lambda: neural.training.init_variables(model, jax.random.PRNGKey(0), shape))
 
 
 @pytest.mark.parametrize("name", neural.MODELS)
@@ -42,8 +42,8 @@ def test_num_classes_zero_returns_the_features_of_the_full_model(name):
   """
   full, headless = neural.get_model(name, 5, tiny=True), neural.get_model(name, 0, tiny=True)
   key, shape = jax.random.PRNGKey(3), (8, 8, 1)
-  v_full = neural.init_variables(full, key, shape)
-  v_head = neural.init_variables(headless, key, shape)
+  v_full = neural.training.init_variables(full, key, shape)
+  v_head = neural.training.init_variables(headless, key, shape)
   flat_full = dict(jax.tree_util.tree_leaves_with_path(v_full))
   flat_head = dict(jax.tree_util.tree_leaves_with_path(v_head))
   assert set(flat_head) < set(flat_full)
@@ -68,7 +68,7 @@ def test_headless_shapes(name):
 @pytest.mark.parametrize("name", ["vgg", "resnet8"])
 def test_tiny_forward_pass_is_finite(name):
   model = neural.get_model(name, 5, tiny=True)
-  variables = jax.jit(neural.init_variables, static_argnums=(0, 2))(
+  variables = jax.jit(neural.training.init_variables, static_argnums=(0, 2))(
       model, jax.random.PRNGKey(0), (16, 16, 3))
   x = jnp.asarray(np.random.default_rng(0).random((2, 16, 16, 3)), dtype=jnp.float32)
   logits = jax.jit(model.apply)(variables, x)
@@ -150,7 +150,7 @@ def test_norm_none_has_no_groupnorm():
 
 def test_mlp_dropout_only_in_training():
   model = neural.get_model("mlp", 4, width=64)
-  variables = neural.init_variables(model, jax.random.PRNGKey(0), (8, 8, 1))
+  variables = neural.training.init_variables(model, jax.random.PRNGKey(0), (8, 8, 1))
   x = jnp.ones((5, 8, 8, 1), dtype=jnp.float32)
   a = model.apply(variables, x, train=False)
   assert np.array_equal(a, model.apply(variables, x, train=False))
@@ -168,7 +168,7 @@ def test_mlp_dropout_only_in_training():
 def test_bad_arguments_are_named(kwargs, match):
   kwargs = {"num_classes": 10, **kwargs}
   name = kwargs.pop("name")
-  with pytest.raises(neural.ModelError, match=match):
+  with pytest.raises(neural.models.ModelError, match=match):
     neural.get_model(name, **kwargs)
 
 
@@ -179,7 +179,7 @@ def test_vgg9_is_the_authors_cifar_model():
   channels = [3, 32, 64, 128, 128, 256, 256, 256, 256]
   convs = sum(9 * c_in * c_out + c_out for c_in, c_out in zip(channels, channels[1:]))
   assert num_params(variables) == convs + 256 * 10 + 10 == 2_308_810
-  params = neural.init_variables(model, jax.random.PRNGKey(0), (32, 32, 3))["params"]
+  params = neural.training.init_variables(model, jax.random.PRNGKey(0), (32, 32, 3))["params"]
   kernel = np.asarray(params["Conv_7"]["kernel"])            # 3x3x256x256, fan-out 9 * 256
   assert abs(kernel.std() / np.sqrt(2 / (9 * 256)) - 1) < 0.02   # He normal on fan-out
   np.testing.assert_array_equal(params["Conv_7"]["bias"], 0.0)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import neural
+from neural import training
 from neural._src.datasets.run_data import load_run_data
 from neural._src.jobs.specs import ConfigSpec
 from neural._src.kd.experiment import build_learners
@@ -231,19 +232,19 @@ def test_the_methods_configs_bound_their_integers_too():
 
 
 # ---------------------------------------------------------------------------
-# Training settings: declared, checked and converted once (neural.TrainingSettings)
+# Training settings: declared, checked and converted once (training.TrainingSettings)
 
 from neural._src.methods import feddkc  # noqa: E402
 from neural._src.methods import representation_sharing  # noqa: E402
 
-_TRAINING_CONFIGS = [ExperimentConfig, neural.TrainConfig, feddkc.FedDKCConfig, mhd.MHDConfig,
+_TRAINING_CONFIGS = [ExperimentConfig, training.TrainConfig, feddkc.FedDKCConfig, mhd.MHDConfig,
                      representation_sharing.RepShareConfig]
 _VALID = {mhd.MHDConfig: dict(method="mhd", labels_per_client=3)}   # what else a config needs
 
 
 @pytest.mark.parametrize("cls", _TRAINING_CONFIGS)
 def test_every_config_that_trains_holds_the_one_settings_type(cls):
-  assert issubclass(cls, neural.TrainingSettings)
+  assert issubclass(cls, training.TrainingSettings)
   names = {f.name for f in dataclasses.fields(cls)}
   assert {"batch_size", "learning_rate", "weight_decay"} <= names   # flat, as in config.json
   help_text = field_help(cls)
@@ -257,33 +258,33 @@ def test_every_config_that_trains_holds_the_one_settings_type(cls):
     (dict(batch_size=0), "batch_size"),
 ])
 def test_bad_training_settings_are_named_by_every_config(cls, changes, field):
-  error = neural.TrainError if cls is neural.TrainConfig else ConfigError
+  error = training.TrainError if cls is training.TrainConfig else ConfigError
   with pytest.raises(error, match=f"^{field}: expected"):
     cls(**_VALID.get(cls, {}), **changes)
 
 
-@pytest.mark.parametrize("cls", [neural.TrainConfig, feddkc.FedDKCConfig, mhd.MHDConfig])
+@pytest.mark.parametrize("cls", [training.TrainConfig, feddkc.FedDKCConfig, mhd.MHDConfig])
 def test_the_rule_and_momentum_are_checked_where_a_config_chooses_them(cls):
-  with pytest.raises((ConfigError, neural.TrainError), match="^optimizer: expected"):
+  with pytest.raises((ConfigError, training.TrainError), match="^optimizer: expected"):
     cls(**_VALID.get(cls, {}), optimizer="rmsprop")
-  with pytest.raises((ConfigError, neural.TrainError), match="^momentum: expected"):
+  with pytest.raises((ConfigError, training.TrainError), match="^momentum: expected"):
     cls(**_VALID.get(cls, {}), momentum=1.0)
 
 
 def test_one_conversion_gives_each_config_its_optimiser():
-  convert = neural.optimizer_config
+  convert = training.optimizer_config
   assert convert(ExperimentConfig(learning_rate=0.01, weight_decay=0.0)) == \
-      neural.OptimizerConfig("adam", 0.01, 0.0)
-  assert convert(neural.TrainConfig(optimizer="sgd", momentum=0.5)) == \
-      neural.OptimizerConfig("sgd", 1e-3, 3e-4, 0.5)
-  assert convert(feddkc.FedDKCConfig()) == neural.OptimizerConfig("sgd", 0.03, 5e-4, 0.9)
+      training.OptimizerConfig("adam", 0.01, 0.0)
+  assert convert(training.TrainConfig(optimizer="sgd", momentum=0.5)) == \
+      training.OptimizerConfig("sgd", 1e-3, 3e-4, 0.5)
+  assert convert(feddkc.FedDKCConfig()) == training.OptimizerConfig("sgd", 0.03, 5e-4, 0.9)
   assert convert(representation_sharing.RepShareConfig()) == \
-      neural.OptimizerConfig("adam", 1e-3, 0.0)
+      training.OptimizerConfig("adam", 1e-3, 0.0)
   assert convert(mhd.MHDConfig(rounds=3, steps_per_round=5, **_VALID[mhd.MHDConfig])) == \
-      neural.OptimizerConfig("sgd", 0.1, 0.0, 0.9, schedule="cosine", decay_steps=15)
+      training.OptimizerConfig("sgd", 0.1, 0.0, 0.9, schedule="cosine", decay_steps=15)
   assert convert(mhd.MHDConfig(cosine=False, **_VALID[mhd.MHDConfig])).schedule == "constant"
   settings = ExperimentConfig(batch_size=8, learning_rate=0.1).training_settings()
-  assert neural.TrainConfig(**settings) == neural.TrainConfig(batch_size=8, learning_rate=0.1)
+  assert training.TrainConfig(**settings) == training.TrainConfig(batch_size=8, learning_rate=0.1)
 
 
 def test_a_config_json_of_the_old_field_order_reads_back_equal():
@@ -297,13 +298,13 @@ def test_a_config_json_of_the_old_field_order_reads_back_equal():
 
 @pytest.mark.parametrize("cls, bad", [(ExperimentConfig, 0), (ExperimentConfig, 100_001),
                                       (representation_sharing.RepShareConfig, 0),
-                                      (neural.TrainConfig, -1)])
+                                      (training.TrainConfig, -1)])
 def test_epochs_are_declared_and_checked_once_too(cls, bad):
-  assert issubclass(cls, neural.EpochSettings)
-  error = neural.TrainError if cls is neural.TrainConfig else ConfigError
+  assert issubclass(cls, training.EpochSettings)
+  error = training.TrainError if cls is training.TrainConfig else ConfigError
   with pytest.raises(error, match="^epochs: expected an integer"):
     cls(epochs=bad)
-  assert neural.TrainConfig(epochs=0).epochs == 0   # 0 epochs (no training) stays allowed
+  assert training.TrainConfig(epochs=0).epochs == 0   # 0 epochs (no training) stays allowed
 
 
 def test_agent_weights_travel_as_the_protocol_params():
@@ -385,8 +386,8 @@ def test_reproduce_refuses_a_seed_that_is_not_an_integer_before_any_run(seed, tm
     (dict(schedule="polynomial", power=10**400), "power"), (dict(t0=float("nan")), "t0"),
 ])
 def test_the_optimizer_config_checks_every_argument(changes, field):
-  with pytest.raises(neural.OptimizerError, match=f"^{field}: expected") as info:
-    neural.OptimizerConfig(**changes)
+  with pytest.raises(training.OptimizerError, match=f"^{field}: expected") as info:
+    training.OptimizerConfig(**changes)
   assert len(str(info.value)) < 200
 
 

@@ -16,6 +16,7 @@ import pytest
 
 import fedkrr
 import neural
+from neural import training
 from neural._src.cli import main
 from neural._src.kd.experiment import train_and_evaluate
 from neural._src.learners.learners import FlaxModel
@@ -59,11 +60,11 @@ def finished_run(tmp_path_factory):
 
 def _tree():
   model = neural.get_model("vgg", 3, tiny=True)
-  variables = neural.init_variables(model, jax.random.PRNGKey(0), (8, 8, 1))
+  variables = training.init_variables(model, jax.random.PRNGKey(0), (8, 8, 1))
   x = np.random.default_rng(0).random((10, 8, 8, 1)).astype(np.float32)
   targets = np.eye(3, dtype=np.float32)[np.arange(10) % 3]
   forest = neural.ForestLearner(n_estimators=2).fit(x, targets)
-  tx = neural.make_optimizer(neural.OptimizerConfig("adam", schedule="cosine", decay_steps=4))
+  tx = training.make_optimizer(training.OptimizerConfig("adam", schedule="cosine", decay_steps=4))
   state = fedkrr.get_protocol("ekd").init([np.ones((2, 3)), np.zeros((2, 3))])
   tree = {"round": 2, "state": state, "models": (FlaxModel(model, variables), forest, None),
           "opt": tx.init(variables["params"]), "by_int": {3: np.float32(1.5)}}
