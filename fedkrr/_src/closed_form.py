@@ -355,11 +355,14 @@ def trajectory(problem: FederatedProblem, protocol: str, rounds: int, x_eval: Ar
   params = make_params(params, start)
   row = _check_arguments(problem, protocol, params, rounds)
   check_every(every, protocol, problem.num_agents)
-  x_eval = jnp.asarray(x_eval, problem.ridge.dtype)
-  fs = factors(problem, rtol)
-  # On targets, not coefficients: the literal rounds' accuracy (module docstring, "Numerics").
-  rec = target_recurrence(problem, protocol, fs=fs, params=params)
-  evals = target_readout(problem, x_eval, fs)
+  preds = _solve(problem, row, params, rounds, x_eval, every=every, rtol=rtol)[0]
+  assert preds is not None
+  return preds
+
+
+def _trajectory_of(problem: FederatedProblem, row: ProtocolInfo, params: ProtocolParams,
+                   rounds: int, every: int, rec: Recurrence, evals: list[Array]) -> Array:
+  """:func:`trajectory` from the target recurrence and read-outs of the agents' factors."""
   if row.combine == "single":
     return _akd_scan(problem, rec, rounds, params.start, evals, every)
   if row.rounds == "backfit":
@@ -374,6 +377,26 @@ def trajectory(problem: FederatedProblem, protocol: str, rounds: int, x_eval: Ar
   if cumulative:
     targets = jnp.cumsum(targets, axis=0)
   return jnp.einsum("nk,tk...->tn...", jnp.concatenate(evals, axis=1), targets)
+
+
+def _solve(problem: FederatedProblem, row: ProtocolInfo, params: ProtocolParams,
+           rounds: int | None, x_eval: ArrayLike, *, every: int = 1, rtol: float | None = None,
+           with_trajectory: bool = True, with_limit: bool = False, method: str = "auto",
+           steps: int = 400) -> tuple[Array | None, Limit | None]:
+  """:func:`solve` unjitted: each agent's block factorised once for both answers."""
+  x_eval = jnp.asarray(x_eval, problem.ridge.dtype)
+  fs = factors(problem, rtol)
+  # On targets, not coefficients: the literal rounds' accuracy (module docstring, "Numerics").
+  rec = _recurrence_of(problem, row, params, fs, functools.partial(_predictor, problem, fs),
+                       problem.pooled_y())
+  evals = target_readout(problem, x_eval, fs)
+  preds = lim = None
+  if with_trajectory:
+    assert rounds is not None
+    preds = _trajectory_of(problem, row, params, rounds, every, rec, evals)
+  if with_limit:
+    lim = _limit_of(problem, row, x_eval, rec, evals, method, steps)
+  return preds, lim
 
 
 class Limit(NamedTuple):
@@ -500,12 +523,16 @@ def limit(problem: FederatedProblem, protocol: str, x_eval: ArrayLike, start: in
   """
   params = make_params(params, start)
   row = _check_arguments(problem, protocol, params)
-  x_eval = jnp.asarray(x_eval, problem.ridge.dtype)
-  fs = factors(problem, rtol)
-  # On targets (module docstring, "Numerics"): the same non-zero eigenvalues and fixed
-  # point, read out through E_a S_a.
-  rec = target_recurrence(problem, protocol, fs=fs, params=params)
-  evals = target_readout(problem, x_eval, fs)
+  lim = _solve(problem, row, params, None, x_eval, rtol=rtol, with_trajectory=False,
+               with_limit=True, method=method, steps=steps)[1]
+  assert lim is not None
+  return lim
+
+
+def _limit_of(problem: FederatedProblem, row: ProtocolInfo, x_eval: Array, rec: Recurrence,
+              evals: list[Array], method: str, steps: int) -> Limit:
+  """:func:`limit` from the target recurrence and read-outs (on targets: module docstring,
+  "Numerics"; the same non-zero eigenvalues and fixed point, read out through E_a S_a)."""
   matrix = recurrence_matrix(problem, rec)
   # AKD's round (and EKD's W) moves one agent's model to the next: with M >= 3 agents its
   # top eigenvalues are the radius times the M-th roots of unity (spectral_radius's cycle).
@@ -521,6 +548,28 @@ def limit(problem: FederatedProblem, protocol: str, x_eval: ArrayLike, start: in
   if row.per_agent:
     return Limit(_per_agent(problem, evals, fixed[None])[0], rho)
   return Limit(jnp.concatenate(evals, axis=1) @ fixed, rho)
+
+
+@functools.partial(jax.jit, static_argnames=("row", "params", "rounds", "every", "rtol",
+                                             "with_trajectory", "with_limit", "method",
+                                             "steps"))
+def solve(problem: FederatedProblem, row: ProtocolInfo, params: ProtocolParams,
+          rounds: int | None, x_eval: ArrayLike, *, every: int = 1, rtol: float | None = None,
+          with_trajectory: bool = True, with_limit: bool = False, method: str = "auto",
+          steps: int = 400) -> tuple[Array | None, Limit | None]:
+  """:func:`trajectory` and :func:`limit` at once, each agent's block factorised once.
+
+  The arguments are taken as checked (``fedkrr.run``'s plan, ``runner.plan_run``,
+  checked them once): ``row`` is the protocol's table row, ``params`` its parameters.
+
+  Returns:
+    ``(predictions, limit)``: :func:`trajectory`'s predictions (``None`` without
+    ``with_trajectory``) and :func:`limit`'s :class:`Limit` (``None`` without
+    ``with_limit``).
+  """
+  return _solve(problem, row, params, rounds, x_eval, every=every, rtol=rtol,
+                with_trajectory=with_trajectory, with_limit=with_limit, method=method,
+                steps=steps)
 
 
 @functools.partial(jax.jit, static_argnames=("rtol",))

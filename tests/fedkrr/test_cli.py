@@ -336,8 +336,8 @@ def test_hints_only_suggest_what_would_work(wide_problem, tmp_path, capsys, monk
   """c = 0: the closed form's Gram blocks do not fit, and the matrix-free path needs c > 0,
   so neither --method matfree nor fewer rounds is suggested. On a machine of 16 GiB free
   (pinned: on a GPU of 141 GiB, --float32's 94 GiB would fit and rightly be suggested)."""
-  from fedkrr._src import commands
-  monkeypatch.setattr(commands, "memory_limit", lambda: 16 * 2**30)
+  from fedkrr._src.platform import memory
+  monkeypatch.setattr(memory, "memory_limit", lambda: 16 * 2**30)   # what fedkrr.plan_run reads
   assert _run("--problem", wide_problem(0.0), "--protocol", "avgkd", "--rounds", 10,
               "--method", "auto", "--out", tmp_path / "o.npz") == 2
   err = capsys.readouterr().err.splitlines()[-1]

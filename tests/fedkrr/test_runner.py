@@ -167,3 +167,29 @@ def test_the_command_plans_many_agents_to_the_literal_rounds(tmp_path, capsys):
                "--rounds", "2", "--out", str(tmp_path / "o.npz")]) == 2   # the closed form
   err = capsys.readouterr().err
   assert err.count("\n") == 1 and "--method: the closed form" in err
+
+
+def test_run_with_the_limit_checks_once_and_factorises_each_block_once(problem, monkeypatch):
+  """One ``fedkrr.run(..., limit=True)``: its arguments checked once (``check_run``, the
+  protocol's parameters), each agent's ``c I + K^a_aa`` factorised once for both the
+  trajectory and the limit."""
+  from fedkrr._src import closed_form
+  from fedkrr._src import linalg
+  from fedkrr._src import runner
+
+  calls = {"check_run": 0, "check_params": 0, "ridge_factor": 0}
+
+  def counting(name, fn):
+    def wrapper(*args, **kwargs):
+      calls[name] += 1
+      return fn(*args, **kwargs)
+    return wrapper
+
+  monkeypatch.setattr(runner, "check_run", counting("check_run", runner.check_run))
+  for module in (runner, closed_form):
+    monkeypatch.setattr(module, "check_params", counting("check_params", module.check_params))
+  monkeypatch.setattr(linalg, "ridge_factor", counting("ridge_factor", linalg.ridge_factor))
+  closed_form.solve.clear_cache()   # the factorisations are counted while JAX traces
+  result = fedkrr.run(problem, "avgkd", 4, X_EVAL, method="closed-form", limit=True)
+  assert result.limit is not None
+  assert calls == {"check_run": 1, "check_params": 1, "ridge_factor": problem.num_agents}
