@@ -59,6 +59,7 @@ coefficient-space recurrence of the formulas above.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 import functools
 from typing import NamedTuple
 
@@ -129,56 +130,107 @@ def recurrence_matrix(problem: FederatedProblem, rec: Recurrence) -> Array:
   return jnp.concatenate(rows, axis=0)
 
 
+def _others(m: int) -> list[tuple[int, int]]:
+  return [(i, j) for i in range(m) for j in range(m) if i != j]
+
+
+def _cycle(m: int) -> list[tuple[int, int]]:
+  return [((j + 1) % m, j) for j in range(m)]
+
+
+def _per_point(problem: FederatedProblem, values, like: Array) -> Array:
+  """``values[a]`` on each of agent a's points, shaped to multiply ``like`` (N[, C])."""
+  column = jnp.concatenate([jnp.full((n,), values[a], like.dtype)
+                            for a, n in enumerate(problem.sizes)])
+  return column.reshape((-1,) + (1,) * (like.ndim - 1))
+
+
+def _akd(problem, params, fs, block, own):
+  keep = _per_point(problem, [float(a == params.start) for a in range(problem.num_agents)],
+                    problem.pooled_y())
+  return Recurrence({ij: block(*ij) for ij in _cycle(problem.num_agents)}, 0.0,
+                    jnp.zeros_like(problem.pooled_y()), own * keep)
+
+
+def _ekd(problem, params, fs, block, own):
+  return Recurrence({ij: -block(*ij) for ij in _cycle(problem.num_agents)}, 0.0,
+                    jnp.zeros_like(problem.pooled_y()), own)
+
+
+def _avgkd(problem, params, fs, block, own):
+  m = problem.num_agents
+  return Recurrence({ij: block(*ij) / m for ij in _others(m)}, 0.0, own / m, own)
+
+
+def _weighted_avgkd(problem, params, fs, block, own):
+  w = params.agent_weights(problem.num_agents)
+  return Recurrence({(i, j): block(i, j) * w[j] for i, j in _others(problem.num_agents)}, 0.0,
+                    own * _per_point(problem, w, problem.pooled_y()), own)
+
+
+def _pkd(problem, params, fs, block, own):
+  # Target space: tau_{t+1} = (tau_t + O S tau_t) / M, with (O S)_ij = K^j_ij S_j.
+  m, labels = problem.num_agents, problem.pooled_y()
+  return Recurrence({(i, j): _predictor(problem, fs, i, j) / m for i, j in _others(m)},
+                    1.0 / m, jnp.zeros_like(labels), labels)
+
+
+def _pkd_mean(problem, params, fs, block, own):
+  # Every agent fits the mean of all M models, its own included.
+  m = problem.num_agents
+  every = [(i, j) for i in range(m) for j in range(m)]
+  return Recurrence({ij: block(*ij) / m for ij in every}, 0.0,
+                    jnp.zeros_like(problem.pooled_y()), own)
+
+
+def _backfit_jacobi(problem, params, fs, block, own):
+  return Recurrence({ij: -block(*ij) for ij in _others(problem.num_agents)}, 0.0, own,
+                    jnp.zeros_like(problem.pooled_y()))
+
+
+def _backfit_gs(problem, params, fs, block, own):
+  # (I + L) x_{k+1} = own - U x_k, with L, U the strict block triangles of the blocks
+  # (their diagonal blocks are zero).
+  m, zeros = problem.num_agents, jnp.zeros_like(problem.pooled_y())
+  o = recurrence_matrix(problem, Recurrence({ij: block(*ij) for ij in _others(m)}, 0.0, zeros,
+                                            zeros))
+  lower, upper = jnp.tril(o, -1), jnp.triu(o, 1)
+  eye = jnp.eye(problem.num_points, dtype=o.dtype)
+  solve = functools.partial(jax.scipy.linalg.solve_triangular, eye + lower, lower=True,
+                            unit_diagonal=True)
+  matrix = -solve(upper)
+  sl = _slices(problem)
+  blocks = {(i, j): matrix[sl[i], sl[j]] for i in range(m) for j in range(1, m)}
+  return Recurrence(blocks, 0.0, solve(own), zeros)
+
+
+RecurrenceFn = Callable[[FederatedProblem, ProtocolParams, tuple[linalg.RidgeFactor, ...],
+                         Callable[[int, int], Array], Array], Recurrence]
+"""``(problem, params, fs, block, own) -> Recurrence``: a protocol's recurrence from
+``block(i, j)`` (what agent i's state gets from agent j's: :func:`transfer` on
+coefficients, :func:`_predictor` on targets) and ``own`` (every agent fitted on its own
+labels: ``S y`` on coefficients, ``y`` on targets); ``fs`` are the agents' factors."""
+
+RECURRENCES: dict[str, RecurrenceFn] = {
+    "akd": _akd,
+    "avgkd": _avgkd,
+    "weighted-avgkd": _weighted_avgkd,
+    "pkd": _pkd,               # in targets whichever space is asked
+    "pkd-mean": _pkd_mean,
+    "ekd": _ekd,
+    "backfit-gs": _backfit_gs,
+    "backfit-jacobi": _backfit_jacobi,
+}
+"""Each protocol's recurrence (module docstring), by name: this layer's one mapping from
+the protocol to its behaviour (``fedkrr.register_protocol`` adds to it)."""
+
+
 def _recurrence_of(problem: FederatedProblem, row: ProtocolInfo, params: ProtocolParams, fs,
                    block, own: Array) -> Recurrence:
-  """The recurrence of ``protocol`` from ``block(i, j)`` (what agent i's state gets from
-  agent j's) and ``own`` (every agent fitted on its own labels), in coefficients
-  (:func:`transfer`, ``S y``) or in targets (:func:`_predictor`, ``y``). PKD's is in
-  targets in both."""
-  m = problem.num_agents
-  labels = problem.pooled_y()
-  zeros = jnp.zeros_like(labels)
-  others = [(i, j) for i in range(m) for j in range(m) if i != j]
-  cycle = [((j + 1) % m, j) for j in range(m)]
-  if row.rounds == "relay":
-    keep = jnp.concatenate([jnp.full((n,), float(a == params.start), labels.dtype)
-                            for a, n in enumerate(problem.sizes)])
-    initial = own * keep.reshape((-1,) + (1,) * (labels.ndim - 1))
-    return Recurrence({ij: block(*ij) for ij in cycle}, 0.0, zeros, initial)
-  if row.rounds == "ensemble":
-    return Recurrence({ij: -block(*ij) for ij in cycle}, 0.0, zeros, own)
-  if row.rounds == "averaged" and row.own == "labels" and "weights" in row.parameters:
-    w = params.agent_weights(m)
-    scale = jnp.concatenate([jnp.full((n,), w[a], labels.dtype)
-                             for a, n in enumerate(problem.sizes)])
-    return Recurrence({(i, j): block(i, j) * w[j] for i, j in others}, 0.0,
-                      own * scale.reshape((-1,) + (1,) * (labels.ndim - 1)), own)
-  if row.rounds == "averaged" and row.own == "labels":
-    return Recurrence({ij: block(*ij) / m for ij in others}, 0.0, own / m, own)
-  if row.rounds == "averaged" and row.own == "targets":
-    # Target space: tau_{t+1} = (tau_t + O S tau_t) / M, with (O S)_ij = K^j_ij S_j.
-    return Recurrence({(i, j): _predictor(problem, fs, i, j) / m for i, j in others}, 1.0 / m,
-                      zeros, labels)
-  if row.rounds == "averaged" and row.own == "model":
-    # Every agent fits the mean of all M models, its own included.
-    every = [(i, j) for i in range(m) for j in range(m)]
-    return Recurrence({ij: block(*ij) / m for ij in every}, 0.0, zeros, own)
-  if row.rounds == "backfit" and row.own == "jacobi":
-    return Recurrence({ij: -block(*ij) for ij in others}, 0.0, own, zeros)
-  if row.rounds == "backfit" and row.own == "gauss-seidel":
-    # (I + L) x_{k+1} = own - U x_k, with L, U the strict block triangles of the blocks
-    # (their diagonal blocks are zero).
-    o = recurrence_matrix(problem, Recurrence({ij: block(*ij) for ij in others}, 0.0, zeros,
-                                              zeros))
-    lower, upper = jnp.tril(o, -1), jnp.triu(o, 1)
-    eye = jnp.eye(problem.num_points, dtype=o.dtype)
-    solve = functools.partial(jax.scipy.linalg.solve_triangular, eye + lower, lower=True,
-                              unit_diagonal=True)
-    matrix = -solve(upper)
-    sl = _slices(problem)
-    blocks = {(i, j): matrix[sl[i], sl[j]] for i in range(m) for j in range(1, m)}
-    return Recurrence(blocks, 0.0, solve(own), zeros)
-  raise ValueError(f"protocol: {row.name} has no closed form")
+  """The recurrence of the protocol of ``row`` (:data:`RECURRENCES`)."""
+  if row.name not in RECURRENCES:
+    raise ValueError(f"protocol: {row.name} has no closed form")
+  return RECURRENCES[row.name](problem, params, fs, block, own)
 
 
 def recurrence(problem: FederatedProblem, protocol: str, start: int = 0,

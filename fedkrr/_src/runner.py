@@ -4,9 +4,10 @@
 the path, the memory estimate), :func:`check_fits` and :func:`execute` (the path the
 plan chose, nothing checked again; the closed form with its limit factorises each
 agent's block once). ``fedkrr run`` (the command line) makes the same plan on a problem
-file, words its memory hints in its flags, executes it and writes the result. The paths themselves live in ``closed_form`` (the closed forms),
-``protocols`` (literal round-by-round simulation) and ``matfree`` (rounds by
-conjugate gradients, no N x N matrix).
+file, words its memory hints in its flags, executes it and writes the result. The
+paths themselves live in ``closed_form`` (the closed forms), ``protocols`` (literal
+round-by-round simulation) and ``matfree`` (rounds by conjugate gradients, no N x N
+matrix).
 """
 
 from __future__ import annotations
@@ -21,13 +22,13 @@ from fedkrr._src import closed_form
 from fedkrr._src import protocols
 from fedkrr._src.learner import krr_learners
 from fedkrr._src.names import BASELINES
-from fedkrr._src.names import PROTOCOLS
 from fedkrr._src.names import RUN_METHODS
 from fedkrr._src.names import ProtocolInfo
 from fedkrr._src.names import ProtocolParams
 from fedkrr._src.names import check_params
 from fedkrr._src.names import make_params
 from fedkrr._src.names import protocol_info
+from fedkrr._src.names import protocol_names
 from fedkrr._src.platform import memory
 from fedkrr._src.problem import FederatedProblem
 from fedkrr._src.scale import matfree
@@ -231,7 +232,9 @@ def plan_run(problem: FederatedProblem, protocol: str, rounds: int | None, n_eva
   need["trajectory"] = 0 if baseline else memory.trajectory_bytes(
       protocol, problem.num_points, problem.num_agents, outputs, n_eval, kept, itemsize)
   available = memory.memory_limit() if available is None else int(available)
-  if method == "auto":
+  if method == "auto" and row is not None and not row.closed_form:
+    method = "simulate"   # a registered protocol with its literal rounds only
+  elif method == "auto":
     blocks = 0 if baseline else closed_form_blocks(protocol, problem.num_agents)
     method = auto_method(need, available, blocks)
   return RunPlan(protocol, row, params, rounds, every, limit, method, n_eval, kept, itemsize,
@@ -259,8 +262,8 @@ def check_run(problem: FederatedProblem, protocol: str, rounds: int | None, *,
               limit: bool = False, params: ProtocolParams | None = None) -> None:
   """Raises ``ValueError`` naming the argument (``rounds:``, ``start:``, ``every:``,
   ``limit:``, ``method:``, ``protocol:``) unless :func:`run` can take them."""
-  if protocol not in PROTOCOLS + BASELINES:
-    raise ValueError(f"protocol: expected one of {', '.join(PROTOCOLS)}, "
+  if protocol not in protocol_names() + BASELINES:
+    raise ValueError(f"protocol: expected one of {', '.join(protocol_names())}, "
                      f"{', '.join(BASELINES)}; got {protocol!r}")
   if method not in RUN_METHODS:
     raise ValueError(f"method: expected one of {', '.join(RUN_METHODS)}, got {method!r}")
@@ -280,6 +283,10 @@ def check_run(problem: FederatedProblem, protocol: str, rounds: int | None, *,
     if every != 1 or limit:
       raise ValueError(f"{'every' if every != 1 else 'limit'}: the sharded path keeps every "
                        f"round and has no limit; use --method closed-form for them")
+  closed = baseline or protocol_info(protocol).closed_form
+  if (method == "closed-form" or limit) and not closed:
+    raise ValueError(f"{'method' if method == 'closed-form' else 'limit'}: {protocol} has no "
+                     f"closed form; use method 'simulate' (the literal rounds)")
   if not baseline and (method == "closed-form" or limit):
     blocks = closed_form_blocks(protocol, problem.num_agents)
     if blocks > MAX_CLOSED_FORM_BLOCKS:

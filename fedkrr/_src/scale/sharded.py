@@ -32,6 +32,7 @@ precomputed transfer blocks ``S_i K^j_ij``; here each round solves with the fact
 
 from __future__ import annotations
 
+from collections.abc import Callable
 import dataclasses
 import functools
 from typing import Any
@@ -227,13 +228,19 @@ class _Targets(NamedTuple):
   with_own: Array
 
 
+TARGET_RULES: dict[str, Callable[[int], tuple[float, float, float, float, bool]]] = {
+    "avgkd": lambda m: (1, 0, 1, m, False),         # (y_i + sum_{j != i} g_j(X_i)) / M
+    "pkd": lambda m: (0, 1, 1, m, False),           # (tau_i + sum_{j != i} g_j(X_i)) / M
+    "pkd-mean": lambda m: (0, 0, 1, m, True),       # sum_j g_j(X_i) / M
+    "backfit-jacobi": lambda m: (1, 0, -1, 1, False),   # y_i - sum_{j != i} h_j(X_i)
+}
+"""A parallel protocol's :class:`_Targets` by name, ``M -> (labels_w, own_w, sign, divisor,
+with_own)``: this layer's one mapping from the protocol to its behaviour (AKD and EKD
+relay instead; ``fedkrr.register_protocol`` adds to it)."""
+
+
 def _targets_rule(protocol: str, m: int, dtype) -> _Targets:
-  labels_w, own_w, sign, divisor, with_own = {
-      "avgkd": (1, 0, 1, m, False),         # (y_i + sum_{j != i} g_j(X_i)) / M
-      "pkd": (0, 1, 1, m, False),           # (tau_i + sum_{j != i} g_j(X_i)) / M
-      "pkd-mean": (0, 0, 1, m, True),       # sum_j g_j(X_i) / M
-      "backfit-jacobi": (1, 0, -1, 1, False),   # y_i - sum_{j != i} h_j(X_i)
-  }[protocol]
+  labels_w, own_w, sign, divisor, with_own = TARGET_RULES[protocol](m)
   as_array = lambda v: jnp.asarray(v, dtype)
   return _Targets(as_array(labels_w), as_array(own_w), as_array(sign), as_array(divisor),
                   jnp.asarray(with_own))
@@ -309,8 +316,7 @@ def _sum_agents(per_agent: Array, *, alternate: bool) -> Array:
 
 def check_sharded_protocol(protocol: str) -> None:
   """Raises ``ValueError`` unless ``protocol`` is one of ``SHARDED_PROTOCOLS``."""
-  protocols.check_protocol_name(protocol)
-  if protocol not in SHARDED_PROTOCOLS:
+  if not protocol_info(protocol).sharded:
     raise ValueError(f"protocol: {protocol} is sequential (in a sweep each agent fits after the "
                      f"previous one), so its agents cannot work at once on their own devices; "
                      f"sharded protocols are {', '.join(SHARDED_PROTOCOLS)} (fedkrr.trajectory "
