@@ -22,6 +22,7 @@ from fedkrr._src.io.files import check_output
 from fedkrr._src.kernels import KernelError
 from fedkrr._src.names import BASELINES
 from fedkrr._src.names import PROTOCOLS
+from fedkrr._src.names import ProtocolParams
 from fedkrr._src.names import protocol_info
 from fedkrr._src.paper import search
 from fedkrr._src.paper import toy
@@ -148,6 +149,22 @@ def _check_plan_fits(problem: FederatedProblem, plan: runner.RunPlan, float32: b
                   f"{format_bytes(limit)} this machine has free; {hint}")
 
 
+def _parse_weights(text: str | None, protocol: str) -> tuple[float, ...] | None:
+  """``--weights W1,W2,...`` as numbers (``None`` if not given); their values are the
+  library's to check (``fedkrr.ProtocolParams(weights=...)``)."""
+  if text is None:
+    return None
+  if protocol in BASELINES or "weights" not in protocol_info(protocol).parameters:
+    takes = ", ".join(p for p in PROTOCOLS if "weights" in protocol_info(p).parameters)
+    raise ValueError(f"--weights: protocol {protocol} takes no weights (only {takes} "
+                     f"does), got {text!r}; leave it out")
+  try:
+    return tuple(float(w) for w in text.split(","))
+  except ValueError:
+    raise ValueError(f"--weights: expected numbers separated by commas (one per agent), "
+                     f"got {text!r}") from None
+
+
 def run_command(args: argparse.Namespace) -> int:
   """``fedkrr run``: :func:`fedkrr.run` on ``--problem``, its predictions into ``--out``."""
   baseline = args.protocol in BASELINES
@@ -156,12 +173,13 @@ def run_command(args: argparse.Namespace) -> int:
     takes = ", ".join(p for p in PROTOCOLS if "start" in protocol_info(p).parameters)
     raise ValueError(f"--start: protocol {args.protocol} has no starting agent (only {takes} "
                      f"takes --start), got {args.start}; leave it out")
+  weights = _parse_weights(args.weights, args.protocol)
   dtype = jnp.float32 if args.float32 else jnp.float64
   problem, x_eval = load_problem(args.problem, dtype=dtype)
   try:
     plan = runner.plan_run(problem, args.protocol, args.rounds, x_eval.shape[0],
-                           method=args.method, start=args.start, every=args.every,
-                           limit=args.limit)
+                           method=args.method, every=args.every, limit=args.limit,
+                           params=ProtocolParams(start=args.start, weights=weights))
   except ProblemError:   # --method matfree with c = 0: the problem's own message
     raise
   except ValueError as e:   # the library names its argument; the flag is that name
