@@ -233,7 +233,7 @@ def _recurrence_of(problem: FederatedProblem, row: ProtocolInfo, params: Protoco
   return RECURRENCES[row.name](problem, params, fs, block, own)
 
 
-def recurrence(problem: FederatedProblem, protocol: str, start: int = 0,
+def recurrence(problem: FederatedProblem, protocol: str, start: int | None = None,
                fs: tuple[linalg.RidgeFactor, ...] | None = None,
                params: ProtocolParams | None = None) -> Recurrence:
   """The affine recurrence of ``protocol`` on stacked coefficients (module docstring)."""
@@ -249,7 +249,7 @@ def _predictor(problem: FederatedProblem, fs, i: int, j: int) -> Array:
   return fs[j].solve(problem.gram(j, problem.xs[i], problem.xs[j]).T).T
 
 
-def target_recurrence(problem: FederatedProblem, protocol: str, start: int = 0,
+def target_recurrence(problem: FederatedProblem, protocol: str, start: int | None = None,
                       fs: tuple[linalg.RidgeFactor, ...] | None = None,
                       params: ProtocolParams | None = None) -> Recurrence:
   """:func:`recurrence` on the agents' targets ``tau`` (``alpha = S tau``), blocks ``K^j_ij S_j``.
@@ -371,7 +371,7 @@ def _per_agent(problem: FederatedProblem, evals: list[Array], coeffs: Array) -> 
 @functools.partial(jax.jit, static_argnames=("protocol", "rounds", "start", "rtol", "every",
                                              "params"))
 def trajectory(problem: FederatedProblem, protocol: str, rounds: int, x_eval: ArrayLike,
-               start: int = 0, rtol: float | None = None, every: int = 1,
+               start: int | None = None, rtol: float | None = None, every: int = 1,
                params: ProtocolParams | None = None) -> Array:
   """Predictions of every round 0..rounds-1 (or every k-th) at ``x_eval``, without refitting.
 
@@ -387,7 +387,7 @@ def trajectory(problem: FederatedProblem, protocol: str, rounds: int, x_eval: Ar
       backfit-jacobi, ...).
     rounds: the number of rounds T >= 1 (static).
     x_eval: evaluation points, shape (n_eval, d).
-    start: the starting agent of AKD (or ``params.start``).
+    start: deprecated: ``params=ProtocolParams(start=...)`` (AKD's starting agent).
     rtol: pseudo-inverse cut-off when c = 0 (see :func:`fedkrr.ridge_factor`).
     every: keep only rounds 0, k, 2k, ... < rounds for k = ``every`` (static; the
       memory of a long run): ``ceil(rounds / k)`` rows. For AKD a multiple of M.
@@ -545,7 +545,8 @@ def spectral_radius(matrix: ArrayLike, method: str = "dense", steps: int = 400,
 
 @functools.partial(jax.jit, static_argnames=("protocol", "start", "rtol", "method", "steps",
                                              "params"))
-def limit(problem: FederatedProblem, protocol: str, x_eval: ArrayLike, start: int = 0,
+def limit(problem: FederatedProblem, protocol: str, x_eval: ArrayLike,
+          start: int | None = None,
           rtol: float | None = None, method: str = "auto", steps: int = 400,
           params: ProtocolParams | None = None) -> Limit:
   """The t -> infinity limit of a protocol, by one linear solve.

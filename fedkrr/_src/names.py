@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from typing import Literal
+import warnings
 
 Rounds = Literal["relay", "ensemble", "averaged", "backfit"]
 """How a round forms its targets (:attr:`ProtocolInfo.rounds`)."""
@@ -233,14 +234,18 @@ def check_params(name: str, params: ProtocolParams, num_agents: int) -> None:
     raise ValueError(f"weights: protocol {name} takes no weights, got {params.weights!r}")
 
 
-def make_params(params: ProtocolParams | None, start: int = 0) -> ProtocolParams:
-  """``params``, or :class:`ProtocolParams` with ``start`` (the older keyword) if ``None``.
+def make_params(params: ProtocolParams | None, start: int | None = None) -> ProtocolParams:
+  """``params`` (``None``: :class:`ProtocolParams`'s defaults), or from ``start``, the older
+  keyword, with a ``DeprecationWarning``: ``start=S`` is ``params=ProtocolParams(start=S)``.
 
   Raises:
     ValueError: both given, with different starts.
   """
-  if params is None:
-    return ProtocolParams(start=start)
-  if start != 0 and start != params.start:
-    raise ValueError(f"start: given as {start!r} and as params.start={params.start!r}")
-  return params
+  if start is not None:
+    warnings.warn("start= is deprecated and will be removed: pass "
+                  "params=fedkrr.ProtocolParams(start=...)", DeprecationWarning, stacklevel=3)
+    if params is None:
+      return ProtocolParams(start=start)
+    if start != params.start:
+      raise ValueError(f"start: given as {start!r} and as params.start={params.start!r}")
+  return ProtocolParams() if params is None else params

@@ -303,12 +303,13 @@ ROUNDS: dict[str, Callable[[ProtocolParams], Protocol]] = {
 behaviour (``fedkrr.register_protocol`` adds to it)."""
 
 
-def get_protocol(name: str, start: int = 0, params: ProtocolParams | None = None) -> Protocol:
+def get_protocol(name: str, start: int | None = None,
+                 params: ProtocolParams | None = None) -> Protocol:
   """The protocol called ``name`` (one of ``PROTOCOLS``, or a registered one): its rounds.
 
   Args:
     name: a protocol's name (``fedkrr.PROTOCOL_TABLE``).
-    start: AKD's first agent (the older keyword; or ``params.start``).
+    start: deprecated: ``params=ProtocolParams(start=...)`` (AKD's first agent).
     params: the protocol's parameters (:class:`fedkrr.ProtocolParams`).
   """
   row = protocol_info(name)
@@ -356,7 +357,7 @@ def iterate(protocol: Protocol, learners: Sequence[Learner], xs: Sequence[Array]
 
 
 def simulate(protocol: Protocol | str, learners: Sequence[Learner], xs: Sequence[Array],
-             ys: Sequence[Array], rounds: int, x_eval: ArrayLike, start: int = 0,
+             ys: Sequence[Array], rounds: int, x_eval: ArrayLike, start: int | None = None,
              progress: bool = False, every: int = 1,
              params: ProtocolParams | None = None) -> Array:
   """Runs a protocol round by round and evaluates its predictors at ``x_eval``.

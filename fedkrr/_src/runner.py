@@ -200,12 +200,12 @@ class RunPlan:
 
 
 def plan_run(problem: FederatedProblem, protocol: str, rounds: int | None, n_eval: int, *,
-             method: str = "auto", start: int = 0, every: int = 1, limit: bool = False,
+             method: str = "auto", every: int = 1, limit: bool = False,
              params: ProtocolParams | None = None, available: int | None = None) -> RunPlan:
   """Checks :func:`run`'s arguments once and plans the run: parameters, path, memory.
 
   Args:
-    problem, protocol, rounds, method, start, every, limit, params: as :func:`run`.
+    problem, protocol, rounds, method, every, limit, params: as :func:`run`.
     n_eval: the number of evaluation points.
     available: bytes of memory to plan with (default :func:`fedkrr.memory_limit`).
 
@@ -216,11 +216,11 @@ def plan_run(problem: FederatedProblem, protocol: str, rounds: int | None, n_eva
     ValueError: an argument :func:`check_run` refuses. ``ProblemError``: "matfree"
       with ridge 0.
   """
-  check_run(problem, protocol, rounds, method=method, start=start, every=every, limit=limit,
-            params=params)
+  params = make_params(params)
+  check_run(problem, protocol, rounds, method=method, every=every, limit=limit, params=params)
   baseline = protocol in BASELINES
   row = None if baseline else protocol_info(protocol)
-  params = None if baseline else make_params(params, start)
+  params = None if baseline else params
   if method == "matfree":
     matfree.check_matfree_problem(problem)
   n_eval = int(n_eval)
@@ -258,7 +258,7 @@ def kept_rounds(protocol: str, rounds: int | None, every: int) -> int:
 
 
 def check_run(problem: FederatedProblem, protocol: str, rounds: int | None, *,
-              method: str = "auto", start: int = 0, every: int = 1,
+              method: str = "auto", every: int = 1,
               limit: bool = False, params: ProtocolParams | None = None) -> None:
   """Raises ``ValueError`` naming the argument (``rounds:``, ``start:``, ``every:``,
   ``limit:``, ``method:``, ``protocol:``) unless :func:`run` can take them."""
@@ -270,11 +270,12 @@ def check_run(problem: FederatedProblem, protocol: str, rounds: int | None, *,
   baseline = protocol in BASELINES
   if not baseline and (rounds is None or rounds < 1):
     raise ValueError(f"rounds: protocol {protocol} needs a number of rounds >= 1")
-  if not 0 <= start < problem.num_agents:
+  params = make_params(params)
+  if baseline and not 0 <= params.start < problem.num_agents:   # else check_params's
     raise ValueError(f"start: expected an agent index in 0..{problem.num_agents - 1}, "
-                     f"got {start}")
+                     f"got {params.start}")
   if not baseline:
-    check_params(protocol, make_params(params, start), problem.num_agents)
+    check_params(protocol, params, problem.num_agents)
     closed_form.check_every(every, protocol, problem.num_agents)
   if method == "sharded":
     if baseline or not protocol_info(protocol).sharded:
@@ -335,7 +336,7 @@ def _baseline(problem: FederatedProblem, protocol: str, x_eval: Any, method: str
 
 
 def run(problem: FederatedProblem, protocol: str, rounds: int | None, x_eval: Any, *,
-        method: str = "auto", start: int = 0, every: int = 1, limit: bool = False,
+        method: str = "auto", start: int | None = None, every: int = 1, limit: bool = False,
         progress: bool = False, params: ProtocolParams | None = None,
         **matfree_options: Any) -> RunResult:
   """A protocol's predictions at ``x_eval`` by the path ``method`` names.
@@ -353,12 +354,12 @@ def run(problem: FederatedProblem, protocol: str, rounds: int | None, x_eval: An
       ``fedkrr.SHARDED_PROTOCOLS``, every round, no limit) or "auto"
       (:func:`choose_method`: the closed form if it fits in half the memory, else the
       matrix-free path; never "sharded").
-    start: AKD's first agent.
+    start: deprecated: ``params=ProtocolParams(start=...)`` (AKD's first agent).
     every: keep rounds 0, k, 2k, ... (AKD: a multiple of M).
     limit: also the t -> infinity limit and the spectral radius (closed form).
     progress: a progress bar over the rounds (simulation, matrix-free path).
     params: the protocol's parameters (:class:`fedkrr.ProtocolParams`: ``start``,
-      ``weights``); ``start`` above is the same as ``params=ProtocolParams(start=...)``.
+      ``weights``).
     **matfree_options: ``landmarks``, ``tol``, ``maxiter``, ``key``, ``tile_elements``,
       ``history`` of the matrix-free path (:func:`fedkrr.matfree_learners`), where it runs.
 
@@ -375,7 +376,7 @@ def run(problem: FederatedProblem, protocol: str, rounds: int | None, x_eval: An
     raise ValueError(f"matfree_options: unknown {', '.join(unknown)}; expected some of "
                      f"{', '.join(MATFREE_OPTIONS)}")
   plan = plan_run(problem, protocol, rounds, int(np.shape(x_eval)[0]), method=method,
-                  start=start, every=every, limit=limit, params=params)
+                  every=every, limit=limit, params=make_params(params, start))
   check_fits(problem, plan)
   return execute(problem, plan, x_eval, progress=progress, **matfree_options)
 
@@ -417,7 +418,7 @@ def execute(problem: FederatedProblem, plan: RunPlan, x_eval: Any, *, progress: 
       preds = matfree.matfree_trajectory(problem, protocol, rounds, x_eval, every=plan.every,
                                          progress=progress, params=params, **matfree_options)
     elif method == "sharded":   # on fedkrr.agent_mesh(M): every process's devices
-      preds = sharded.sharded_trajectory(problem, protocol, rounds, x_eval, start=params.start)
+      preds = sharded.sharded_trajectory(problem, protocol, rounds, x_eval, params=params)
     else:
       preds = protocols.simulate(protocol, krr_learners(problem), problem.xs, problem.ys,
                                  rounds, x_eval, progress=progress, every=plan.every,

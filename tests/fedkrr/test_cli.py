@@ -53,7 +53,8 @@ def test_run_both_methods_agree(protocol, shape, problem_file, tmp_path, assert_
   assert_close(outs["closed-form"], outs["simulate"])
   problem, x_eval = load_problem(problem_file)
   if protocol == "akd":  # row t is the round-t model of the run started at --start
-    assert_close(outs["closed-form"], fedkrr.trajectory(problem, "akd", 5, x_eval, start=1))
+    assert_close(outs["closed-form"], fedkrr.trajectory(problem, "akd", 5, x_eval,
+                                                        params=fedkrr.ProtocolParams(start=1)))
 
 
 @pytest.mark.parametrize("protocol", ["akd", "avgkd", "ekd", "central"])

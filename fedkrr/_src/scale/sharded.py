@@ -49,6 +49,9 @@ import numpy as np
 from fedkrr._src import linalg
 from fedkrr._src import protocols
 from fedkrr._src.names import PROTOCOL_TABLE
+from fedkrr._src.names import ProtocolParams
+from fedkrr._src.names import check_params
+from fedkrr._src.names import make_params
 from fedkrr._src.names import protocol_info
 from fedkrr._src.platform.devices import AGENT_AXIS
 from fedkrr._src.platform.devices import DeviceError
@@ -324,8 +327,9 @@ def check_sharded_protocol(protocol: str) -> None:
 
 
 def sharded_trajectory(problem: FederatedProblem, protocol: str, rounds: int,
-                       x_eval: ArrayLike, mesh: Mesh | None = None, start: int = 0,
-                       rtol: float | None = None, blocks: AgentBlocks | None = None) -> Array:
+                       x_eval: ArrayLike, mesh: Mesh | None = None, start: int | None = None,
+                       rtol: float | None = None, blocks: AgentBlocks | None = None,
+                       params: ProtocolParams | None = None) -> Array:
   """:func:`fedkrr.trajectory` with each agent on its own device; only predictions cross.
 
   The rounds run as one ``shard_map`` program over ``mesh`` (module docstring):
@@ -339,10 +343,11 @@ def sharded_trajectory(problem: FederatedProblem, protocol: str, rounds: int,
     x_eval: evaluation points, shape (n_eval, d).
     mesh: an agent mesh (:func:`fedkrr.agent_mesh`); ``None``: that of ``blocks``,
       else ``agent_mesh(M)`` (as many devices as divide M).
-    start: the starting agent of AKD.
+    start: deprecated: ``params=ProtocolParams(start=...)`` (AKD's starting agent).
     rtol: pseudo-inverse cut-off when c = 0 (see :func:`fedkrr.ridge_factor`).
     blocks: :func:`shard_blocks` of ``problem`` to reuse (factorised once); its
       mesh and rtol then stand, and ``mesh`` and ``rtol`` must be ``None`` or equal.
+    params: the protocol's parameters (:class:`fedkrr.ProtocolParams`: AKD's ``start``).
 
   Returns:
     The layout of :func:`fedkrr.trajectory`: ``(rounds, M, n_eval[, C])`` for
@@ -367,7 +372,9 @@ def sharded_trajectory(problem: FederatedProblem, protocol: str, rounds: int,
     True
   """
   check_sharded_protocol(protocol)
-  protocols.check_start(start, problem.num_agents)
+  params = make_params(params, start)
+  check_params(protocol, params, problem.num_agents)
+  start = params.start
   protocols.check_rounds(rounds)
   x_eval = check_eval_points(problem, x_eval)
   if blocks is None:
