@@ -147,6 +147,8 @@ if TYPE_CHECKING:
   from fedkrr._src.rates import sweep_ridge
   from fedkrr._src.rates import sweep_separation
   from fedkrr._src.rates import warm_sweep
+  from fedkrr._src.registry import register_protocol
+  from fedkrr._src.registry import unregister_protocol
   from fedkrr._src.runner import RunResult
   from fedkrr._src.runner import choose_method
   from fedkrr._src.runner import run

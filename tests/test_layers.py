@@ -45,7 +45,7 @@ FEDKRR = Tables(
         "learner": 9, "geometry": 9, "problem_io": 9, "special_cases": 10, "protocols": 10,
         "closed_form": 11, "rates": 12, "public_distillation": 12,
         "scale": 13, "scale.matfree": 13, "scale.sharded": 13,
-        "runner": 14,
+        "runner": 14, "registry": 14,
         "paper": 15, "paper.shipped_findings": 15, "paper.search_space": 15, "paper.toy": 15,
         "paper.rate_plots": 15, "paper.demo": 15, "paper.verify": 16,
         "paper.search_claims": 17, "paper.search": 18,
@@ -57,7 +57,7 @@ FEDKRR = Tables(
         "linalg": 2, "krylov": 2, "nn_kernels": 2, "kernels": 2, "problem": 2,   # mathematics
         "problem_io": 2, "learner": 2, "geometry": 2, "special_cases": 2, "protocols": 2,
         "closed_form": 2, "rates": 2, "public_distillation": 2,
-        "runner": 4,                                                        # front door
+        "runner": 4, "registry": 4,                                         # front door
         "commands": 6, "cli": 6,                                            # command line
     },
 )

@@ -48,6 +48,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="number of rounds (required except for central and local)")
   run.add_argument("--start", type=int, default=0, metavar="S",
                    help="starting agent of AKD (default 0)")
+  run.add_argument("--weights", metavar="W1,W2,...",
+                   help="weighted AvgKD's agent weights, one per agent, each in (0, 1], "
+                        "summing to 1 (default: 1/M each)")
   run.add_argument("--method", choices=names.RUN_METHODS, default="closed-form",
                    help="closed form (default), literal round-by-round simulation, the "
                         "matrix-free path (rounds by conjugate gradients, no N x N matrix; "

@@ -59,6 +59,7 @@ coefficient-space recurrence of the formulas above.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 import functools
 from typing import NamedTuple
 
@@ -129,59 +130,110 @@ def recurrence_matrix(problem: FederatedProblem, rec: Recurrence) -> Array:
   return jnp.concatenate(rows, axis=0)
 
 
+def _others(m: int) -> list[tuple[int, int]]:
+  return [(i, j) for i in range(m) for j in range(m) if i != j]
+
+
+def _cycle(m: int) -> list[tuple[int, int]]:
+  return [((j + 1) % m, j) for j in range(m)]
+
+
+def _per_point(problem: FederatedProblem, values, like: Array) -> Array:
+  """``values[a]`` on each of agent a's points, shaped to multiply ``like`` (N[, C])."""
+  column = jnp.concatenate([jnp.full((n,), values[a], like.dtype)
+                            for a, n in enumerate(problem.sizes)])
+  return column.reshape((-1,) + (1,) * (like.ndim - 1))
+
+
+def _akd(problem, params, fs, block, own):
+  keep = _per_point(problem, [float(a == params.start) for a in range(problem.num_agents)],
+                    problem.pooled_y())
+  return Recurrence({ij: block(*ij) for ij in _cycle(problem.num_agents)}, 0.0,
+                    jnp.zeros_like(problem.pooled_y()), own * keep)
+
+
+def _ekd(problem, params, fs, block, own):
+  return Recurrence({ij: -block(*ij) for ij in _cycle(problem.num_agents)}, 0.0,
+                    jnp.zeros_like(problem.pooled_y()), own)
+
+
+def _avgkd(problem, params, fs, block, own):
+  m = problem.num_agents
+  return Recurrence({ij: block(*ij) / m for ij in _others(m)}, 0.0, own / m, own)
+
+
+def _weighted_avgkd(problem, params, fs, block, own):
+  w = params.agent_weights(problem.num_agents)
+  return Recurrence({(i, j): block(i, j) * w[j] for i, j in _others(problem.num_agents)}, 0.0,
+                    own * _per_point(problem, w, problem.pooled_y()), own)
+
+
+def _pkd(problem, params, fs, block, own):
+  # Target space: tau_{t+1} = (tau_t + O S tau_t) / M, with (O S)_ij = K^j_ij S_j.
+  m, labels = problem.num_agents, problem.pooled_y()
+  return Recurrence({(i, j): _predictor(problem, fs, i, j) / m for i, j in _others(m)},
+                    1.0 / m, jnp.zeros_like(labels), labels)
+
+
+def _pkd_mean(problem, params, fs, block, own):
+  # Every agent fits the mean of all M models, its own included.
+  m = problem.num_agents
+  every = [(i, j) for i in range(m) for j in range(m)]
+  return Recurrence({ij: block(*ij) / m for ij in every}, 0.0,
+                    jnp.zeros_like(problem.pooled_y()), own)
+
+
+def _backfit_jacobi(problem, params, fs, block, own):
+  return Recurrence({ij: -block(*ij) for ij in _others(problem.num_agents)}, 0.0, own,
+                    jnp.zeros_like(problem.pooled_y()))
+
+
+def _backfit_gs(problem, params, fs, block, own):
+  # (I + L) x_{k+1} = own - U x_k, with L, U the strict block triangles of the blocks
+  # (their diagonal blocks are zero).
+  m, zeros = problem.num_agents, jnp.zeros_like(problem.pooled_y())
+  o = recurrence_matrix(problem, Recurrence({ij: block(*ij) for ij in _others(m)}, 0.0, zeros,
+                                            zeros))
+  lower, upper = jnp.tril(o, -1), jnp.triu(o, 1)
+  eye = jnp.eye(problem.num_points, dtype=o.dtype)
+  solve = functools.partial(jax.scipy.linalg.solve_triangular, eye + lower, lower=True,
+                            unit_diagonal=True)
+  matrix = -solve(upper)
+  sl = _slices(problem)
+  blocks = {(i, j): matrix[sl[i], sl[j]] for i in range(m) for j in range(1, m)}
+  return Recurrence(blocks, 0.0, solve(own), zeros)
+
+
+RecurrenceFn = Callable[[FederatedProblem, ProtocolParams, tuple[linalg.RidgeFactor, ...],
+                         Callable[[int, int], Array], Array], Recurrence]
+"""``(problem, params, fs, block, own) -> Recurrence``: a protocol's recurrence from
+``block(i, j)`` (what agent i's state gets from agent j's: :func:`transfer` on
+coefficients, :func:`_predictor` on targets) and ``own`` (every agent fitted on its own
+labels: ``S y`` on coefficients, ``y`` on targets); ``fs`` are the agents' factors."""
+
+RECURRENCES: dict[str, RecurrenceFn] = {
+    "akd": _akd,
+    "avgkd": _avgkd,
+    "weighted-avgkd": _weighted_avgkd,
+    "pkd": _pkd,               # in targets whichever space is asked
+    "pkd-mean": _pkd_mean,
+    "ekd": _ekd,
+    "backfit-gs": _backfit_gs,
+    "backfit-jacobi": _backfit_jacobi,
+}
+"""Each protocol's recurrence (module docstring), by name: this layer's one mapping from
+the protocol to its behaviour (``fedkrr.register_protocol`` adds to it)."""
+
+
 def _recurrence_of(problem: FederatedProblem, row: ProtocolInfo, params: ProtocolParams, fs,
                    block, own: Array) -> Recurrence:
-  """The recurrence of ``protocol`` from ``block(i, j)`` (what agent i's state gets from
-  agent j's) and ``own`` (every agent fitted on its own labels), in coefficients
-  (:func:`transfer`, ``S y``) or in targets (:func:`_predictor`, ``y``). PKD's is in
-  targets in both."""
-  m = problem.num_agents
-  labels = problem.pooled_y()
-  zeros = jnp.zeros_like(labels)
-  others = [(i, j) for i in range(m) for j in range(m) if i != j]
-  cycle = [((j + 1) % m, j) for j in range(m)]
-  if row.rounds == "relay":
-    keep = jnp.concatenate([jnp.full((n,), float(a == params.start), labels.dtype)
-                            for a, n in enumerate(problem.sizes)])
-    initial = own * keep.reshape((-1,) + (1,) * (labels.ndim - 1))
-    return Recurrence({ij: block(*ij) for ij in cycle}, 0.0, zeros, initial)
-  if row.rounds == "ensemble":
-    return Recurrence({ij: -block(*ij) for ij in cycle}, 0.0, zeros, own)
-  if row.rounds == "averaged" and row.own == "labels" and "weights" in row.parameters:
-    w = params.agent_weights(m)
-    scale = jnp.concatenate([jnp.full((n,), w[a], labels.dtype)
-                             for a, n in enumerate(problem.sizes)])
-    return Recurrence({(i, j): block(i, j) * w[j] for i, j in others}, 0.0,
-                      own * scale.reshape((-1,) + (1,) * (labels.ndim - 1)), own)
-  if row.rounds == "averaged" and row.own == "labels":
-    return Recurrence({ij: block(*ij) / m for ij in others}, 0.0, own / m, own)
-  if row.rounds == "averaged" and row.own == "targets":
-    # Target space: tau_{t+1} = (tau_t + O S tau_t) / M, with (O S)_ij = K^j_ij S_j.
-    return Recurrence({(i, j): _predictor(problem, fs, i, j) / m for i, j in others}, 1.0 / m,
-                      zeros, labels)
-  if row.rounds == "averaged" and row.own == "model":
-    # Every agent fits the mean of all M models, its own included.
-    every = [(i, j) for i in range(m) for j in range(m)]
-    return Recurrence({ij: block(*ij) / m for ij in every}, 0.0, zeros, own)
-  if row.rounds == "backfit" and row.own == "jacobi":
-    return Recurrence({ij: -block(*ij) for ij in others}, 0.0, own, zeros)
-  if row.rounds == "backfit" and row.own == "gauss-seidel":
-    # (I + L) x_{k+1} = own - U x_k, with L, U the strict block triangles of the blocks
-    # (their diagonal blocks are zero).
-    o = recurrence_matrix(problem, Recurrence({ij: block(*ij) for ij in others}, 0.0, zeros,
-                                              zeros))
-    lower, upper = jnp.tril(o, -1), jnp.triu(o, 1)
-    eye = jnp.eye(problem.num_points, dtype=o.dtype)
-    solve = functools.partial(jax.scipy.linalg.solve_triangular, eye + lower, lower=True,
-                              unit_diagonal=True)
-    matrix = -solve(upper)
-    sl = _slices(problem)
-    blocks = {(i, j): matrix[sl[i], sl[j]] for i in range(m) for j in range(1, m)}
-    return Recurrence(blocks, 0.0, solve(own), zeros)
-  raise ValueError(f"protocol: {row.name} has no closed form")
+  """The recurrence of the protocol of ``row`` (:data:`RECURRENCES`)."""
+  if row.name not in RECURRENCES:
+    raise ValueError(f"protocol: {row.name} has no closed form")
+  return RECURRENCES[row.name](problem, params, fs, block, own)
 
 
-def recurrence(problem: FederatedProblem, protocol: str, start: int = 0,
+def recurrence(problem: FederatedProblem, protocol: str, start: int | None = None,
                fs: tuple[linalg.RidgeFactor, ...] | None = None,
                params: ProtocolParams | None = None) -> Recurrence:
   """The affine recurrence of ``protocol`` on stacked coefficients (module docstring)."""
@@ -197,7 +249,7 @@ def _predictor(problem: FederatedProblem, fs, i: int, j: int) -> Array:
   return fs[j].solve(problem.gram(j, problem.xs[i], problem.xs[j]).T).T
 
 
-def target_recurrence(problem: FederatedProblem, protocol: str, start: int = 0,
+def target_recurrence(problem: FederatedProblem, protocol: str, start: int | None = None,
                       fs: tuple[linalg.RidgeFactor, ...] | None = None,
                       params: ProtocolParams | None = None) -> Recurrence:
   """:func:`recurrence` on the agents' targets ``tau`` (``alpha = S tau``), blocks ``K^j_ij S_j``.
@@ -319,7 +371,7 @@ def _per_agent(problem: FederatedProblem, evals: list[Array], coeffs: Array) -> 
 @functools.partial(jax.jit, static_argnames=("protocol", "rounds", "start", "rtol", "every",
                                              "params"))
 def trajectory(problem: FederatedProblem, protocol: str, rounds: int, x_eval: ArrayLike,
-               start: int = 0, rtol: float | None = None, every: int = 1,
+               start: int | None = None, rtol: float | None = None, every: int = 1,
                params: ProtocolParams | None = None) -> Array:
   """Predictions of every round 0..rounds-1 (or every k-th) at ``x_eval``, without refitting.
 
@@ -335,7 +387,7 @@ def trajectory(problem: FederatedProblem, protocol: str, rounds: int, x_eval: Ar
       backfit-jacobi, ...).
     rounds: the number of rounds T >= 1 (static).
     x_eval: evaluation points, shape (n_eval, d).
-    start: the starting agent of AKD (or ``params.start``).
+    start: deprecated: ``params=ProtocolParams(start=...)`` (AKD's starting agent).
     rtol: pseudo-inverse cut-off when c = 0 (see :func:`fedkrr.ridge_factor`).
     every: keep only rounds 0, k, 2k, ... < rounds for k = ``every`` (static; the
       memory of a long run): ``ceil(rounds / k)`` rows. For AKD a multiple of M.
@@ -355,11 +407,14 @@ def trajectory(problem: FederatedProblem, protocol: str, rounds: int, x_eval: Ar
   params = make_params(params, start)
   row = _check_arguments(problem, protocol, params, rounds)
   check_every(every, protocol, problem.num_agents)
-  x_eval = jnp.asarray(x_eval, problem.ridge.dtype)
-  fs = factors(problem, rtol)
-  # On targets, not coefficients: the literal rounds' accuracy (module docstring, "Numerics").
-  rec = target_recurrence(problem, protocol, fs=fs, params=params)
-  evals = target_readout(problem, x_eval, fs)
+  preds = _solve(problem, row, params, rounds, x_eval, every=every, rtol=rtol)[0]
+  assert preds is not None
+  return preds
+
+
+def _trajectory_of(problem: FederatedProblem, row: ProtocolInfo, params: ProtocolParams,
+                   rounds: int, every: int, rec: Recurrence, evals: list[Array]) -> Array:
+  """:func:`trajectory` from the target recurrence and read-outs of the agents' factors."""
   if row.combine == "single":
     return _akd_scan(problem, rec, rounds, params.start, evals, every)
   if row.rounds == "backfit":
@@ -374,6 +429,26 @@ def trajectory(problem: FederatedProblem, protocol: str, rounds: int, x_eval: Ar
   if cumulative:
     targets = jnp.cumsum(targets, axis=0)
   return jnp.einsum("nk,tk...->tn...", jnp.concatenate(evals, axis=1), targets)
+
+
+def _solve(problem: FederatedProblem, row: ProtocolInfo, params: ProtocolParams,
+           rounds: int | None, x_eval: ArrayLike, *, every: int = 1, rtol: float | None = None,
+           with_trajectory: bool = True, with_limit: bool = False, method: str = "auto",
+           steps: int = 400) -> tuple[Array | None, Limit | None]:
+  """:func:`solve` unjitted: each agent's block factorised once for both answers."""
+  x_eval = jnp.asarray(x_eval, problem.ridge.dtype)
+  fs = factors(problem, rtol)
+  # On targets, not coefficients: the literal rounds' accuracy (module docstring, "Numerics").
+  rec = _recurrence_of(problem, row, params, fs, functools.partial(_predictor, problem, fs),
+                       problem.pooled_y())
+  evals = target_readout(problem, x_eval, fs)
+  preds = lim = None
+  if with_trajectory:
+    assert rounds is not None
+    preds = _trajectory_of(problem, row, params, rounds, every, rec, evals)
+  if with_limit:
+    lim = _limit_of(problem, row, x_eval, rec, evals, method, steps)
+  return preds, lim
 
 
 class Limit(NamedTuple):
@@ -470,7 +545,8 @@ def spectral_radius(matrix: ArrayLike, method: str = "dense", steps: int = 400,
 
 @functools.partial(jax.jit, static_argnames=("protocol", "start", "rtol", "method", "steps",
                                              "params"))
-def limit(problem: FederatedProblem, protocol: str, x_eval: ArrayLike, start: int = 0,
+def limit(problem: FederatedProblem, protocol: str, x_eval: ArrayLike,
+          start: int | None = None,
           rtol: float | None = None, method: str = "auto", steps: int = 400,
           params: ProtocolParams | None = None) -> Limit:
   """The t -> infinity limit of a protocol, by one linear solve.
@@ -500,12 +576,16 @@ def limit(problem: FederatedProblem, protocol: str, x_eval: ArrayLike, start: in
   """
   params = make_params(params, start)
   row = _check_arguments(problem, protocol, params)
-  x_eval = jnp.asarray(x_eval, problem.ridge.dtype)
-  fs = factors(problem, rtol)
-  # On targets (module docstring, "Numerics"): the same non-zero eigenvalues and fixed
-  # point, read out through E_a S_a.
-  rec = target_recurrence(problem, protocol, fs=fs, params=params)
-  evals = target_readout(problem, x_eval, fs)
+  lim = _solve(problem, row, params, None, x_eval, rtol=rtol, with_trajectory=False,
+               with_limit=True, method=method, steps=steps)[1]
+  assert lim is not None
+  return lim
+
+
+def _limit_of(problem: FederatedProblem, row: ProtocolInfo, x_eval: Array, rec: Recurrence,
+              evals: list[Array], method: str, steps: int) -> Limit:
+  """:func:`limit` from the target recurrence and read-outs (on targets: module docstring,
+  "Numerics"; the same non-zero eigenvalues and fixed point, read out through E_a S_a)."""
   matrix = recurrence_matrix(problem, rec)
   # AKD's round (and EKD's W) moves one agent's model to the next: with M >= 3 agents its
   # top eigenvalues are the radius times the M-th roots of unity (spectral_radius's cycle).
@@ -521,6 +601,28 @@ def limit(problem: FederatedProblem, protocol: str, x_eval: ArrayLike, start: in
   if row.per_agent:
     return Limit(_per_agent(problem, evals, fixed[None])[0], rho)
   return Limit(jnp.concatenate(evals, axis=1) @ fixed, rho)
+
+
+@functools.partial(jax.jit, static_argnames=("row", "params", "rounds", "every", "rtol",
+                                             "with_trajectory", "with_limit", "method",
+                                             "steps"))
+def solve(problem: FederatedProblem, row: ProtocolInfo, params: ProtocolParams,
+          rounds: int | None, x_eval: ArrayLike, *, every: int = 1, rtol: float | None = None,
+          with_trajectory: bool = True, with_limit: bool = False, method: str = "auto",
+          steps: int = 400) -> tuple[Array | None, Limit | None]:
+  """:func:`trajectory` and :func:`limit` at once, each agent's block factorised once.
+
+  The arguments are taken as checked (``fedkrr.run``'s plan, ``runner.plan_run``,
+  checked them once): ``row`` is the protocol's table row, ``params`` its parameters.
+
+  Returns:
+    ``(predictions, limit)``: :func:`trajectory`'s predictions (``None`` without
+    ``with_trajectory``) and :func:`limit`'s :class:`Limit` (``None`` without
+    ``with_limit``).
+  """
+  return _solve(problem, row, params, rounds, x_eval, every=every, rtol=rtol,
+                with_trajectory=with_trajectory, with_limit=with_limit, method=method,
+                steps=steps)
 
 
 @functools.partial(jax.jit, static_argnames=("rtol",))

@@ -22,6 +22,7 @@ from fedkrr._src.io.files import check_output
 from fedkrr._src.kernels import KernelError
 from fedkrr._src.names import BASELINES
 from fedkrr._src.names import PROTOCOLS
+from fedkrr._src.names import ProtocolParams
 from fedkrr._src.names import protocol_info
 from fedkrr._src.paper import search
 from fedkrr._src.paper import toy
@@ -29,12 +30,10 @@ from fedkrr._src.paper import verify
 from fedkrr._src.platform.memory import SizeError
 from fedkrr._src.platform.memory import check_memory
 from fedkrr._src.platform.memory import format_bytes
-from fedkrr._src.platform.memory import memory_limit
 from fedkrr._src.problem import FederatedProblem
 from fedkrr._src.problem import ProblemError
 from fedkrr._src.problem_io import load_problem
 from fedkrr._src.scale.matfree import ConvergenceError
-from fedkrr._src.scale.matfree import check_matfree_problem
 
 # The errors a command reports as one line (exit status 2).
 ERRORS = (ProblemError, KernelError, ValueError, OSError, ConvergenceError)
@@ -108,41 +107,34 @@ def _check_out(out: str, problem: str) -> None:
   check_output(out, "--out", inputs=[problem], create=False)
 
 
-def _plan_memory(problem: FederatedProblem, args: argparse.Namespace, n_eval: int,
-                 float32: bool) -> str:
-  """The method for ``args.method`` ("auto": ``runner.auto_method``), after a check that it
-  fits in memory; a ``SizeError`` with only the changes (flags) that would fit otherwise."""
-  baseline = args.protocol in BASELINES
-  itemsize = 4 if float32 else 8
-  kept = runner.kept_rounds(args.protocol, args.rounds, args.every)
-
-  def estimates(kept: int, itemsize: int) -> dict[str, int | None]:
-    return runner.method_bytes(problem, args.protocol, n_eval, kept, itemsize, args.limit)
-
-  need = estimates(kept, itemsize)
-  limit = memory_limit()
-  method = args.method
-  if method == "auto":
-    method = runner.auto_method(need, limit, 0 if baseline else runner.closed_form_blocks(
-        args.protocol, problem.num_agents))
-    print(f"fedkrr: --method auto: {method}", file=sys.stderr)
+def _check_plan_fits(problem: FederatedProblem, plan: runner.RunPlan, float32: bool) -> None:
+  """Raises ``SizeError`` if ``plan``'s path does not fit in memory, with only the changes
+  (flags) that would fit; the plan's own estimate (``runner.plan_run``), others only
+  for the hint."""
+  method, need, limit, kept = plan.method, plan.need, plan.available, plan.kept
+  baseline = plan.row is None
   if method == "matfree" and need["matfree"] is None:
-    return method   # refused with its own reason (c = 0, --limit) by the caller or the library
+    return   # refused with its own reason (c = 0, --limit) by the caller or the library
   here = need[method] or 0
   if here <= limit:
-    return method
+    return
+
+  def estimate(kept: int, itemsize: int) -> int:
+    return runner.method_bytes(problem, plan.protocol, plan.n_eval, kept, itemsize,
+                               plan.limit)[method] or 0
+
   options = []
   if not baseline and kept > 1:
-    one = estimates(1, itemsize)[method] or 0
-    slope = (estimates(2, itemsize)[method] or 0) - one
+    one = estimate(1, plan.itemsize)
+    slope = estimate(2, plan.itemsize) - one
     if one <= limit and slope > 0:
       most = 1 + (limit - one) // slope
       if most < kept:
-        every = -(-args.rounds // most)
-        if protocol_info(args.protocol).one_fit_per_round:   # a multiple of the agents
+        every = -(-(plan.rounds or 0) // most)
+        if plan.row is not None and plan.row.one_fit_per_round:   # a multiple of the agents
           every = -(-every // problem.num_agents) * problem.num_agents
         options.append(f"keep at most {most} rounds (--every {every}, or fewer --rounds)")
-  if not float32 and (estimates(kept, 4)[method] or 0) <= limit:
+  if not float32 and estimate(kept, 4) <= limit:
     options.append("--float32")
   for other in ("closed-form", "matfree"):
     size = need[other]
@@ -150,11 +142,27 @@ def _plan_memory(problem: FederatedProblem, args: argparse.Namespace, n_eval: in
       options.append(f"--method {other} (about {format_bytes(size)})")
   hint = ("; ".join(options) if options else
           "nothing the command offers fits: use a machine with more memory, or fewer points")
-  what = (f"{args.protocol} by {method} on {problem.num_points} points"
-          + ("" if baseline else f" with {args.rounds} rounds ({kept} kept)")
-          + f" and {n_eval} evaluation points")
+  what = (f"{plan.protocol} by {method} on {problem.num_points} points"
+          + ("" if baseline else f" with {plan.rounds} rounds ({kept} kept)")
+          + f" and {plan.n_eval} evaluation points")
   raise SizeError(f"{what} needs about {format_bytes(here)}, more than the "
                   f"{format_bytes(limit)} this machine has free; {hint}")
+
+
+def _parse_weights(text: str | None, protocol: str) -> tuple[float, ...] | None:
+  """``--weights W1,W2,...`` as numbers (``None`` if not given); their values are the
+  library's to check (``fedkrr.ProtocolParams(weights=...)``)."""
+  if text is None:
+    return None
+  if protocol in BASELINES or "weights" not in protocol_info(protocol).parameters:
+    takes = ", ".join(p for p in PROTOCOLS if "weights" in protocol_info(p).parameters)
+    raise ValueError(f"--weights: protocol {protocol} takes no weights (only {takes} "
+                     f"does), got {text!r}; leave it out")
+  try:
+    return tuple(float(w) for w in text.split(","))
+  except ValueError:
+    raise ValueError(f"--weights: expected numbers separated by commas (one per agent), "
+                     f"got {text!r}") from None
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -165,19 +173,21 @@ def run_command(args: argparse.Namespace) -> int:
     takes = ", ".join(p for p in PROTOCOLS if "start" in protocol_info(p).parameters)
     raise ValueError(f"--start: protocol {args.protocol} has no starting agent (only {takes} "
                      f"takes --start), got {args.start}; leave it out")
+  weights = _parse_weights(args.weights, args.protocol)
   dtype = jnp.float32 if args.float32 else jnp.float64
   problem, x_eval = load_problem(args.problem, dtype=dtype)
   try:
-    runner.check_run(problem, args.protocol, args.rounds, method=args.method, start=args.start,
-                     every=args.every, limit=args.limit)
+    plan = runner.plan_run(problem, args.protocol, args.rounds, x_eval.shape[0],
+                           method=args.method, every=args.every, limit=args.limit,
+                           params=ProtocolParams(start=args.start, weights=weights))
+  except ProblemError:   # --method matfree with c = 0: the problem's own message
+    raise
   except ValueError as e:   # the library names its argument; the flag is that name
     raise ValueError(f"--{e}") from None
-  if args.method == "matfree":
-    check_matfree_problem(problem)   # c > 0, before the estimate
-  method = _plan_memory(problem, args, x_eval.shape[0], args.float32)
-  result = runner.run(problem, args.protocol, args.rounds, x_eval, method=method,
-                      progress=args.progress, start=args.start, every=args.every,
-                      limit=args.limit)
+  if args.method == "auto":
+    print(f"fedkrr: --method auto: {plan.method}", file=sys.stderr)
+  _check_plan_fits(problem, plan, args.float32)   # at least runner.check_fits's estimate
+  result = runner.execute(problem, plan, x_eval, progress=args.progress)
   for note in result.notes:
     print(f"fedkrr: note: {note}", file=sys.stderr)
   out: dict[str, np.ndarray] = {}

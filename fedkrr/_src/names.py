@@ -12,6 +12,19 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Literal
+import warnings
+
+Rounds = Literal["relay", "ensemble", "averaged", "backfit"]
+"""How a round forms its targets (:attr:`ProtocolInfo.rounds`)."""
+Own = Literal["labels", "targets", "model", "gauss-seidel", "jacobi"]
+"""An averaged protocol's own term, or a backfitting protocol's order (:attr:`ProtocolInfo.own`)."""
+Combine = Literal["per-agent", "single", "alternating-sum", "sum"]
+"""How a round's models combine into its predictor (:attr:`ProtocolInfo.combine`)."""
+LimitKind = Literal["zero", "fixed-point"]
+"""The t -> infinity limit (:attr:`ProtocolInfo.limit`)."""
+Transfers = Literal["ring", "others", "all"]
+"""The transfer blocks a closed form forms (:attr:`ProtocolInfo.transfers`)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,13 +89,13 @@ class ProtocolInfo:
 
   name: str
   display: str
-  rounds: str
-  own: str | None
-  combine: str
-  limit: str
+  rounds: Rounds
+  own: Own | None
+  combine: Combine
+  limit: LimitKind
   closed_form: bool = True
   coefficient_copies: int = 1
-  transfers: str = "others"
+  transfers: Transfers = "others"
   parameters: tuple[str, ...] = ()
   sharded: bool = True
 
@@ -126,17 +139,45 @@ BASELINES = ("central", "local")
 # mesh, across processes too), or the memory rule's choice.
 RUN_METHODS = ("closed-form", "simulate", "matfree", "sharded", "auto")
 
+# The protocols known now: the table's, then those a user registered
+# (fedkrr.register_protocol adds a row here and its behaviour to each layer's mapping).
 _BY_NAME = {row.name: row for row in PROTOCOL_TABLE}
 
 
-def protocol_info(name: str) -> ProtocolInfo:
-  """The row of :data:`PROTOCOL_TABLE` called ``name``.
+def protocol_names() -> tuple[str, ...]:
+  """Every protocol's name: :data:`PROTOCOLS`, then those registered
+  (:func:`fedkrr.register_protocol`)."""
+  return tuple(_BY_NAME)
+
+
+def add_row(row: ProtocolInfo) -> None:
+  """Adds ``row`` to the protocols known (``fedkrr.register_protocol``'s first step).
 
   Raises:
-    ValueError: ``name`` is not one of ``PROTOCOLS``.
+    ValueError: its name is already a protocol's or a baseline's.
+  """
+  if not isinstance(row, ProtocolInfo):
+    raise ValueError(f"row: expected a fedkrr.ProtocolInfo, got {type(row).__name__}")
+  if row.name in _BY_NAME or row.name in BASELINES:
+    raise ValueError(f"row: {row.name!r} is already a protocol's name")
+  _BY_NAME[row.name] = row
+
+
+def remove_row(name: str) -> None:
+  """Forgets the registered protocol ``name`` (one of the table's cannot be removed)."""
+  if name in PROTOCOLS:
+    raise ValueError(f"name: {name} is one of fedkrr.PROTOCOLS, which stay")
+  _BY_NAME.pop(name, None)
+
+
+def protocol_info(name: str) -> ProtocolInfo:
+  """The row of :data:`PROTOCOL_TABLE` (or a registered row) called ``name``.
+
+  Raises:
+    ValueError: ``name`` is not one of :func:`protocol_names`.
   """
   if name not in _BY_NAME:
-    raise ValueError(f"protocol: expected one of {', '.join(PROTOCOLS)}, got {name!r}")
+    raise ValueError(f"protocol: expected one of {', '.join(_BY_NAME)}, got {name!r}")
   return _BY_NAME[name]
 
 
@@ -193,14 +234,18 @@ def check_params(name: str, params: ProtocolParams, num_agents: int) -> None:
     raise ValueError(f"weights: protocol {name} takes no weights, got {params.weights!r}")
 
 
-def make_params(params: ProtocolParams | None, start: int = 0) -> ProtocolParams:
-  """``params``, or :class:`ProtocolParams` with ``start`` (the older keyword) if ``None``.
+def make_params(params: ProtocolParams | None, start: int | None = None) -> ProtocolParams:
+  """``params`` (``None``: :class:`ProtocolParams`'s defaults), or from ``start``, the older
+  keyword, with a ``DeprecationWarning``: ``start=S`` is ``params=ProtocolParams(start=S)``.
 
   Raises:
     ValueError: both given, with different starts.
   """
-  if params is None:
-    return ProtocolParams(start=start)
-  if start != 0 and start != params.start:
-    raise ValueError(f"start: given as {start!r} and as params.start={params.start!r}")
-  return params
+  if start is not None:
+    warnings.warn("start= is deprecated and will be removed: pass "
+                  "params=fedkrr.ProtocolParams(start=...)", DeprecationWarning, stacklevel=3)
+    if params is None:
+      return ProtocolParams(start=start)
+    if start != params.start:
+      raise ValueError(f"start: given as {start!r} and as params.start={params.start!r}")
+  return ProtocolParams() if params is None else params

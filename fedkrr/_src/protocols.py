@@ -36,7 +36,6 @@ from collections.abc import Iterator
 from collections.abc import Sequence
 from typing import Any
 from typing import NamedTuple
-from typing import cast
 
 import jax
 import jax.numpy as jnp
@@ -289,24 +288,32 @@ def backfit(order: str = "gauss-seidel") -> Protocol:
   return Protocol(name, init, step)
 
 
-def get_protocol(name: str, start: int = 0, params: ProtocolParams | None = None) -> Protocol:
-  """The protocol called ``name`` (one of ``PROTOCOLS``), built from its table row.
+ROUNDS: dict[str, Callable[[ProtocolParams], Protocol]] = {
+    "akd": lambda params: akd(params.start),
+    "avgkd": lambda params: avgkd(),
+    "weighted-avgkd": lambda params: _averaged("weighted-avgkd", "labels", params),
+    "pkd": lambda params: pkd(),
+    "pkd-mean": lambda params: pkd_mean(),
+    "ekd": lambda params: ekd(),
+    "backfit-gs": lambda params: backfit("gauss-seidel"),
+    "backfit-jacobi": lambda params: backfit("jacobi"),
+}
+"""Each protocol's literal rounds, by name: ``params -> Protocol`` (its parameters, a
+:class:`fedkrr.ProtocolParams`). This layer's one mapping from the protocol to its
+behaviour (``fedkrr.register_protocol`` adds to it)."""
+
+
+def get_protocol(name: str, start: int | None = None,
+                 params: ProtocolParams | None = None) -> Protocol:
+  """The protocol called ``name`` (one of ``PROTOCOLS``, or a registered one): its rounds.
 
   Args:
     name: a protocol's name (``fedkrr.PROTOCOL_TABLE``).
-    start: AKD's first agent (the older keyword; or ``params.start``).
+    start: deprecated: ``params=ProtocolParams(start=...)`` (AKD's first agent).
     params: the protocol's parameters (:class:`fedkrr.ProtocolParams`).
   """
   row = protocol_info(name)
-  params = make_params(params, start)
-  if row.rounds == "relay":
-    return akd(params.start)
-  if row.rounds == "ensemble":
-    return ekd()
-  own = cast(str, row.own)   # set in every backfit and averaged row (names.PROTOCOL_TABLE)
-  if row.rounds == "backfit":
-    return backfit(own)
-  return _averaged(row.name, own, params if "weights" in row.parameters else None)
+  return ROUNDS[row.name](make_params(params, start))
 
 
 def _check_data(learners, xs, ys) -> None:
@@ -350,7 +357,7 @@ def iterate(protocol: Protocol, learners: Sequence[Learner], xs: Sequence[Array]
 
 
 def simulate(protocol: Protocol | str, learners: Sequence[Learner], xs: Sequence[Array],
-             ys: Sequence[Array], rounds: int, x_eval: ArrayLike, start: int = 0,
+             ys: Sequence[Array], rounds: int, x_eval: ArrayLike, start: int | None = None,
              progress: bool = False, every: int = 1,
              params: ProtocolParams | None = None) -> Array:
   """Runs a protocol round by round and evaluates its predictors at ``x_eval``.

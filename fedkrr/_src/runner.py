@@ -1,10 +1,13 @@
 """One front door for a protocol's predictions: :func:`run` checks, picks the path, runs it.
 
-``fedkrr run`` (the command line) is this function on a problem file: it parses its
-flags, plans the memory with hints in its own words, calls :func:`run` and writes
-the result. The paths themselves live in ``closed_form`` (the closed forms),
-``protocols`` (literal round-by-round simulation) and ``matfree`` (rounds by
-conjugate gradients, no N x N matrix).
+:func:`run` is :func:`plan_run` (every check, once: the protocol's row and parameters,
+the path, the memory estimate), :func:`check_fits` and :func:`execute` (the path the
+plan chose, nothing checked again; the closed form with its limit factorises each
+agent's block once). ``fedkrr run`` (the command line) makes the same plan on a problem
+file, words its memory hints in its flags, executes it and writes the result. The
+paths themselves live in ``closed_form`` (the closed forms), ``protocols`` (literal
+round-by-round simulation) and ``matfree`` (rounds by conjugate gradients, no N x N
+matrix).
 """
 
 from __future__ import annotations
@@ -19,12 +22,13 @@ from fedkrr._src import closed_form
 from fedkrr._src import protocols
 from fedkrr._src.learner import krr_learners
 from fedkrr._src.names import BASELINES
-from fedkrr._src.names import PROTOCOLS
 from fedkrr._src.names import RUN_METHODS
+from fedkrr._src.names import ProtocolInfo
 from fedkrr._src.names import ProtocolParams
 from fedkrr._src.names import check_params
 from fedkrr._src.names import make_params
 from fedkrr._src.names import protocol_info
+from fedkrr._src.names import protocol_names
 from fedkrr._src.platform import memory
 from fedkrr._src.problem import FederatedProblem
 from fedkrr._src.scale import matfree
@@ -150,32 +154,102 @@ def choose_method(problem: FederatedProblem, protocol: str, rounds: int | None, 
     limit: the limit is computed too.
     available: bytes of memory to plan with.
   """
-  check_run(problem, protocol, rounds, every=every, limit=limit)
-  need = method_bytes(problem, protocol, int(n_eval), kept_rounds(protocol, rounds, every),
-                      jnp.dtype(problem.ridge.dtype).itemsize, limit)
-  blocks = 0 if protocol in BASELINES else closed_form_blocks(protocol, problem.num_agents)
-  return auto_method(need, memory.memory_limit() if available is None else int(available),
-                     blocks)
+  return plan_run(problem, protocol, rounds, n_eval, every=every, limit=limit,
+                  available=available).method
 
 
-def _check_fits(problem: FederatedProblem, protocol: str, rounds: int | None, n_eval: int,
-                method: str, every: int, limit: bool) -> None:
-  """Raises ``SizeError`` before any work if ``method``'s estimated peak memory
-  (:func:`method_bytes`; the literal rounds: the closed form's kept predictions and
-  coefficients) exceeds :func:`fedkrr.memory_limit`, as ``fedkrr run`` refuses it: sizes
-  past what the machine holds would otherwise abort the process inside XLA."""
+@dataclasses.dataclass(frozen=True)
+class RunPlan:
+  """What :func:`plan_run` decided, once, for :func:`run` and ``fedkrr run``.
+
+  Attributes:
+    protocol: the protocol's name, or "central" / "local".
+    row: its row of the protocol table (``None`` for a baseline).
+    params: its parameters, checked (``None`` for a baseline).
+    rounds: T (``None`` or ignored for a baseline).
+    every: the rounds kept are 0, k, 2k, ...
+    limit: the limit is computed too.
+    method: the path chosen ("auto" resolved).
+    n_eval: the number of evaluation points.
+    kept: the rounds kept (1 for a baseline).
+    itemsize: bytes per number (8 float64, 4 float32).
+    need: :func:`method_bytes`' estimate per path (``None``: it cannot run this).
+    available: the bytes of memory planned with.
+  """
+
+  protocol: str
+  row: ProtocolInfo | None
+  params: ProtocolParams | None
+  rounds: int | None
+  every: int
+  limit: bool
+  method: str
+  n_eval: int
+  kept: int
+  itemsize: int
+  need: dict[str, int | None]
+  available: int
+
+  @property
+  def size(self) -> int:
+    """The bytes the chosen path needs (the literal rounds: the kept predictions and
+    coefficients of :func:`fedkrr.trajectory`'s layout)."""
+    if self.method == "simulate":
+      return self.need["trajectory"] or 0
+    return self.need.get(self.method) or 0
+
+
+def plan_run(problem: FederatedProblem, protocol: str, rounds: int | None, n_eval: int, *,
+             method: str = "auto", every: int = 1, limit: bool = False,
+             params: ProtocolParams | None = None, available: int | None = None) -> RunPlan:
+  """Checks :func:`run`'s arguments once and plans the run: parameters, path, memory.
+
+  Args:
+    problem, protocol, rounds, method, every, limit, params: as :func:`run`.
+    n_eval: the number of evaluation points.
+    available: bytes of memory to plan with (default :func:`fedkrr.memory_limit`).
+
+  Returns:
+    A :class:`RunPlan` (whether it fits is :func:`check_fits`'s question).
+
+  Raises:
+    ValueError: an argument :func:`check_run` refuses. ``ProblemError``: "matfree"
+      with ridge 0.
+  """
+  params = make_params(params)
+  check_run(problem, protocol, rounds, method=method, every=every, limit=limit, params=params)
+  baseline = protocol in BASELINES
+  row = None if baseline else protocol_info(protocol)
+  params = None if baseline else params
+  if method == "matfree":
+    matfree.check_matfree_problem(problem)
+  n_eval = int(n_eval)
   kept = kept_rounds(protocol, rounds, every)
   itemsize = jnp.dtype(problem.ridge.dtype).itemsize
-  need = method_bytes(problem, protocol, n_eval, kept, itemsize, limit)
-  if method == "simulate":
-    outputs = int(np.prod(problem.ys[0].shape[1:], dtype=np.int64))
-    size = 0 if protocol in BASELINES else memory.trajectory_bytes(
-        protocol, problem.num_points, problem.num_agents, outputs, n_eval, kept, itemsize)
-  else:
-    size = need.get(method) or 0
-  memory.check_memory(size, f"{protocol} by {method} on {problem.num_points} points with "
-                      f"{kept} rounds kept and {n_eval} evaluation points",
-                      "keep fewer rounds (every=k), or fewer rounds or evaluation points")
+  need: dict[str, int | None] = dict(method_bytes(problem, protocol, n_eval, kept, itemsize,
+                                                  limit))
+  outputs = int(np.prod(problem.ys[0].shape[1:], dtype=np.int64))
+  need["trajectory"] = 0 if baseline else memory.trajectory_bytes(
+      protocol, problem.num_points, problem.num_agents, outputs, n_eval, kept, itemsize)
+  available = memory.memory_limit() if available is None else int(available)
+  if method == "auto" and row is not None and not row.closed_form:
+    method = "simulate"   # a registered protocol with its literal rounds only
+  elif method == "auto":
+    blocks = 0 if baseline else closed_form_blocks(protocol, problem.num_agents)
+    method = auto_method(need, available, blocks)
+  return RunPlan(protocol, row, params, rounds, every, limit, method, n_eval, kept, itemsize,
+                 need, available)
+
+
+def check_fits(problem: FederatedProblem, plan: RunPlan) -> None:
+  """Raises ``SizeError`` before any work if the plan's path needs more memory than it
+  planned with (:attr:`RunPlan.size` against :attr:`RunPlan.available`), as ``fedkrr run``
+  refuses it: sizes past what the machine holds would otherwise abort the process inside
+  XLA."""
+  memory.check_memory(plan.size, f"{plan.protocol} by {plan.method} on {problem.num_points} "
+                      f"points with {plan.kept} rounds kept and {plan.n_eval} evaluation points",
+                      "keep fewer rounds (every=k), or fewer rounds or evaluation points",
+                      plan.available)
 
 
 def kept_rounds(protocol: str, rounds: int | None, every: int) -> int:
@@ -184,23 +258,24 @@ def kept_rounds(protocol: str, rounds: int | None, every: int) -> int:
 
 
 def check_run(problem: FederatedProblem, protocol: str, rounds: int | None, *,
-              method: str = "auto", start: int = 0, every: int = 1,
+              method: str = "auto", every: int = 1,
               limit: bool = False, params: ProtocolParams | None = None) -> None:
   """Raises ``ValueError`` naming the argument (``rounds:``, ``start:``, ``every:``,
   ``limit:``, ``method:``, ``protocol:``) unless :func:`run` can take them."""
-  if protocol not in PROTOCOLS + BASELINES:
-    raise ValueError(f"protocol: expected one of {', '.join(PROTOCOLS)}, "
+  if protocol not in protocol_names() + BASELINES:
+    raise ValueError(f"protocol: expected one of {', '.join(protocol_names())}, "
                      f"{', '.join(BASELINES)}; got {protocol!r}")
   if method not in RUN_METHODS:
     raise ValueError(f"method: expected one of {', '.join(RUN_METHODS)}, got {method!r}")
   baseline = protocol in BASELINES
   if not baseline and (rounds is None or rounds < 1):
     raise ValueError(f"rounds: protocol {protocol} needs a number of rounds >= 1")
-  if not 0 <= start < problem.num_agents:
+  params = make_params(params)
+  if baseline and not 0 <= params.start < problem.num_agents:   # else check_params's
     raise ValueError(f"start: expected an agent index in 0..{problem.num_agents - 1}, "
-                     f"got {start}")
+                     f"got {params.start}")
   if not baseline:
-    check_params(protocol, make_params(params, start), problem.num_agents)
+    check_params(protocol, params, problem.num_agents)
     closed_form.check_every(every, protocol, problem.num_agents)
   if method == "sharded":
     if baseline or not protocol_info(protocol).sharded:
@@ -209,6 +284,10 @@ def check_run(problem: FederatedProblem, protocol: str, rounds: int | None, *,
     if every != 1 or limit:
       raise ValueError(f"{'every' if every != 1 else 'limit'}: the sharded path keeps every "
                        f"round and has no limit; use --method closed-form for them")
+  closed = baseline or protocol_info(protocol).closed_form
+  if (method == "closed-form" or limit) and not closed:
+    raise ValueError(f"{'method' if method == 'closed-form' else 'limit'}: {protocol} has no "
+                     f"closed form; use method 'simulate' (the literal rounds)")
   if not baseline and (method == "closed-form" or limit):
     blocks = closed_form_blocks(protocol, problem.num_agents)
     if blocks > MAX_CLOSED_FORM_BLOCKS:
@@ -257,7 +336,7 @@ def _baseline(problem: FederatedProblem, protocol: str, x_eval: Any, method: str
 
 
 def run(problem: FederatedProblem, protocol: str, rounds: int | None, x_eval: Any, *,
-        method: str = "auto", start: int = 0, every: int = 1, limit: bool = False,
+        method: str = "auto", start: int | None = None, every: int = 1, limit: bool = False,
         progress: bool = False, params: ProtocolParams | None = None,
         **matfree_options: Any) -> RunResult:
   """A protocol's predictions at ``x_eval`` by the path ``method`` names.
@@ -275,12 +354,12 @@ def run(problem: FederatedProblem, protocol: str, rounds: int | None, x_eval: An
       ``fedkrr.SHARDED_PROTOCOLS``, every round, no limit) or "auto"
       (:func:`choose_method`: the closed form if it fits in half the memory, else the
       matrix-free path; never "sharded").
-    start: AKD's first agent.
+    start: deprecated: ``params=ProtocolParams(start=...)`` (AKD's first agent).
     every: keep rounds 0, k, 2k, ... (AKD: a multiple of M).
     limit: also the t -> infinity limit and the spectral radius (closed form).
     progress: a progress bar over the rounds (simulation, matrix-free path).
     params: the protocol's parameters (:class:`fedkrr.ProtocolParams`: ``start``,
-      ``weights``); ``start`` above is the same as ``params=ProtocolParams(start=...)``.
+      ``weights``).
     **matfree_options: ``landmarks``, ``tol``, ``maxiter``, ``key``, ``tile_elements``,
       ``history`` of the matrix-free path (:func:`fedkrr.matfree_learners`), where it runs.
 
@@ -292,50 +371,65 @@ def run(problem: FederatedProblem, protocol: str, rounds: int | None, x_eval: An
       finite (naming the round and the likely cause). ``ProblemError``: "matfree"
       with ridge 0.
   """
-  check_run(problem, protocol, rounds, method=method, start=start, every=every, limit=limit,
-            params=params)
-  if protocol not in BASELINES:
-    params = make_params(params, start)
   unknown = sorted(set(matfree_options) - set(MATFREE_OPTIONS))
   if unknown:
     raise ValueError(f"matfree_options: unknown {', '.join(unknown)}; expected some of "
                      f"{', '.join(MATFREE_OPTIONS)}")
-  if method == "matfree":
-    matfree.check_matfree_problem(problem)
-  if method == "auto":
-    method = choose_method(problem, protocol, rounds, int(np.shape(x_eval)[0]), every=every,
-                           limit=limit)
-  _check_fits(problem, protocol, rounds, int(np.shape(x_eval)[0]), method, every, limit)
+  plan = plan_run(problem, protocol, rounds, int(np.shape(x_eval)[0]), method=method,
+                  every=every, limit=limit, params=make_params(params, start))
+  check_fits(problem, plan)
+  return execute(problem, plan, x_eval, progress=progress, **matfree_options)
+
+
+def _limit_result(problem: FederatedProblem, plan: RunPlan, lim: closed_form.Limit,
+                  notes: list[str]) -> tuple[Any, Any, Any]:
+  """The limit's predictions (where the rounds converge), spectral radius and fixed point."""
+  radius, fixed_point = np.asarray(lim.spectral_radius), np.asarray(lim.predictions)
+  if lim.converges:
+    check_finite(problem, fixed_point[None], "the limit's predictions")
+    return fixed_point, radius, fixed_point
+  notes.append(f"{plan.protocol} does not converge (spectral radius "
+               f"{float(lim.spectral_radius):.6g} >= 1), so no limit was written")
+  return None, radius, fixed_point
+
+
+def execute(problem: FederatedProblem, plan: RunPlan, x_eval: Any, *, progress: bool = False,
+            **matfree_options: Any) -> RunResult:
+  """Runs a :class:`RunPlan` (:func:`plan_run`) at ``x_eval``: the path it chose, no
+  checks repeated. :func:`run` is :func:`plan_run`, :func:`check_fits` and this.
+
+  The closed form with the limit shares one factorisation of each agent's block
+  (:func:`fedkrr._src.closed_form.solve`).
+  """
   notes: list[str] = []
   lim_preds = radius = fixed_point = None
-  if protocol in BASELINES:
+  protocol, method, params, rounds = plan.protocol, plan.method, plan.params, plan.rounds
+  if plan.row is None:
     preds = _baseline(problem, protocol, x_eval, method, matfree_options)
-    if limit:
+    if plan.limit:
       notes.append(f"{protocol} has no rounds, so no limit was written")
   else:
-    assert rounds is not None
+    assert rounds is not None and params is not None
+    lim = None
     if method == "closed-form":
-      preds = closed_form.trajectory(problem, protocol, rounds, x_eval, every=every,
-                                     params=params)
+      preds, lim = closed_form.solve(problem, plan.row, params, rounds, x_eval,
+                                     every=plan.every, with_limit=plan.limit)
     elif method == "matfree":
-      preds = matfree.matfree_trajectory(problem, protocol, rounds, x_eval, every=every,
+      preds = matfree.matfree_trajectory(problem, protocol, rounds, x_eval, every=plan.every,
                                          progress=progress, params=params, **matfree_options)
     elif method == "sharded":   # on fedkrr.agent_mesh(M): every process's devices
-      preds = sharded.sharded_trajectory(problem, protocol, rounds, x_eval,
-                                         start=start if params is None else params.start)
+      preds = sharded.sharded_trajectory(problem, protocol, rounds, x_eval, params=params)
     else:
       preds = protocols.simulate(protocol, krr_learners(problem), problem.xs, problem.ys,
-                                 rounds, x_eval, progress=progress, every=every, params=params)
-    if limit:
-      lim = closed_form.limit(problem, protocol, x_eval, params=params)
-      radius, fixed_point = np.asarray(lim.spectral_radius), np.asarray(lim.predictions)
-      if lim.converges:
-        lim_preds = fixed_point
-        check_finite(problem, lim_preds[None], "the limit's predictions")
-      else:
-        notes.append(f"{protocol} does not converge (spectral radius "
-                     f"{float(lim.spectral_radius):.6g} >= 1), so no limit was written")
+                                 rounds, x_eval, progress=progress, every=plan.every,
+                                 params=params)
+    if plan.limit:
+      if lim is None:
+        lim = closed_form.solve(problem, plan.row, params, 1, x_eval, with_limit=True,
+                                with_trajectory=False)[1]
+      assert lim is not None
+      lim_preds, radius, fixed_point = _limit_result(problem, plan, lim, notes)
   predictions = np.asarray(preds)
-  check_finite(problem, predictions if protocol not in BASELINES
+  check_finite(problem, predictions if plan.row is not None
                else predictions[None], "the predictions")
   return RunResult(predictions, method, lim_preds, radius, tuple(notes), fixed_point)

@@ -53,7 +53,8 @@ def test_run_both_methods_agree(protocol, shape, problem_file, tmp_path, assert_
   assert_close(outs["closed-form"], outs["simulate"])
   problem, x_eval = load_problem(problem_file)
   if protocol == "akd":  # row t is the round-t model of the run started at --start
-    assert_close(outs["closed-form"], fedkrr.trajectory(problem, "akd", 5, x_eval, start=1))
+    assert_close(outs["closed-form"], fedkrr.trajectory(problem, "akd", 5, x_eval,
+                                                        params=fedkrr.ProtocolParams(start=1)))
 
 
 @pytest.mark.parametrize("protocol", ["akd", "avgkd", "ekd", "central"])
@@ -336,8 +337,8 @@ def test_hints_only_suggest_what_would_work(wide_problem, tmp_path, capsys, monk
   """c = 0: the closed form's Gram blocks do not fit, and the matrix-free path needs c > 0,
   so neither --method matfree nor fewer rounds is suggested. On a machine of 16 GiB free
   (pinned: on a GPU of 141 GiB, --float32's 94 GiB would fit and rightly be suggested)."""
-  from fedkrr._src import commands
-  monkeypatch.setattr(commands, "memory_limit", lambda: 16 * 2**30)
+  from fedkrr._src.platform import memory
+  monkeypatch.setattr(memory, "memory_limit", lambda: 16 * 2**30)   # what fedkrr.plan_run reads
   assert _run("--problem", wide_problem(0.0), "--protocol", "avgkd", "--rounds", 10,
               "--method", "auto", "--out", tmp_path / "o.npz") == 2
   err = capsys.readouterr().err.splitlines()[-1]
@@ -367,3 +368,35 @@ def test_output_to_a_full_device_names_the_standard_output(problem_file, tmp_pat
   assert proc.returncode == 2
   assert proc.stderr == ("fedkrr: error: cannot write the standard output (No space left on "
                          "device)\n"), proc.stderr
+
+
+def test_weights_run_weighted_avgkd_as_the_library_does(problem_file, tmp_path):
+  """--weights W1,W2: the library's weighted AvgKD, bit for bit."""
+  out = tmp_path / "w.npz"
+  assert _run("--problem", problem_file, "--protocol", "weighted-avgkd", "--rounds", 4,
+              "--weights", "0.25,0.75", "--limit", "--out", out) == 0
+  problem, x_eval = load_problem(problem_file)
+  expected = fedkrr.run(problem, "weighted-avgkd", 4, x_eval, method="closed-form", limit=True,
+                        params=fedkrr.ProtocolParams(weights=(0.25, 0.75)))
+  with np.load(out) as written:
+    np.testing.assert_array_equal(written["predictions"], expected.predictions)
+    np.testing.assert_array_equal(written["limit"], expected.limit)
+  equal = fedkrr.run(problem, "weighted-avgkd", 4, x_eval, method="closed-form")
+  assert not np.array_equal(expected.predictions, equal.predictions)   # the weights count
+
+
+@pytest.mark.parametrize("protocol, weights, message", [
+    ("weighted-avgkd", "0.5,0.25", "--weights: expected weights summing to 1"),
+    ("weighted-avgkd", "1", "--weights: expected one weight per agent (2), got 1"),
+    ("weighted-avgkd", "0,1", "--weights: expected finite weights in (0, 1]"),
+    ("weighted-avgkd", "a,b", "--weights: expected numbers separated by commas"),
+    ("avgkd", "0.5,0.5", "--weights: protocol avgkd takes no weights"),
+    ("central", "0.5,0.5", "--weights: protocol central takes no weights"),
+])
+def test_weights_are_checked_as_the_library_checks_them(problem_file, tmp_path, capsys,
+                                                       protocol, weights, message):
+  assert _run("--problem", problem_file, "--protocol", protocol, "--rounds", 2,
+              "--weights", weights, "--out", tmp_path / "o.npz") == 2
+  err = capsys.readouterr().err
+  assert err.count("\n") == 1 and message in err, err
+  assert not (tmp_path / "o.npz").exists()

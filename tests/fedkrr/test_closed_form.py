@@ -38,9 +38,9 @@ def test_closed_form_equals_literal_runner(m, same, ridge, protocol, assert_clos
   xs, ys, x_eval = _data(m)
   problem = fedkrr.make_problem(xs, ys, _kernels(m, same), ridge)
   start = m - 1
-  exact = fedkrr.trajectory(problem, protocol, 7, x_eval, start=start)
+  exact = fedkrr.trajectory(problem, protocol, 7, x_eval, params=fedkrr.ProtocolParams(start=start))
   literal = fedkrr.simulate(protocol, fedkrr.krr_learners(problem), problem.xs, problem.ys, 7,
-                            x_eval, start=start)
+                            x_eval, params=fedkrr.ProtocolParams(start=start))
   assert exact.dtype == problem.ridge.dtype
   assert_close(exact, literal, dtype=problem.ridge.dtype)
 
@@ -327,7 +327,7 @@ def test_closed_forms_reject_bad_arguments():
   xs, ys, x_eval = _data(2)
   problem = fedkrr.make_problem(xs, ys, fedkrr.RBF(0.5), 0.1)
   with pytest.raises(ValueError, match="start: expected an agent index in 0..1, got 2"):
-    fedkrr.trajectory(problem, "akd", 3, x_eval, start=2)
+    fedkrr.trajectory(problem, "akd", 3, x_eval, params=fedkrr.ProtocolParams(start=2))
   with pytest.raises(ValueError, match="rounds: expected an integer >= 1, got 0"):
     fedkrr.trajectory(problem, "ekd", 0, x_eval)
   with pytest.raises(ValueError, match="protocol: expected one of akd, avgkd"):
@@ -360,8 +360,9 @@ def test_every_kth_round_equals_the_full_trajectory_sliced(protocol, every, asse
                                 [rng.normal(size=7), rng.normal(size=5)],
                                 [fedkrr.RBF(0.7), fedkrr.Laplace(0.4)], 1e-2)
   x = rng.normal(size=(4, 2))
-  full = fedkrr.trajectory(problem, protocol, 11, x, start=1)
-  kept = fedkrr.trajectory(problem, protocol, 11, x, start=1, every=every)
+  params = fedkrr.ProtocolParams(start=1)
+  full = fedkrr.trajectory(problem, protocol, 11, x, params=params)
+  kept = fedkrr.trajectory(problem, protocol, 11, x, params=params, every=every)
   assert kept.shape[0] == -(-11 // every)
   assert_close(kept, full[::every])
 

@@ -98,10 +98,11 @@ def test_akd_from_another_start_matches_reference(setting, assert_close):
   problem, _, _, _, x_eval = _case(setting, ridge)
   start = problem.num_agents - 1
   expected = _reference_run(setting, ridge, "akd", ROUNDS, start)
-  actual = fedkrr.trajectory(problem, "akd", ROUNDS, x_eval, start=start)
+  actual = fedkrr.trajectory(problem, "akd", ROUNDS, x_eval,
+                             params=fedkrr.ProtocolParams(start=start))
   assert_close(actual, expected)
   simulated = fedkrr.simulate("akd", fedkrr.krr_learners(problem), problem.xs, problem.ys,
-                              ROUNDS, x_eval, start=start)
+                              ROUNDS, x_eval, params=fedkrr.ProtocolParams(start=start))
   assert_close(simulated, expected)
 
 

@@ -45,16 +45,18 @@ def test_the_matrix_free_path_gives_the_same_rounds(problem):
 def test_the_sharded_path_gives_the_closed_form_s_rounds(problem, assert_close):
   """One device here (tests/fedkrr/platform/test_distributed.py: across processes)."""
   for protocol in ("avgkd", "akd"):
-    closed = fedkrr.run(problem, protocol, 4, X_EVAL, method="closed-form", start=1)
-    spread = fedkrr.run(problem, protocol, 4, X_EVAL, method="sharded", start=1)
+    params = fedkrr.ProtocolParams(start=1)
+    closed = fedkrr.run(problem, protocol, 4, X_EVAL, method="closed-form", params=params)
+    spread = fedkrr.run(problem, protocol, 4, X_EVAL, method="sharded", params=params)
     assert spread.method == "sharded" and spread.predictions.shape == closed.predictions.shape
     assert_close(spread.predictions, closed.predictions)
 
 
 def test_auto_takes_the_closed_form_when_it_fits_and_keeps_every_kth_round(problem):
-  result = fedkrr.run(problem, "akd", 12, X_EVAL, every=3, start=1)
+  result = fedkrr.run(problem, "akd", 12, X_EVAL, every=3, params=fedkrr.ProtocolParams(start=1))
   assert result.method == "closed-form"
-  full = fedkrr.run(problem, "akd", 12, X_EVAL, method="closed-form", start=1)
+  full = fedkrr.run(problem, "akd", 12, X_EVAL, method="closed-form",
+                    params=fedkrr.ProtocolParams(start=1))
   np.testing.assert_array_equal(result.predictions, full.predictions[::3])
 
 
@@ -91,7 +93,8 @@ def test_baselines_are_each_agents_model_and_have_no_limit(problem, assert_close
     (dict(protocol="akd", rounds=0), "rounds: protocol akd needs a number of rounds >= 1"),
     (dict(protocol="nope", rounds=2), "protocol: expected one of"),
     (dict(protocol="akd", rounds=2, method="exact"), "method: expected one of"),
-    (dict(protocol="akd", rounds=2, start=3), "start: expected an agent index in 0..2, got 3"),
+    (dict(protocol="akd", rounds=2, params=fedkrr.ProtocolParams(start=3)),
+     "start: expected an agent index in 0..2, got 3"),
     (dict(protocol="akd", rounds=6, every=2), "every: AKD's rounds cycle through the 3"),
     (dict(protocol="pkd", rounds=2, method="matfree", limit=True), "limit: the limit is one"),
     (dict(protocol="backfit-gs", rounds=2, method="sharded"), "method: sharded runs the "
@@ -167,3 +170,42 @@ def test_the_command_plans_many_agents_to_the_literal_rounds(tmp_path, capsys):
                "--rounds", "2", "--out", str(tmp_path / "o.npz")]) == 2   # the closed form
   err = capsys.readouterr().err
   assert err.count("\n") == 1 and "--method: the closed form" in err
+
+
+def test_run_with_the_limit_checks_once_and_factorises_each_block_once(problem, monkeypatch):
+  """One ``fedkrr.run(..., limit=True)``: its arguments checked once (``check_run``, the
+  protocol's parameters), each agent's ``c I + K^a_aa`` factorised once for both the
+  trajectory and the limit."""
+  from fedkrr._src import closed_form
+  from fedkrr._src import linalg
+  from fedkrr._src import runner
+
+  calls = {"check_run": 0, "check_params": 0, "ridge_factor": 0}
+
+  def counting(name, fn):
+    def wrapper(*args, **kwargs):
+      calls[name] += 1
+      return fn(*args, **kwargs)
+    return wrapper
+
+  monkeypatch.setattr(runner, "check_run", counting("check_run", runner.check_run))
+  for module in (runner, closed_form):
+    monkeypatch.setattr(module, "check_params", counting("check_params", module.check_params))
+  monkeypatch.setattr(linalg, "ridge_factor", counting("ridge_factor", linalg.ridge_factor))
+  closed_form.solve.clear_cache()   # the factorisations are counted while JAX traces
+  result = fedkrr.run(problem, "avgkd", 4, X_EVAL, method="closed-form", limit=True)
+  assert result.limit is not None
+  assert calls == {"check_run": 1, "check_params": 1, "ridge_factor": problem.num_agents}
+
+
+def test_start_keyword_still_works_with_a_deprecation_warning(problem):
+  """``start=S`` is ``params=fedkrr.ProtocolParams(start=S)``, with a warning naming it."""
+  params = fedkrr.ProtocolParams(start=2)
+  expected = fedkrr.run(problem, "akd", 3, X_EVAL, method="simulate", params=params)
+  with pytest.warns(DeprecationWarning, match=r"params=fedkrr\.ProtocolParams\(start=\.\.\.\)"):
+    old = fedkrr.run(problem, "akd", 3, X_EVAL, method="simulate", start=2)
+  np.testing.assert_array_equal(old.predictions, expected.predictions)
+  with pytest.warns(DeprecationWarning, match="start= is deprecated"):
+    assert fedkrr.get_protocol("akd", start=2).init(problem.ys).agent == 2
+  with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="start: given as 1"):
+    fedkrr.run(problem, "akd", 3, X_EVAL, start=1, params=params)

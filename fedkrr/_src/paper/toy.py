@@ -55,6 +55,7 @@ from fedkrr._src.io.files import atomic_savefig
 from fedkrr._src.io.files import figure_bytes
 from fedkrr._src.io.files import write_files
 from fedkrr._src.metrics import mean_squared_error as _mse
+from fedkrr._src.names import ProtocolParams
 from fedkrr._src.problem import FederatedProblem
 from fedkrr._src.problem import make_problem
 
@@ -235,7 +236,8 @@ def toy_curves(problem: FederatedProblem, a: Array, b: Array, rounds: int
     ``akd`` (2, T), ``avgkd`` (2, T), ``ekd`` (T,), ``central`` (), ``local`` (2,):
     the layouts of :class:`ToyResult` without the panel axis.
   """
-  akd = jnp.stack([_mse(closed_form.trajectory(problem, "akd", rounds, a, start=s), b)
+  akd = jnp.stack([_mse(closed_form.trajectory(problem, "akd", rounds, a,
+                                                params=ProtocolParams(start=s)), b)
                    for s in range(problem.num_agents)])
   avgkd = _mse(closed_form.trajectory(problem, "avgkd", rounds, a), b).T  # (M, T)
   ekd = _mse(closed_form.trajectory(problem, "ekd", rounds, a), b)

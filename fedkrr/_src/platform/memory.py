@@ -80,6 +80,13 @@ def _transfer_pairs(protocol: str, num_agents: int) -> list[tuple[int, int]]:
   return [(i, j) for i in range(m) for j in range(m) if i != j]
 
 
+SQUARE_MATRICES: dict[str, int] = {"backfit-gs": 4}
+"""The N x N matrices a protocol's closed form forms beyond its transfer blocks, by name
+(backfit-gs: the whole recurrence matrix and a triangular solve with it): the memory
+planner's one mapping from the protocol to its own terms (the others are the row's
+``coefficient_copies`` and ``transfers``; ``fedkrr.register_protocol`` adds to it)."""
+
+
 def exact_bytes(protocol: str, sizes: Sequence[int], outputs: int, n_eval: int,
                 rounds_kept: int, itemsize: int) -> int:
   """About the peak memory of ``fedkrr.trajectory`` (the exact path), in bytes.
@@ -96,8 +103,7 @@ def exact_bytes(protocol: str, sizes: Sequence[int], outputs: int, n_eval: int,
   n = sum(sizes)
   blocks = [sizes[i] * sizes[j] for i, j in _transfer_pairs(protocol, len(sizes))]
   entries = 2 * sum(s * s for s in sizes) + sum(blocks) + max(blocks) + n_eval * n
-  if protocol_info(protocol).own == "gauss-seidel":
-    entries += 4 * n * n
+  entries += SQUARE_MATRICES.get(protocol, 0) * n * n
   return entries * itemsize + trajectory_bytes(protocol, n, len(sizes), outputs, n_eval,
                                                rounds_kept, itemsize)
 

@@ -909,7 +909,7 @@ def matfree_learners(problem: FederatedProblem, landmarks: int = 500, tol: float
 
 
 def matfree_trajectory(problem: FederatedProblem, protocol: str, rounds: int, x_eval: ArrayLike,
-                       start: int = 0, every: int = 1, landmarks: int = 500,
+                       start: int | None = None, every: int = 1, landmarks: int = 500,
                        tol: float | None = None, maxiter: int = 1000, key: Array | None = None,
                        tile_elements: int = TILE_ELEMENTS, progress: bool = False,
                        history: int = 8, params: ProtocolParams | None = None) -> Array:
@@ -925,7 +925,7 @@ def matfree_trajectory(problem: FederatedProblem, protocol: str, rounds: int, x_
     protocol: one of ``fedkrr.PROTOCOLS``.
     rounds: T >= 1.
     x_eval: (n_eval, d) evaluation points.
-    start: the starting agent of AKD.
+    start: deprecated: ``params=ProtocolParams(start=...)`` (AKD's starting agent).
     every: keep rounds 0, k, 2k, ... (all rounds still run).
     landmarks: m per agent (see :func:`matfree_learners`).
     tol: CG tolerance (see :func:`matfree_learners`).

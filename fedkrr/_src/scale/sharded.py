@@ -32,6 +32,7 @@ precomputed transfer blocks ``S_i K^j_ij``; here each round solves with the fact
 
 from __future__ import annotations
 
+from collections.abc import Callable
 import dataclasses
 import functools
 from typing import Any
@@ -48,6 +49,9 @@ import numpy as np
 from fedkrr._src import linalg
 from fedkrr._src import protocols
 from fedkrr._src.names import PROTOCOL_TABLE
+from fedkrr._src.names import ProtocolParams
+from fedkrr._src.names import check_params
+from fedkrr._src.names import make_params
 from fedkrr._src.names import protocol_info
 from fedkrr._src.platform.devices import AGENT_AXIS
 from fedkrr._src.platform.devices import DeviceError
@@ -227,13 +231,19 @@ class _Targets(NamedTuple):
   with_own: Array
 
 
+TARGET_RULES: dict[str, Callable[[int], tuple[float, float, float, float, bool]]] = {
+    "avgkd": lambda m: (1, 0, 1, m, False),         # (y_i + sum_{j != i} g_j(X_i)) / M
+    "pkd": lambda m: (0, 1, 1, m, False),           # (tau_i + sum_{j != i} g_j(X_i)) / M
+    "pkd-mean": lambda m: (0, 0, 1, m, True),       # sum_j g_j(X_i) / M
+    "backfit-jacobi": lambda m: (1, 0, -1, 1, False),   # y_i - sum_{j != i} h_j(X_i)
+}
+"""A parallel protocol's :class:`_Targets` by name, ``M -> (labels_w, own_w, sign, divisor,
+with_own)``: this layer's one mapping from the protocol to its behaviour (AKD and EKD
+relay instead; ``fedkrr.register_protocol`` adds to it)."""
+
+
 def _targets_rule(protocol: str, m: int, dtype) -> _Targets:
-  labels_w, own_w, sign, divisor, with_own = {
-      "avgkd": (1, 0, 1, m, False),         # (y_i + sum_{j != i} g_j(X_i)) / M
-      "pkd": (0, 1, 1, m, False),           # (tau_i + sum_{j != i} g_j(X_i)) / M
-      "pkd-mean": (0, 0, 1, m, True),       # sum_j g_j(X_i) / M
-      "backfit-jacobi": (1, 0, -1, 1, False),   # y_i - sum_{j != i} h_j(X_i)
-  }[protocol]
+  labels_w, own_w, sign, divisor, with_own = TARGET_RULES[protocol](m)
   as_array = lambda v: jnp.asarray(v, dtype)
   return _Targets(as_array(labels_w), as_array(own_w), as_array(sign), as_array(divisor),
                   jnp.asarray(with_own))
@@ -309,8 +319,7 @@ def _sum_agents(per_agent: Array, *, alternate: bool) -> Array:
 
 def check_sharded_protocol(protocol: str) -> None:
   """Raises ``ValueError`` unless ``protocol`` is one of ``SHARDED_PROTOCOLS``."""
-  protocols.check_protocol_name(protocol)
-  if protocol not in SHARDED_PROTOCOLS:
+  if not protocol_info(protocol).sharded:
     raise ValueError(f"protocol: {protocol} is sequential (in a sweep each agent fits after the "
                      f"previous one), so its agents cannot work at once on their own devices; "
                      f"sharded protocols are {', '.join(SHARDED_PROTOCOLS)} (fedkrr.trajectory "
@@ -318,8 +327,9 @@ def check_sharded_protocol(protocol: str) -> None:
 
 
 def sharded_trajectory(problem: FederatedProblem, protocol: str, rounds: int,
-                       x_eval: ArrayLike, mesh: Mesh | None = None, start: int = 0,
-                       rtol: float | None = None, blocks: AgentBlocks | None = None) -> Array:
+                       x_eval: ArrayLike, mesh: Mesh | None = None, start: int | None = None,
+                       rtol: float | None = None, blocks: AgentBlocks | None = None,
+                       params: ProtocolParams | None = None) -> Array:
   """:func:`fedkrr.trajectory` with each agent on its own device; only predictions cross.
 
   The rounds run as one ``shard_map`` program over ``mesh`` (module docstring):
@@ -333,10 +343,11 @@ def sharded_trajectory(problem: FederatedProblem, protocol: str, rounds: int,
     x_eval: evaluation points, shape (n_eval, d).
     mesh: an agent mesh (:func:`fedkrr.agent_mesh`); ``None``: that of ``blocks``,
       else ``agent_mesh(M)`` (as many devices as divide M).
-    start: the starting agent of AKD.
+    start: deprecated: ``params=ProtocolParams(start=...)`` (AKD's starting agent).
     rtol: pseudo-inverse cut-off when c = 0 (see :func:`fedkrr.ridge_factor`).
     blocks: :func:`shard_blocks` of ``problem`` to reuse (factorised once); its
       mesh and rtol then stand, and ``mesh`` and ``rtol`` must be ``None`` or equal.
+    params: the protocol's parameters (:class:`fedkrr.ProtocolParams`: AKD's ``start``).
 
   Returns:
     The layout of :func:`fedkrr.trajectory`: ``(rounds, M, n_eval[, C])`` for
@@ -361,7 +372,9 @@ def sharded_trajectory(problem: FederatedProblem, protocol: str, rounds: int,
     True
   """
   check_sharded_protocol(protocol)
-  protocols.check_start(start, problem.num_agents)
+  params = make_params(params, start)
+  check_params(protocol, params, problem.num_agents)
+  start = params.start
   protocols.check_rounds(rounds)
   x_eval = check_eval_points(problem, x_eval)
   if blocks is None:

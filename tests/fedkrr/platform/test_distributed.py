@@ -72,10 +72,12 @@ CHILD = textwrap.dedent("""
         fedkrr.shard_agents(placed["x"], fedkrr.agent_mesh(2))).tolist()
     report["out"], report["reference_error"] = {}, {}
     for protocol in fedkrr.SHARDED_PROTOCOLS:
-      out = fedkrr.sharded_trajectory(problem, protocol, 4, x_eval, start=1, blocks=blocks)
+      out = fedkrr.sharded_trajectory(problem, protocol, 4, x_eval, blocks=blocks,
+                                        params=fedkrr.ProtocolParams(start=1))
       out = np.asarray(out)   # whole on every process (per-agent outputs gathered)
       report["out"][protocol] = out.tolist()
-      expected = np.asarray(fedkrr.trajectory(problem, protocol, 4, x_eval, start=1))
+      expected = np.asarray(fedkrr.trajectory(problem, protocol, 4, x_eval,
+                                               params=fedkrr.ProtocolParams(start=1)))
       report["reference_error"][protocol] = float(np.max(np.abs(out - expected))
                                                   / np.max(np.abs(expected)))
     print(json.dumps(report))

@@ -279,8 +279,9 @@ def test_matfree_trajectory_equals_exact_rounds(protocol, x64, assert_close):
   # tolerance (1e-10 on the residual).
   problem, x_test = _problem(outputs=2)
   exact = fedkrr.simulate(protocol, fedkrr.krr_learners(problem), problem.xs, problem.ys, 5,
-                          x_test, start=1)
-  ours = fedkrr.matfree_trajectory(problem, protocol, 5, x_test, start=1, landmarks=LANDMARKS,
+                          x_test, params=fedkrr.ProtocolParams(start=1))
+  ours = fedkrr.matfree_trajectory(problem, protocol, 5, x_test,
+                                   params=fedkrr.ProtocolParams(start=1), landmarks=LANDMARKS,
                                    tile_elements=TILE)
   assert_close(ours, exact, rtol=1e-8)
 

@@ -62,7 +62,8 @@ CHILD = textwrap.dedent("""
 
     report["errors"], report["per_agent_placement"] = {}, {}
     for protocol in fedkrr.SHARDED_PROTOCOLS:
-      out = fedkrr.sharded_trajectory(problem, protocol, 4, x_eval, start=1, blocks=blocks)
+      out = fedkrr.sharded_trajectory(problem, protocol, 4, x_eval, blocks=blocks,
+                                      params=fedkrr.ProtocolParams(start=1))
       expected = ref.run(protocol, xs, ys, np_kernels, 0.05, 4, x_eval, start=1)
       report["errors"][protocol] = [list(out.shape), list(expected.shape),
                                     float(np.max(np.abs(np.asarray(out) - expected))

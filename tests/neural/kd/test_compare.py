@@ -62,7 +62,8 @@ def test_theory_side_equals_fedkrr_on_the_same_data(assert_close):
   c = data.num_classes * config.weight_decay / 2
   problem = fedkrr.make_problem(xs, data.ys, kernels, ridge=c)
   x_test = data.x_test.reshape(len(data.x_test), -1)
-  direct = np.asarray(fedkrr.trajectory(problem, protocol, config.rounds, x_test, start=1))
+  direct = np.asarray(fedkrr.trajectory(problem, protocol, config.rounds, x_test,
+                                     params=fedkrr.ProtocolParams(start=1)))
   ours = curves.predictions["chain"]
   expected = direct
   # The Gram entries come from other blocks (points x agent a vs X_i x X_j), so they
