@@ -2,8 +2,9 @@
 
 The docstrings write cross-references the Sphinx way (``:func:`make_problem```,
 ``:class:`fedkrr.RBF```). This turns each into a link to the API reference when
-it names a documented public name (``fedkrr.X``, ``neural.X``, ``neural.methods.X``,
-or a bare ``X`` that one of them exports), and into code otherwise.
+it names a documented public name (``fedkrr.X``, ``fedkrr.rates.X`` and fedkrr's other
+tiers, ``neural.X``, ``neural.methods.X``, or a bare ``X`` that one of them exports), and
+into code otherwise.
 """
 
 from __future__ import annotations
@@ -20,7 +21,12 @@ from api_names import public_names  # noqa: E402
 ROLE = re.compile(r":(?:func|class|meth|mod|attr|data|exc|obj):`~?([^`]+)`")
 # Bare names link to these namespaces' names only (the paper modules share init, step, ...).
 LINKED = {"fedkrr": "fedkrr/__init__.py", "neural": "neural/__init__.py",
-          "neural.methods": "neural/methods/__init__.py"}
+          "neural.methods": "neural/methods/__init__.py",
+          "fedkrr.rates": "fedkrr/rates.py",
+          "fedkrr.scale": "fedkrr/scale.py",
+          "fedkrr.protocols": "fedkrr/protocols.py",
+          "fedkrr.learners": "fedkrr/learners.py",
+          "fedkrr.public": "fedkrr/public.py"}
 
 
 def documented_names() -> dict[str, str]:
