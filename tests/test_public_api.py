@@ -21,7 +21,7 @@ def test_fedkrr_public_names_import():
   assert fedkrr.PROTOCOLS == tuple(row.name for row in fedkrr.PROTOCOL_TABLE)
 
 
-# The tiers below the top level (issue 55): what a user does with them, a few names each.
+# The tiers below the top level: what a user does with them, a few names each.
 TIERS = {
     "learners": ["Learner", "Model", "KRRModel", "BatchLearner", "WarmStartLearner", "fit_all",
                  "has_capability", "CapabilityError"],
