@@ -3,7 +3,7 @@
     python benchmarks/busy_cores.py                 # sweep_ridge, 0 / 1 / 2 busy processes
     python benchmarks/busy_cores.py --calls 20 --busy 0 1 2 3
 
-The small program is ``fedkrr.sweep_ridge`` on one problem (N = 400, two agents with
+The small program is ``fedkrr.rates.sweep_ridge`` on one problem (N = 400, two agents with
 RBF kernels, 128 ridges, float64), timed warm: the median of ``--calls`` calls after
 one that compiles. Each setting runs it in a fresh child process (XLA reads its
 settings when its backend starts), while ``k`` other processes spin on the CPU (plain
@@ -47,11 +47,11 @@ y = jnp.sin(3.0 * x[:, 0]) + x[:, 1] ** 2
 problem = fedkrr.make_problem([x[:200], x[200:]], [y[:200], y[200:]],
                               [fedkrr.RBF(gamma=0.5), fedkrr.RBF(gamma=2.0)], ridge=1e-3)
 ridges = jnp.logspace(-4, 0, 128)
-fedkrr.sweep_ridge(problem, ridges).block_until_ready()
+fedkrr.rates.sweep_ridge(problem, ridges).block_until_ready()
 times = []
 for _ in range(int(sys.argv[2])):
   started = time.perf_counter()
-  fedkrr.sweep_ridge(problem, ridges).block_until_ready()
+  fedkrr.rates.sweep_ridge(problem, ridges).block_until_ready()
   times.append(time.perf_counter() - started)
 print(json.dumps(times))
 """
@@ -91,7 +91,7 @@ def main() -> int:
   args = parser.parse_args()
   allowed = sorted(os.sched_getaffinity(0))
   settings = {"entry point": [], "one core": allowed[:1]}
-  print(f"fedkrr.sweep_ridge (N = 400, 128 ridges, warm), {len(allowed)} cores, load average "
+  print(f"fedkrr.rates.sweep_ridge (N = 400, 128 ridges, warm), {len(allowed)} cores, load average "
         f"{os.getloadavg()[0]:.1f} at the start; median of {args.calls} calls", flush=True)
   medians = measure(settings, args.busy, args.calls)
   header = "".join(f"{f'{k} busy':>16s}" for k in args.busy)

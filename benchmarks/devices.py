@@ -6,7 +6,7 @@
 JAX fixes its devices when it starts, so every setting runs in a child process of
 its own: ``XLA_FLAGS=--xla_force_host_platform_device_count=k`` (set here, for the
 child only) gives k CPU "devices", all on the cores of this machine. For each
-protocol the child times :func:`fedkrr.sharded_trajectory` on the agent mesh,
+protocol the child times :func:`fedkrr.scale.sharded_trajectory` on the agent mesh,
 cold (with compilation and the blocks) and warm (the rounds alone, blocks reused),
 and the one-device :func:`fedkrr.trajectory` next to it. The parent prints the
 times, the largest difference of the k-device predictions from the one-device
@@ -49,15 +49,15 @@ def child(args: argparse.Namespace) -> None:
                                      heterogeneity=0.5, n_test=args.n_eval)
   kernels = [fedkrr.RBF(0.1 * (1 + a % 3)) for a in range(args.agents)]
   problem = fedkrr.make_problem(data.xs, data.ys, kernels, 1e-3)
-  mesh = fedkrr.agent_mesh(args.agents, jax.devices()[:args.devices])
+  mesh = fedkrr.scale.agent_mesh(args.agents, jax.devices()[:args.devices])
   arrays, times = {}, {}
   for protocol in args.protocols.split(","):
     t0 = time.perf_counter()
-    blocks = fedkrr.shard_blocks(problem, mesh)
-    preds = jax.block_until_ready(fedkrr.sharded_trajectory(problem, protocol, args.rounds,
-                                                            data.x_test, blocks=blocks))
+    blocks = fedkrr.scale.shard_blocks(problem, mesh)
+    preds = jax.block_until_ready(fedkrr.scale.sharded_trajectory(problem, protocol, args.rounds,
+                                                                  data.x_test, blocks=blocks))
     cold = time.perf_counter() - t0
-    warm = best_time(functools.partial(fedkrr.sharded_trajectory, problem, protocol,
+    warm = best_time(functools.partial(fedkrr.scale.sharded_trajectory, problem, protocol,
                                        args.rounds, data.x_test, blocks=blocks), args.repeats)
     closed_form = functools.partial(fedkrr.trajectory, problem, protocol, args.rounds,
                                     data.x_test)

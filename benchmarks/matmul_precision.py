@@ -15,7 +15,7 @@ several classes, the squared distances of kernels on more than 16 dimensions), f
 
 * ``default``: ``jnp.matmul(K, v)`` at JAX's default precision,
 * ``highest``: ``jnp.matmul(K, v, precision=HIGHEST)``,
-* ``fedkrr.kernel_matvec``: the library's tiled product (never stores K).
+* ``fedkrr.scale.kernel_matvec``: the library's tiled product (never stores K).
 
 On a CPU all three are full float32 (about 1e-6 at this size); on a tensor-core
 GPU ``default`` of the matrix product is TF32. The numbers of one GPU run are in docs/devices.md.
@@ -56,15 +56,15 @@ def main() -> None:
 
 def report(kernel, x: np.ndarray, v: np.ndarray) -> None:
   """Prints the float32 products' errors for one right-hand side ``v``."""
-  exact = np.asarray(fedkrr.kernel_matvec(kernel, jnp.asarray(x), jnp.asarray(x),
-                                          jnp.asarray(v)))
+  exact = np.asarray(fedkrr.scale.kernel_matvec(kernel, jnp.asarray(x), jnp.asarray(x),
+                                                jnp.asarray(v)))
   x32, v32 = jnp.asarray(x, jnp.float32), jnp.asarray(v, jnp.float32)
   k32 = kernel(x32, x32)
   products = {
       "default": jax.jit(lambda k, v: jnp.matmul(k, v))(k32, v32),
       "highest": jax.jit(lambda k, v: jnp.matmul(k, v, precision=jax.lax.Precision.HIGHEST))(
           k32, v32),
-      "fedkrr.kernel_matvec": fedkrr.kernel_matvec(kernel, x32, x32, v32),
+      "fedkrr.scale.kernel_matvec": fedkrr.scale.kernel_matvec(kernel, x32, x32, v32),
   }
   scale = np.max(np.abs(exact))
   shape = "a vector" if v.ndim == 1 else f"{v.shape[1]} columns"

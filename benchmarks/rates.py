@@ -5,19 +5,19 @@
     python benchmarks/rates.py --grid 16 --c-min 1e-8 --points 100   # small ridges
     python benchmarks/rates.py --sweeps              # sweep_ridge etc., RBF 0.2 / 0.5, N = 400
 
-The data are :class:`fedkrr.TwoClusters` (two agents, ``--points`` each, shared
+The data are :class:`fedkrr.rates.TwoClusters` (two agents, ``--points`` each, shared
 RBF kernel); the grid is c in [``--c-min``, 1] (log; default 1e-4) times the mixing
 fraction in [0, 1] (0 = disjoint clusters, 1 = iid). Side by side in one run, float64,
 on the CPU (JAX_PLATFORMS=cpu is the default here):
 
-* grid: ``fedkrr.rate_grid(..., batch_size=B)``, the whole grid in one jitted call:
+* grid: ``fedkrr.rates.rate_grid(..., batch_size=B)``, the whole grid in one jitted call:
   per mixing fraction one eigen-decomposition of each agent's Gram matrix, reused
   for every c, and along c a block Krylov method restarted from the previous c's
   Ritz vectors (``docs/theory.md``, "How rates are computed"), B mixing fractions
   vmapped at a time under ``jax.lax.map``; the time and the call's temporary
   buffers are printed;
 * loop: today's route, a Python loop of the jitted single instance
-  ``fedkrr.degradation_rate(clusters.problem(p, c), method="dense")`` (the dense
+  ``fedkrr.rates.degradation_rate(clusters.problem(p, c), method="dense")`` (the dense
   cycle operator and ``jnp.linalg.eigvals``), timed on ``--sample`` instances
   spread over the grid and extrapolated to the whole grid (printed as such);
   its values on the sample are the reference.
@@ -26,22 +26,22 @@ Both are compiled ahead of time (``.lower(...).compile()``) and the compile time
 are printed apart. Prints both times, their ratio, the largest absolute difference
 on the sample, how many entries each route of the grid computed (the block Krylov
 method; ``eigvalsh`` of the same explicit ``B B^T`` where it did not converge, from that
-c down its column; ``fedkrr.GRID_ROUTES``), how many entries the Krylov route alone
+c down its column; ``fedkrr.rates.GRID_ROUTES``), how many entries the Krylov route alone
 leaves unconverged (NaN) on this grid (a second call with ``eigh_fallback=False``,
 timed apart), and the number of NaN entries left, which are recomputed on the dense route
-(as ``fedkrr.rate_grid`` does outside ``jit``; their time is added to the grid's); it
+(as ``fedkrr.rates.rate_grid`` does outside ``jit``; their time is added to the grid's); it
 exits non-zero if any rate is still NaN or a difference exceeds 1e-10. On the sampled
-instances it also runs ``fedkrr.degradation_rate`` with ``method="symmetric"`` and
+instances it also runs ``fedkrr.rates.degradation_rate`` with ``method="symmetric"`` and
 ``"krylov"`` and prints how many of their Krylov estimates did not converge (those rates
 come from the blocks' dense eigen-solver instead) and their largest difference from the
 dense route.
 
-``--sweeps`` instead times, on one :class:`fedkrr.TwoClusters` draw (``--points`` per
+``--sweeps`` instead times, on one :class:`fedkrr.rates.TwoClusters` draw (``--points`` per
 agent, mixing 0.3) with two different kernels (RBF gamma 0.2 and 0.5), side by side:
-``fedkrr.sweep_ridge`` over ``--ridges`` values of c in [``--c-min``, 1] (each agent's
+``fedkrr.rates.sweep_ridge`` over ``--ridges`` values of c in [``--c-min``, 1] (each agent's
 eigen-decomposition reused, warm-started Arnoldi along c) against a loop of the jitted
-single instance ``fedkrr.degradation_rate`` (its Krylov route, sampled and extrapolated)
-and against ``fedkrr.sweep`` (the vmapped single instance); then
+single instance ``fedkrr.rates.degradation_rate`` (its Krylov route, sampled and extrapolated)
+and against ``fedkrr.rates.sweep`` (the vmapped single instance); then
 ``fedkrr.paper.sweep_kernel_mismatch`` over ``--ratios`` bandwidth ratios in [0.1, 10]
 (warm-started Krylov along the ratios) against the same two. Every call is compiled
 first (compile times apart); it prints times, ratios and the largest differences from
@@ -86,7 +86,7 @@ def _timed(fn, *args):
 
 def sweeps(args) -> None:
   """sweep_ridge and sweep_kernel_mismatch with two different kernels, side by side."""
-  clusters = fedkrr.TwoClusters.draw(args.seed, args.points)
+  clusters = fedkrr.rates.TwoClusters.draw(args.seed, args.points)
   base = clusters.problem(0.3, 1e-2)
   problem = dataclasses.replace(base, kernels=(fedkrr.RBF(jnp.asarray(0.2)),
                                                fedkrr.RBF(jnp.asarray(0.5))))
@@ -99,8 +99,8 @@ def sweeps(args) -> None:
 
   def compare(name, values, make, new_fn, count):
     nonlocal worst
-    single = jax.jit(lambda v: fedkrr.degradation_rate(make(v)))
-    vmapped = jax.jit(lambda vs: fedkrr.sweep(make, vs))
+    single = jax.jit(lambda v: fedkrr.rates.degradation_rate(make(v)))
+    vmapped = jax.jit(lambda vs: fedkrr.rates.sweep(make, vs))
     t0 = time.perf_counter()
     jax.block_until_ready(new_fn(values))
     t_compile_new = time.perf_counter() - t0
@@ -114,7 +114,7 @@ def sweeps(args) -> None:
     t0 = time.perf_counter()
     looped = np.asarray([float(single(values[i])) for i in picks])
     t_loop = (time.perf_counter() - t0) / len(picks) * count
-    dense = np.asarray([float(fedkrr.degradation_rate(make(values[i]), method="dense"))
+    dense = np.asarray([float(fedkrr.rates.degradation_rate(make(values[i]), method="dense"))
                         for i in picks])
     swept = np.asarray(swept)
     nans = int(np.count_nonzero(np.isnan(swept)))
@@ -125,14 +125,14 @@ def sweeps(args) -> None:
     print(f"{name}, {count} values (compile: {t_compile_new:.1f} s, the others "
           f"{t_compile_old:.1f} s):", flush=True)
     print(f"  new route {t_new:.3f} s; loop of jitted single instances {t_loop:.2f} s "
-          f"(extrapolated from {len(picks)}); vmapped single instance (fedkrr.sweep) "
+          f"(extrapolated from {len(picks)}); vmapped single instance (fedkrr.rates.sweep) "
           f"{t_vmap:.2f} s", flush=True)
     print(f"  loop / new = {t_loop / t_new:.1f}x, vmapped / new = {t_vmap / t_new:.1f}x; "
           f"NaN {nans}; max |new - loop| {d_loop:.1e}, |new - dense| {d_dense:.1e} on the "
           f"sample, |new - vmapped| {d_vmap:.1e} on all", flush=True)
 
   ridges = jnp.logspace(np.log10(args.c_min), 0.0, args.ridges)
-  ridge_sweep = jax.jit(fedkrr.sweep_ridge)
+  ridge_sweep = jax.jit(fedkrr.rates.sweep_ridge)
   compare("sweep_ridge", ridges, lambda c: dataclasses.replace(problem, ridge=c),
           lambda cs: ridge_sweep(problem, cs), args.ridges)
   ratios = jnp.logspace(-1.0, 1.0, args.ratios)
@@ -180,7 +180,7 @@ def main() -> None:
     return
 
   args.points = 250 if args.points is None else args.points
-  clusters = fedkrr.TwoClusters.draw(args.seed, args.points)
+  clusters = fedkrr.rates.TwoClusters.draw(args.seed, args.points)
   ridges = jnp.logspace(np.log10(args.c_min), 0.0, args.grid)
   mixings = jnp.linspace(0.0, 1.0, args.grid)
   n, count = 2 * args.points, args.grid ** 2
@@ -189,11 +189,12 @@ def main() -> None:
         f"{os.cpu_count()} cores, OPENBLAS_NUM_THREADS={os.environ['OPENBLAS_NUM_THREADS']}",
         flush=True)
 
-  grid_fn = jax.jit(lambda cs, ps: fedkrr.rate_grid(clusters, cs, ps, batch_size=args.batch,
-                                                    steps=args.steps, with_routes=True))
-  bare_fn = jax.jit(lambda cs, ps: fedkrr.rate_grid(clusters, cs, ps, batch_size=args.batch,
-                                                    steps=args.steps, eigh_fallback=False))
-  single = jax.jit(lambda p, c: fedkrr.degradation_rate(clusters.problem(p, c), method="dense"))
+  grid_fn = jax.jit(lambda cs, ps: fedkrr.rates.rate_grid(clusters, cs, ps, batch_size=args.batch,
+                                                          steps=args.steps, with_routes=True))
+  bare_fn = jax.jit(lambda cs, ps: fedkrr.rates.rate_grid(clusters, cs, ps, batch_size=args.batch,
+                                                          steps=args.steps, eigh_fallback=False))
+  single = jax.jit(lambda p, c: fedkrr.rates.degradation_rate(clusters.problem(p, c),
+                                                              method="dense"))
 
   t0 = time.perf_counter()
   grid_exe = grid_fn.lower(ridges, mixings).compile()
@@ -229,7 +230,7 @@ def main() -> None:
         f"{per_instance * count:.1f} s", flush=True)
 
   counts = ", ".join(f"{name} {int(np.count_nonzero(routes == code))}"
-                     for code, name in enumerate(fedkrr.GRID_ROUTES))
+                     for code, name in enumerate(fedkrr.rates.GRID_ROUTES))
   print(f"entries by route: {counts} (eigvalsh: of the explicit B B^T, where the Krylov "
         f"route did not converge, from that c down its column)", flush=True)
   bare_exe = bare_fn.lower(ridges, mixings).compile()
@@ -240,7 +241,7 @@ def main() -> None:
   print(f"the Krylov route alone (eigh_fallback=False, {t_bare:.2f} s): {bare_nans} of {count} "
         f"NaN ({100 * bare_nans / count:.1f}%)", flush=True)
 
-  # Unconverged (NaN) instances get the dense route, as fedkrr.rate_grid does outside jit;
+  # Unconverged (NaN) instances get the dense route, as fedkrr.rates.rate_grid does outside jit;
   # its time counts towards the grid's.
   nans = int(np.count_nonzero(np.isnan(grid)))
   t0 = time.perf_counter()
@@ -256,10 +257,10 @@ def main() -> None:
   # there) against the dense route.
   single_diff = 0.0
   for method in ("symmetric", "krylov"):
-    est = jax.jit(lambda p, c, m=method: fedkrr.rate_estimate(clusters.problem(p, c), method=m,
-                                                              steps=args.steps))
-    rate = jax.jit(lambda p, c, m=method: fedkrr.degradation_rate(clusters.problem(p, c),
-                                                                  method=m, steps=args.steps))
+    est = jax.jit(lambda p, c, m=method: fedkrr.rates.rate_estimate(clusters.problem(p, c),
+                                                                    method=m, steps=args.steps))
+    rate = jax.jit(lambda p, c, m=method: fedkrr.rates.degradation_rate(clusters.problem(p, c),
+                                                                        method=m, steps=args.steps))
     unconverged = sum(not bool(est(mixings[j], ridges[i]).converged) for i, j in zip(rows, cols))
     got = np.asarray([float(rate(mixings[j], ridges[i])) for i, j in zip(rows, cols)])
     gap = float(np.max(np.abs(got - np.asarray(dense))))

@@ -20,7 +20,7 @@ points each in ``--dim`` dimensions (RBF kernels of bandwidths 0.1 and 0.2, ridg
 Each run computes ``--rounds`` rounds of ``--protocol`` at ``--n-eval`` test points,
 compilation included, and the parent prints, per N: the time and peak memory of each
 path, the error of the matrix-free predictions against the exact ones (max |diff| /
-max |exact|), the ratios matrix-free / exact, and which path ``fedkrr.choose_method``
+max |exact|), the ratios matrix-free / exact, and which path ``fedkrr.scale.choose_method``
 picks on this machine. For the matrix-free path it also prints how many kernel entries
 the run evaluated, as passes over one agent's ``N_a^2`` block (the fits' symmetric
 products evaluate about half of it each, as counted by the fits' ``matvecs``: CG
@@ -33,7 +33,7 @@ solution alone, for comparison. Each run's JSON line also lists every fit's prod
 ``--throughput N_a`` times one pass over an agent's kernel (``N_a`` points, d = ``--dim``,
 RBF gamma 0.1, a vector) side by side, interleaved and repeated: the tiled product as it
 was before (``k(tile, X) @ v`` with XLA's exponential, kept in this script as
-``before_matvec``), ``fedkrr.kernel_matvec`` now, and ``fedkrr.symmetric_matvec`` (the
+``before_matvec``), ``fedkrr.scale.kernel_matvec`` now, and ``fedkrr.scale.symmetric_matvec`` (the
 CG's product); it prints each one's best wall and process-CPU time, its entries per
 second (symmetric: the full ``N_a^2`` counted, as the product it replaces) and the
 ratios to before. ``--tiles 262144,1048576`` times both products at each of these tile
@@ -124,7 +124,7 @@ def throughput(args) -> None:
   kernel = fedkrr.RBF(0.1)
   try:
     tiles = ([int(t) for t in args.tiles.split(",")] if args.tiles
-             else [args.tile_elements or fedkrr.TILE_ELEMENTS])
+             else [args.tile_elements or fedkrr.scale.TILE_ELEMENTS])
   except ValueError:
     tiles = [0]
   if any(t < 1 for t in tiles):
@@ -135,9 +135,9 @@ def throughput(args) -> None:
   for t in tiles:
     label = "" if len(tiles) == 1 else f" {t}"
     fns["kernel_matvec" + label] = jax.jit(
-        lambda x, v, t=t: fedkrr.kernel_matvec(kernel, x, x, v, t))
+        lambda x, v, t=t: fedkrr.scale.kernel_matvec(kernel, x, x, v, t))
     fns["symmetric_matvec" + label] = jax.jit(
-        lambda x, v, t=t: fedkrr.symmetric_matvec(kernel, x, v, t))
+        lambda x, v, t=t: fedkrr.scale.symmetric_matvec(kernel, x, v, t))
   outs = {name: np.asarray(jax.block_until_ready(fn(x, v))) for name, fn in fns.items()}
   best = {name: [float("inf"), float("inf")] for name in fns}
   for _ in range(args.repeats):
@@ -174,7 +174,7 @@ class _Count:
     self.entries += -(-n1 // rows) * rows * n2
 
   def symmetric(self, n: int, times: int) -> None:
-    # fedkrr.symmetric_matvec's row tiles: 2 tile / n points, at most n / 32, at least 1.
+    # fedkrr.scale.symmetric_matvec's row tiles: 2 tile / n points, at most n / 32, at least 1.
     rows = max(1, min((2 * self.tile) // max(n, 1), n // 32))
     tiles = -(-n // rows)
     self.entries += times * tiles * rows * (tiles // 2 + 1) * rows
@@ -222,11 +222,11 @@ def child(args) -> None:
     preds = fedkrr.run(problem, args.protocol, args.rounds, x_eval,
                        method="closed-form").predictions
   else:
-    # fedkrr.matfree_trajectory's learners and rounds, each learner counting its entries.
-    tile = args.tile_elements or (fedkrr.TILE_ELEMENTS if args.device == "cpu" else 1 << 24)
+    # fedkrr.scale.matfree_trajectory's learners and rounds, each learner counting its entries.
+    tile = args.tile_elements or (fedkrr.scale.TILE_ELEMENTS if args.device == "cpu" else 1 << 24)
     count = _Count(tile)
-    learners = fedkrr.matfree_learners(problem, landmarks=args.landmarks, tile_elements=tile,
-                                       history=args.history)
+    learners = fedkrr.scale.matfree_learners(problem, landmarks=args.landmarks, tile_elements=tile,
+                                             history=args.history)
     for n_a in problem.sizes:
       count.product(n_a, min(args.landmarks, n_a))
     learners = [_CountedLearner(learner, count, not args.cold) for learner in learners]
@@ -236,7 +236,7 @@ def child(args) -> None:
   row = {"path": args.path, "n": problem.num_points, "seconds": seconds,
          "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
          "peak_device": _peak_device_bytes(), "device": jax.devices()[0].device_kind,
-         "rule": fedkrr.choose_method(problem, args.protocol, args.rounds, x_eval.shape[0])}
+         "rule": fedkrr.scale.choose_method(problem, args.protocol, args.rounds, x_eval.shape[0])}
   if args.path == "matfree":
     block = sum(n_a ** 2 for n_a in problem.sizes) / problem.num_agents
     row["entries"] = count.entries
@@ -292,7 +292,7 @@ def main() -> None:
   parser.add_argument("--landmarks", type=int, default=500, help="Nystrom landmarks per agent")
   parser.add_argument("--tile-elements", type=int, default=0,
                       help="kernel entries per tile of the matrix-free path (default: "
-                           "fedkrr.TILE_ELEMENTS = 2^20 on a CPU, 2^24 on a GPU)")
+                           "fedkrr.scale.TILE_ELEMENTS = 2^20 on a CPU, 2^24 on a GPU)")
   parser.add_argument("--dtype", choices=("float64", "float32"), default="float64")
   parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
   parser.add_argument("--mnist", metavar="PATH",

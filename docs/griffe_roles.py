@@ -2,8 +2,9 @@
 
 The docstrings write cross-references the Sphinx way (``:func:`make_problem```,
 ``:class:`fedkrr.RBF```). This turns each into a link to the API reference when
-it names a documented public name (``fedkrr.X``, ``neural.X``, ``neural.training.X``, ...,
-or a bare ``X`` that one of them exports), and into code otherwise.
+it names a documented public name (``fedkrr.X``, ``fedkrr.rates.X`` and fedkrr's other
+tiers, ``neural.X``, ``neural.training.X`` and neural's other tiers, or a bare ``X`` that
+one of them exports), and into code otherwise.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ ROLE = re.compile(r":(?:func|class|meth|mod|attr|data|exc|obj):`~?([^`]+)`")
 LINKED = {"fedkrr": "fedkrr/__init__.py", "neural": "neural/__init__.py",
           **{f"neural.{place}": f"neural/{place}.py"
              for place in ("training", "data", "models", "evidence", "runs")},
-          "neural.methods": "neural/methods/__init__.py"}
+          "neural.methods": "neural/methods/__init__.py",
+          **{f"fedkrr.{tier}": f"fedkrr/{tier}.py"
+             for tier in ("rates", "scale", "protocols", "learners", "public")}}
 
 
 def documented_names() -> dict[str, str]:

@@ -2,11 +2,24 @@
 
 Theory toolkit for "Towards Model-Agnostic Federated Learning Using Knowledge
 Distillation" (Afonin & Karimireddy, ICLR 2022). Public names are listed here
-by hand; the implementation lives in ``fedkrr._src``. This namespace holds the
-mathematics (kernels, problems, protocols, closed forms, rates, the matrix-free and
-sharded paths); two submodules hold the rest: :mod:`fedkrr.io` (atomic writes, bounded
-readers, signal exits) and :mod:`fedkrr.paper` (the verify table, the counterexample
-search, the toy experiment, rate plots, the closed-form demo). The library never changes
+by hand; the implementation lives in ``fedkrr._src``. This namespace holds what a
+first hour needs: problems and kernels, the protocols' names and parameters,
+:func:`run`, :func:`simulate`, :func:`trajectory`, :func:`limit` and the baselines.
+The rest is grouped by what you do with it:
+
+- :mod:`fedkrr.rates`: degradation rates, the recurrence behind the rounds, its
+  spectral radius and the two-agent projection geometry;
+- :mod:`fedkrr.scale`: large N and many devices (matrix-free learners, the sharded
+  closed form, agent meshes, memory estimates, a cluster's start-up);
+- :mod:`fedkrr.protocols`: the rounds as ``(init, step)`` values, to build your own;
+- :mod:`fedkrr.learners`: the learner interface the protocols call;
+- :mod:`fedkrr.public`: distillation through a shared public reference set;
+- :mod:`fedkrr.io` (atomic writes, bounded readers, signal exits) and
+  :mod:`fedkrr.paper` (the verify table, the counterexample search, the toy
+  experiment, rate plots, the closed-form demo).
+
+The names that left the top level still resolve there for one release, with a
+``DeprecationWarning`` naming their new place. The library never changes
 ``jax.config``: enable float64 in your entry point with
 ``jax.config.update("jax_enable_x64", True)``. One XLA setting is applied on import:
 before any XLA backend has started, ``XLA_FLAGS`` gains the CPU scheduler flag without
@@ -30,24 +43,17 @@ __version__ = _installed_version()
 
 if TYPE_CHECKING:
   from fedkrr import io
+  from fedkrr import learners
   from fedkrr import paper
-  from fedkrr._src.closed_form import RADIUS_METHODS
+  from fedkrr import protocols
+  from fedkrr import public
+  from fedkrr import rates
+  from fedkrr import scale
   from fedkrr._src.closed_form import Limit
-  from fedkrr._src.closed_form import Recurrence
   from fedkrr._src.closed_form import central
-  from fedkrr._src.closed_form import factors
   from fedkrr._src.closed_form import limit
   from fedkrr._src.closed_form import local
-  from fedkrr._src.closed_form import recurrence
-  from fedkrr._src.closed_form import recurrence_matrix
-  from fedkrr._src.closed_form import spectral_radius
   from fedkrr._src.closed_form import trajectory
-  from fedkrr._src.closed_form import transfer
-  from fedkrr._src.geometry import Geometry
-  from fedkrr._src.geometry import akd_by_projections
-  from fedkrr._src.geometry import geometry
-  from fedkrr._src.geometry import principal_cosines
-  from fedkrr._src.geometry import stacked_gram
   from fedkrr._src.io.synthetic import synthetic_regression
   from fedkrr._src.kernels import RBF
   from fedkrr._src.kernels import CustomKernel
@@ -58,24 +64,13 @@ if TYPE_CHECKING:
   from fedkrr._src.kernels import kernel_from_dict
   from fedkrr._src.kernels import kernel_from_json
   from fedkrr._src.lazy import lazy_exports
-  from fedkrr._src.learner import BatchLearner
-  from fedkrr._src.learner import CapabilityError
   from fedkrr._src.learner import KRRLearner
-  from fedkrr._src.learner import KRRModel
-  from fedkrr._src.learner import Learner
-  from fedkrr._src.learner import Model
-  from fedkrr._src.learner import WarmStartLearner
-  from fedkrr._src.learner import fit_all
-  from fedkrr._src.learner import has_capability
   from fedkrr._src.learner import krr_learners
-  from fedkrr._src.linalg import RidgeFactor
-  from fedkrr._src.linalg import RidgeRoot
   from fedkrr._src.linalg import ridge_factor
   from fedkrr._src.linalg import ridge_root
   from fedkrr._src.names import BASELINES
   from fedkrr._src.names import PROTOCOL_TABLE
   from fedkrr._src.names import PROTOCOLS
-  from fedkrr._src.names import RUN_METHODS
   from fedkrr._src.names import ProtocolInfo
   from fedkrr._src.names import ProtocolParams
   from fedkrr._src.names import check_weights
@@ -83,22 +78,6 @@ if TYPE_CHECKING:
   from fedkrr._src.names import protocol_info
   from fedkrr._src.nn_kernels import ReluNNGP
   from fedkrr._src.nn_kernels import ReluNTK
-  from fedkrr._src.platform.devices import AGENT_AXIS
-  from fedkrr._src.platform.devices import DeviceError
-  from fedkrr._src.platform.devices import agent_devices
-  from fedkrr._src.platform.devices import agent_mesh
-  from fedkrr._src.platform.devices import agent_sharding
-  from fedkrr._src.platform.devices import check_mesh
-  from fedkrr._src.platform.devices import host_arrays
-  from fedkrr._src.platform.devices import shard_agents
-  from fedkrr._src.platform.devices import spans_processes
-  from fedkrr._src.platform.distributed import distributed_settings
-  from fedkrr._src.platform.distributed import initialize_distributed
-  from fedkrr._src.platform.memory import TILE_ELEMENTS
-  from fedkrr._src.platform.memory import exact_bytes
-  from fedkrr._src.platform.memory import matfree_bytes
-  from fedkrr._src.platform.memory import memory_limit
-  from fedkrr._src.platform.xla_env import XLA_CPU_FLAGS
   from fedkrr._src.platform.xla_env import avoid_cpu_eigh_deadlock
   from fedkrr._src.platform.xla_env import deterministic_ops
   from fedkrr._src.problem import FederatedProblem
@@ -106,74 +85,54 @@ if TYPE_CHECKING:
   from fedkrr._src.problem import make_problem
   from fedkrr._src.problem_io import load_problem
   from fedkrr._src.problem_io import save_problem
-  from fedkrr._src.protocols import Protocol
-  from fedkrr._src.protocols import RoundOutput
-  from fedkrr._src.protocols import akd
-  from fedkrr._src.protocols import avgkd
-  from fedkrr._src.protocols import backfit
-  from fedkrr._src.protocols import central_models
-  from fedkrr._src.protocols import ekd
-  from fedkrr._src.protocols import get_protocol
-  from fedkrr._src.protocols import iterate
-  from fedkrr._src.protocols import local_models
-  from fedkrr._src.protocols import pkd
-  from fedkrr._src.protocols import pkd_mean
   from fedkrr._src.protocols import simulate
-  from fedkrr._src.public_distillation import CoverageSweep
-  from fedkrr._src.public_distillation import PublicDistillation
-  from fedkrr._src.public_distillation import WeightedKRRLearner
-  from fedkrr._src.public_distillation import coverage_sweep
-  from fedkrr._src.public_distillation import plot_coverage
-  from fedkrr._src.public_distillation import public_distillation
-  from fedkrr._src.public_distillation import public_distillation_limit
-  from fedkrr._src.public_distillation import public_distillation_round
-  from fedkrr._src.public_distillation import public_distillation_simulate
-  from fedkrr._src.public_distillation import public_distillation_trajectory
-  from fedkrr._src.public_distillation import weighted_krr_learners
   from fedkrr._src.pytree import pytree_dataclass
-  from fedkrr._src.rates import GRID_ROUTES
-  from fedkrr._src.rates import RATE_METHODS
-  from fedkrr._src.rates import RateEstimate
-  from fedkrr._src.rates import TwoClusters
-  from fedkrr._src.rates import cycle_operator
-  from fedkrr._src.rates import degradation_rate
-  from fedkrr._src.rates import degradation_rate_per_cycle
-  from fedkrr._src.rates import rate_estimate
-  from fedkrr._src.rates import rate_grid
-  from fedkrr._src.rates import shared_kernel_rate
-  from fedkrr._src.rates import sweep
-  from fedkrr._src.rates import sweep_bandwidth_ratio
-  from fedkrr._src.rates import sweep_heterogeneity
-  from fedkrr._src.rates import sweep_ridge
-  from fedkrr._src.rates import sweep_separation
-  from fedkrr._src.rates import warm_sweep
-  from fedkrr._src.registry import register_protocol
-  from fedkrr._src.registry import unregister_protocol
   from fedkrr._src.runner import RunResult
-  from fedkrr._src.runner import choose_method
   from fedkrr._src.runner import run
-  from fedkrr._src.scale.matfree import ConvergenceError
-  from fedkrr._src.scale.matfree import MatfreeKRRLearner
-  from fedkrr._src.scale.matfree import MatfreeKRRModel
-  from fedkrr._src.scale.matfree import NystromPreconditioner
-  from fedkrr._src.scale.matfree import RidgeSolution
-  from fedkrr._src.scale.matfree import kernel_matvec
-  from fedkrr._src.scale.matfree import matfree_learners
-  from fedkrr._src.scale.matfree import matfree_trajectory
-  from fedkrr._src.scale.matfree import nystrom_preconditioner
-  from fedkrr._src.scale.matfree import ridge_solve
-  from fedkrr._src.scale.matfree import symmetric_matvec
-  from fedkrr._src.scale.sharded import SHARDED_PROTOCOLS
-  from fedkrr._src.scale.sharded import AgentBlocks
-  from fedkrr._src.scale.sharded import shard_blocks
-  from fedkrr._src.scale.sharded import sharded_trajectory
-  from fedkrr._src.special_cases import avgkd_by_projections
-  from fedkrr._src.special_cases import avgkd_limit_by_projections
-  from fedkrr._src.special_cases import avgkd_limit_by_system
-  from fedkrr._src.special_cases import avgkd_partial_sums_as_printed
-  from fedkrr._src.special_cases import block_system_predictions
-  from fedkrr._src.special_cases import intersection_limit_linear
-  from fedkrr._src.special_cases import pkd_by_projections
 else:
+  import importlib as _importlib
+  import warnings as _warnings
+
   from fedkrr._src.lazy import lazy_exports as _lazy_exports
-  __getattr__, __dir__ = _lazy_exports(__name__, __file__)
+  from fedkrr._src.lazy import listed_imports as _listed_imports
+
+  _listed_getattr, __dir__ = _lazy_exports(__name__, __file__)
+
+  # The names that left the top level, kept for one release: each tier's names moved
+  # there (read from the tier's file), and these became private.
+  _TIERS = ("learners", "protocols", "public", "rates", "scale")
+  _PRIVATE = {
+      "MatfreeKRRModel": "fedkrr._src.scale.matfree",
+      "NystromPreconditioner": "fedkrr._src.scale.matfree",
+      "RUN_METHODS": "fedkrr._src.names",
+      "RateEstimate": "fedkrr._src.rates",
+      "RidgeFactor": "fedkrr._src.linalg",
+      "RidgeRoot": "fedkrr._src.linalg",
+      "XLA_CPU_FLAGS": "fedkrr._src.platform.xla_env",
+      "agent_sharding": "fedkrr._src.platform.devices",
+      "stacked_gram": "fedkrr._src.geometry",
+  }
+  _moved: dict[str, str] = {}
+
+  def _moved_to(name: str) -> str | None:
+    """The tier a former top-level name moved to (``None``: it did not move)."""
+    if not _moved:
+      for tier in _TIERS:
+        _moved.update(dict.fromkeys(_listed_imports(f"{__path__[0]}/{tier}.py"), tier))
+    return _moved.get(name)
+
+  def __getattr__(name: str):
+    """A listed name (imported on first use), or a former one with a DeprecationWarning."""
+    try:
+      return _listed_getattr(name)
+    except AttributeError:
+      tier = _moved_to(name)
+      if tier is None and name not in _PRIVATE:
+        raise
+    if tier is not None:
+      _warnings.warn(f"fedkrr.{name} moved to fedkrr.{tier}.{name}; the old name goes in the "
+                     "next release", DeprecationWarning, stacklevel=2)
+      return getattr(_importlib.import_module(f"fedkrr.{tier}"), name)
+    _warnings.warn(f"fedkrr.{name} is private now (it was used only inside fedkrr); the old "
+                   "name goes in the next release", DeprecationWarning, stacklevel=2)
+    return getattr(_importlib.import_module(_PRIVATE[name]), name)

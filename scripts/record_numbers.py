@@ -69,7 +69,7 @@ def record_fedkrr(out: Path) -> int:
         variants = {"-w": {"params": fedkrr.ProtocolParams(weights=(0.1, 0.2, 0.3, 0.4))}}
       for suffix, kwargs in variants.items():
         methods = ["closed-form", "simulate", "matfree"]
-        if protocol in fedkrr.SHARDED_PROTOCOLS:
+        if protocol in fedkrr.scale.SHARDED_PROTOCOLS:
           methods.append("sharded")
         for method in methods:
           key = f"{pname}/{protocol}{suffix}/{method}"

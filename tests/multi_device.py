@@ -75,9 +75,9 @@ def distributed_reports(code: str, processes: int = 2, devices: int = 2,
   """Runs ``code`` in ``processes`` processes connected by ``jax.distributed``; their reports.
 
   Each child sees ``devices`` host CPU devices and the convention of
-  :func:`fedkrr.initialize_distributed`: ``JAX_COORDINATOR_ADDRESS`` (a free port on
+  :func:`fedkrr.scale.initialize_distributed`: ``JAX_COORDINATOR_ADDRESS`` (a free port on
   127.0.0.1), ``JAX_NUM_PROCESSES`` and its own ``JAX_PROCESS_ID``; ``code`` calls
-  ``fedkrr.initialize_distributed()``.
+  ``fedkrr.scale.initialize_distributed()``.
   Children still running after ``timeout`` seconds, or after another child failed,
   are killed, and the test fails with their output.
 

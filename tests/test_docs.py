@@ -27,7 +27,9 @@ from neural import runs
 from neural import training
 
 PAPER_MODULES = ("ddistillation", "mhd", "representation_sharing", "feddkc")
-PUBLIC_MODULES = (fedkrr, neural, training, data, models, evidence, runs, neural.methods,
+FEDKRR_TIERS = ("learners", "protocols", "public", "rates", "scale")
+PUBLIC_MODULES = (fedkrr, *(importlib.import_module(f"fedkrr.{tier}") for tier in FEDKRR_TIERS),
+                  neural, training, data, models, evidence, runs, neural.methods,
                   *(getattr(neural.methods, name) for name in PAPER_MODULES))
 # Flax calls these itself; they are documented by Flax.
 FRAMEWORK_HOOKS = {"setup"}

@@ -9,24 +9,87 @@ import neural
 def test_fedkrr_public_names_import():
   names = [n for n in dir(fedkrr) if not n.startswith("_")]
   for name in ["make_problem", "FederatedProblem", "RBF", "Linear", "Polynomial", "Laplace",
-               "KRRLearner", "krr_learners", "BatchLearner", "WarmStartLearner", "has_capability",
-               "CapabilityError",
-               "ridge_factor", "akd", "avgkd", "pkd", "pkd_mean",
-               "ekd", "backfit", "simulate", "iterate", "trajectory", "limit", "central", "local",
-               "central_models", "local_models", "PROTOCOLS", "ProblemError", "KernelError",
-               "kernel_matvec", "symmetric_matvec", "ridge_solve", "nystrom_preconditioner",
-               "NystromPreconditioner", "warm_sweep", "GRID_ROUTES",
-               "RidgeSolution", "MatfreeKRRLearner", "MatfreeKRRModel", "ConvergenceError",
-               "matfree_learners", "matfree_trajectory", "choose_method",
-               "exact_bytes", "matfree_bytes", "memory_limit", "TILE_ELEMENTS",
-               "ridge_root", "RidgeRoot", "degradation_rate", "rate_estimate", "RateEstimate",
-               "RATE_METHODS", "RADIUS_METHODS", "spectral_radius", "PROTOCOL_TABLE",
-               "ProtocolInfo", "ProtocolParams", "protocol_info", "display_name",
-               "check_weights"]:
+               "KRRLearner", "krr_learners", "ridge_factor", "ridge_root", "simulate",
+               "trajectory", "limit", "Limit", "central", "local", "run", "RunResult",
+               "PROTOCOLS", "ProblemError", "KernelError", "PROTOCOL_TABLE", "ProtocolInfo",
+               "ProtocolParams", "protocol_info", "display_name", "check_weights",
+               "load_problem", "save_problem", "avoid_cpu_eigh_deadlock", "lazy_exports",
+               "io", "paper", "learners", "protocols", "public", "rates", "scale"]:
     assert name in names, name
   assert set(fedkrr.PROTOCOLS) == {"akd", "avgkd", "weighted-avgkd", "pkd", "pkd-mean", "ekd",
                                    "backfit-gs", "backfit-jacobi"}
   assert fedkrr.PROTOCOLS == tuple(row.name for row in fedkrr.PROTOCOL_TABLE)
+
+
+# The tiers below the top level: what a user does with them, a few names each.
+TIERS = {
+    "learners": ["Learner", "Model", "KRRModel", "BatchLearner", "WarmStartLearner", "fit_all",
+                 "has_capability", "CapabilityError"],
+    "protocols": ["Protocol", "RoundOutput", "get_protocol", "iterate", "akd", "avgkd", "pkd",
+                  "pkd_mean", "ekd", "backfit", "central_models", "local_models"],
+    "rates": ["degradation_rate", "degradation_rate_per_cycle", "rate_estimate", "rate_grid",
+              "RATE_METHODS", "GRID_ROUTES", "warm_sweep", "sweep", "TwoClusters",
+              "recurrence", "recurrence_matrix", "factors", "transfer", "spectral_radius",
+              "RADIUS_METHODS", "geometry", "principal_cosines", "akd_by_projections",
+              "avgkd_by_projections", "intersection_limit_linear"],
+    "scale": ["kernel_matvec", "symmetric_matvec", "ridge_solve", "nystrom_preconditioner",
+              "RidgeSolution", "MatfreeKRRLearner", "ConvergenceError", "matfree_learners",
+              "matfree_trajectory", "choose_method", "exact_bytes", "matfree_bytes",
+              "memory_limit", "TILE_ELEMENTS", "initialize_distributed",
+              "distributed_settings"],
+    "public": ["public_distillation_trajectory", "public_distillation_limit",
+               "public_distillation_simulate", "coverage_sweep"],
+}
+# What left the top level for a tier or became private (names used only inside fedkrr).
+FORMER_TOP_LEVEL_PRIVATE = ["MatfreeKRRModel", "NystromPreconditioner", "RUN_METHODS",
+                            "RateEstimate", "Recurrence", "RidgeFactor", "RidgeRoot",
+                            "XLA_CPU_FLAGS", "agent_sharding", "stacked_gram"]
+
+
+@pytest.mark.parametrize("tier", sorted(TIERS))
+def test_fedkrr_tiers_hold_their_names_once(tier):
+  """Each tier's names resolve there, and none of them is also at the top level."""
+  import importlib
+  module = importlib.import_module(f"fedkrr.{tier}")
+  names = {n for n in dir(module) if not n.startswith("_")} - {"TYPE_CHECKING"}
+  assert set(TIERS[tier]) <= names, sorted(set(TIERS[tier]) - names)
+  top = {n for n in dir(fedkrr) if not n.startswith("_")}
+  assert not names & top, sorted(names & top)
+  for name in sorted(names):
+    getattr(module, name)
+
+
+def test_fedkrr_top_level_has_at_most_60_names():
+  top = {n for n in dir(fedkrr) if not n.startswith("_")} - {"TYPE_CHECKING"}
+  assert len(top) <= 60, len(top)
+
+
+def test_former_top_level_names_resolve_with_a_deprecation_warning():
+  """For one release the old ``fedkrr.NAME`` is the same object, with a warning naming the
+  new place; a name that never was at the top level still raises AttributeError."""
+  import importlib
+
+  from fedkrr._src.lazy import listed_imports
+  for tier in TIERS:
+    module = importlib.import_module(f"fedkrr.{tier}")
+    for name in listed_imports(module.__file__):
+      with pytest.warns(DeprecationWarning, match=rf"fedkrr\.{name} moved to "
+                        rf"fedkrr\.{tier}\.{name}; the old name goes in the next release"):
+        old = getattr(fedkrr, name)
+      assert old is getattr(module, name), name
+  for name in FORMER_TOP_LEVEL_PRIVATE:
+    with pytest.warns(DeprecationWarning, match=rf"fedkrr\.{name} is private now"):
+      getattr(fedkrr, name)
+    assert name not in dir(fedkrr)
+  with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):
+    fedkrr.no_such_name  # noqa: B018
+
+
+def test_former_top_level_names_import_from_the_package():
+  with pytest.warns(DeprecationWarning, match="moved to fedkrr.scale.sharded_trajectory"):
+    from fedkrr import sharded_trajectory
+  import fedkrr.scale
+  assert sharded_trajectory is fedkrr.scale.sharded_trajectory
 
 
 def test_fedkrr_does_not_import_neural_or_flax():
@@ -74,28 +137,32 @@ def test_each_method_module_has_the_uniform_entry_points(module):
 
 
 def test_fedkrr_bridge_and_twin_names_import():
-  for name in ["ReluNNGP", "ReluNTK", "public_distillation_trajectory",
-               "public_distillation_limit", "public_distillation_simulate", "coverage_sweep"]:
+  import fedkrr.public
+  for name in ["ReluNNGP", "ReluNTK"]:
     assert hasattr(fedkrr, name), name
+  for name in ["public_distillation_trajectory", "public_distillation_limit",
+               "public_distillation_simulate", "coverage_sweep"]:
+    assert hasattr(fedkrr.public, name), name
 
 
 def test_fedkrr_device_names_import():
   """Agents across devices (docs/devices.md); ``neural`` places its stacked agents with these."""
+  import fedkrr.scale
   for name in ["AGENT_AXIS", "DeviceError", "agent_mesh", "check_mesh", "agent_devices",
-               "agent_sharding", "shard_agents", "AgentBlocks", "shard_blocks",
-               "sharded_trajectory", "SHARDED_PROTOCOLS"]:
-    assert hasattr(fedkrr, name), name
-  assert fedkrr.AGENT_AXIS == "agents"
-  assert set(fedkrr.SHARDED_PROTOCOLS) == set(fedkrr.PROTOCOLS) - {"backfit-gs",
-                                                                    "weighted-avgkd"}
+               "shard_agents", "AgentBlocks", "shard_blocks", "sharded_trajectory",
+               "SHARDED_PROTOCOLS"]:
+    assert hasattr(fedkrr.scale, name), name
+  assert fedkrr.scale.AGENT_AXIS == "agents"
+  assert set(fedkrr.scale.SHARDED_PROTOCOLS) == set(fedkrr.PROTOCOLS) - {"backfit-gs",
+                                                                          "weighted-avgkd"}
 
 
 def test_fedkrr_helpers_for_entry_points_and_neural_import():
   """What users and ``neural`` need, so that nothing outside fedkrr imports ``fedkrr._src``."""
-  for name in ["avoid_cpu_eigh_deadlock", "XLA_CPU_FLAGS", "pytree_dataclass",
-               "synthetic_regression"]:
+  from fedkrr._src.platform.xla_env import XLA_CPU_FLAGS
+  for name in ["avoid_cpu_eigh_deadlock", "pytree_dataclass", "synthetic_regression"]:
     assert hasattr(fedkrr, name), name
-  assert all(flag.startswith("--xla_cpu_") for flag in fedkrr.XLA_CPU_FLAGS)
+  assert all(flag.startswith("--xla_cpu_") for flag in XLA_CPU_FLAGS)
 
 
 def test_importing_fedkrr_starts_no_backend():

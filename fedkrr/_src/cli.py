@@ -58,7 +58,7 @@ def _parser() -> argparse.ArgumentParser:
                         "processes with --coordinator; every round, no --limit), or auto: "
                         "closed form if it fits in half the memory, else matrix-free, and "
                         "the literal rounds where the closed form would couple too many "
-                        "agents (fedkrr.choose_method)")
+                        "agents (fedkrr.scale.choose_method)")
   run.add_argument("--limit", action="store_true",
                    help="also write the t -> infinity limit where it exists")
   run.add_argument("--every", type=int, default=1, metavar="K",

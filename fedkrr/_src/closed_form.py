@@ -222,7 +222,7 @@ RECURRENCES: dict[str, RecurrenceFn] = {
     "backfit-jacobi": _backfit_jacobi,
 }
 """Each protocol's recurrence (module docstring), by name: this layer's one mapping from
-the protocol to its behaviour (``fedkrr.register_protocol`` adds to it)."""
+the protocol to its behaviour (``fedkrr.protocols.register_protocol`` adds to it)."""
 
 
 def _recurrence_of(problem: FederatedProblem, row: ProtocolInfo, params: ProtocolParams, fs,
@@ -460,7 +460,7 @@ class Limit(NamedTuple):
     spectral_radius: of the recurrence matrix (for EKD, of the AKD round W): the
       asymptotic contraction factor *per round* (also
       :attr:`spectral_radius_per_round`; AKD's degradation rate per cycle of M
-      rounds, :func:`fedkrr.degradation_rate_per_cycle`, is its M-th power).
+      rounds, :func:`fedkrr.rates.degradation_rate_per_cycle`, is its M-th power).
       Below 1, the rounds converge to this fixed point from any start. At 1
       (e.g. c = 0, App. C) they may still converge, to a point that depends on
       the start and is not computed here.

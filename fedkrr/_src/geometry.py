@@ -157,8 +157,8 @@ def geometry(problem: FederatedProblem) -> Geometry:
     >>> y = jnp.sin(3.0 * x[:, 0])
     >>> problem = fedkrr.make_problem([x[:4], x[4:]], [y[:4], y[4:]], fedkrr.RBF(gamma=2.0),
     ...                               ridge=1e-2)
-    >>> a = fedkrr.geometry(problem).two_round_operator()   # (N, N)
-    >>> bool(jnp.isclose(fedkrr.spectral_radius(a), fedkrr.degradation_rate(problem)))
+    >>> a = fedkrr.rates.geometry(problem).two_round_operator()   # (N, N)
+    >>> bool(jnp.isclose(fedkrr.rates.spectral_radius(a), fedkrr.rates.degradation_rate(problem)))
     True
   """
   check_two_agents(problem, "the geometry of App. B")

@@ -75,7 +75,7 @@ class BatchLearner(Protocol):
 class WarmStartLearner(Protocol):
   """A learner whose next fit can start from its last model (optional).
 
-  After every fit, :func:`fedkrr.iterate` replaces such a learner by
+  After every fit, :func:`fedkrr.protocols.iterate` replaces such a learner by
   ``warm_start_from(model)`` (e.g. conjugate gradients from the last coefficients,
   a network from its last parameters); the fit's result must not depend on it beyond
   the solver's tolerance, or must be what the protocol means (warm-started training).

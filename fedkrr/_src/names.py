@@ -84,7 +84,7 @@ class ProtocolInfo:
     transfers: the transfer blocks ``(i, j)`` its closed form forms: ``"ring"``
       (``(j + 1) mod M, j``), ``"others"`` (``i != j``) or ``"all"``.
     parameters: the fields of :class:`ProtocolParams` it reads.
-    sharded: whether :func:`fedkrr.sharded_trajectory` runs it.
+    sharded: whether :func:`fedkrr.scale.sharded_trajectory` runs it.
   """
 
   name: str
@@ -140,18 +140,18 @@ BASELINES = ("central", "local")
 RUN_METHODS = ("closed-form", "simulate", "matfree", "sharded", "auto")
 
 # The protocols known now: the table's, then those a user registered
-# (fedkrr.register_protocol adds a row here and its behaviour to each layer's mapping).
+# (fedkrr.protocols.register_protocol adds a row here and its behaviour to each layer's mapping).
 _BY_NAME = {row.name: row for row in PROTOCOL_TABLE}
 
 
 def protocol_names() -> tuple[str, ...]:
   """Every protocol's name: :data:`PROTOCOLS`, then those registered
-  (:func:`fedkrr.register_protocol`)."""
+  (:func:`fedkrr.protocols.register_protocol`)."""
   return tuple(_BY_NAME)
 
 
 def add_row(row: ProtocolInfo) -> None:
-  """Adds ``row`` to the protocols known (``fedkrr.register_protocol``'s first step).
+  """Adds ``row`` to the protocols known (``fedkrr.protocols.register_protocol``'s first step).
 
   Raises:
     ValueError: its name is already a protocol's or a baseline's.

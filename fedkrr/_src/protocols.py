@@ -226,7 +226,7 @@ def pkd_mean() -> Protocol:
     >>> y = jnp.sin(3.0 * x[:, 0])
     >>> problem = fedkrr.make_problem([x[:4], x[4:]], [y[:4], y[4:]], fedkrr.RBF(gamma=2.0),
     ...                               ridge=1e-2)
-    >>> fedkrr.simulate(fedkrr.pkd_mean(), fedkrr.krr_learners(problem), problem.xs,
+    >>> fedkrr.simulate(fedkrr.protocols.pkd_mean(), fedkrr.krr_learners(problem), problem.xs,
     ...                 problem.ys, 3, x).shape   # (rounds, agents, points)
     (3, 2, 8)
   """
@@ -300,7 +300,7 @@ ROUNDS: dict[str, Callable[[ProtocolParams], Protocol]] = {
 }
 """Each protocol's literal rounds, by name: ``params -> Protocol`` (its parameters, a
 :class:`fedkrr.ProtocolParams`). This layer's one mapping from the protocol to its
-behaviour (``fedkrr.register_protocol`` adds to it)."""
+behaviour (``fedkrr.protocols.register_protocol`` adds to it)."""
 
 
 def get_protocol(name: str, start: int | None = None,

@@ -87,7 +87,7 @@ class WeightedKRRLearner:
   Fitting on ``(X, t, w)`` minimises ``(1/N) sum_i w_i (g(x_i) - t_i)^2 + c ||g||^2``:
   ``alpha = W^{1/2} (c I + W^{1/2} K W^{1/2})^+ W^{1/2} t`` with ``K = k(X, X) / N``
   (a symmetric solve through :func:`fedkrr.ridge_factor`; minimum-norm when c = 0),
-  and the model predicts ``g(x) = k(x, X) alpha / N`` (a :class:`fedkrr.KRRModel`).
+  and the model predicts ``g(x) = k(x, X) alpha / N`` (a :class:`fedkrr.learners.KRRModel`).
   With ``weights=None`` (all ones) this is :class:`fedkrr.KRRLearner`.
 
   Attributes:
@@ -312,7 +312,7 @@ def public_distillation(problem: FederatedProblem, reference: Array, weight: flo
     >>> problem = fedkrr.make_problem([x[:4], x[4:]], [y[:4], y[4:]], fedkrr.RBF(gamma=2.0),
     ...                               ridge=1e-2)
     >>> z = jnp.linspace(-1.0, 1.0, 5)[:, None]   # the public reference points
-    >>> rec = fedkrr.public_distillation(problem, z, weight=1.0)
+    >>> rec = fedkrr.public.public_distillation(problem, z, weight=1.0)
     >>> rec.step(rec.initial).shape   # every agent's round-1 predictions on z
     (2, 5)
   """
@@ -355,7 +355,7 @@ def public_distillation_trajectory(problem: FederatedProblem, reference: Array, 
     >>> problem = fedkrr.make_problem([x[:4], x[4:]], [y[:4], y[4:]], fedkrr.RBF(gamma=2.0),
     ...                               ridge=1e-2)
     >>> z = jnp.linspace(-1.0, 1.0, 5)[:, None]
-    >>> fedkrr.public_distillation_trajectory(problem, z, 50, x, weight=1.0).shape
+    >>> fedkrr.public.public_distillation_trajectory(problem, z, 50, x, weight=1.0).shape
     (50, 2, 8)
   """
   check_rounds(rounds)
@@ -448,7 +448,7 @@ def public_distillation_limit(problem: FederatedProblem, reference: Array, x_eva
 
   Returns:
     A :class:`fedkrr.Limit`: ``predictions`` (M, n_eval[, C]), agent a's fixed-point
-    model, and ``spectral_radius`` of A (:func:`fedkrr.spectral_radius` with
+    model, and ``spectral_radius`` of A (:func:`fedkrr.rates.spectral_radius` with
     ``method="auto"``: Arnoldi above 256 rows, a general eigen-solver below or where
     Arnoldi did not converge).
 

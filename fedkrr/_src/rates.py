@@ -3,7 +3,7 @@
 One pass of AKD around the cycle of agents, started at agent s, maps agent s's
 coefficients ``alpha`` to ``W_s alpha`` with
 ``W_s = T_{s, s-1} ... T_{s+2, s+1} T_{s+1, s}`` and ``T_ij = S_i K^j_ij`` (the
-transfer blocks of :func:`fedkrr.transfer`). Its spectral radius ``rho`` is the
+transfer blocks of :func:`fedkrr.rates.transfer`). Its spectral radius ``rho`` is the
 degradation rate: the models shrink like ``rho^(t / M)``. For M = 2 it is the
 spectral radius of the two-round operator ``A`` of Prop. III, and with one
 shared kernel ``rho = cos^2(phi)``, phi the smallest principal angle between the
@@ -299,7 +299,7 @@ def degradation_rate(problem: FederatedProblem, start: int = 0, method: str = "a
     >>> y = jnp.sin(3.0 * x[:, 0])
     >>> problem = fedkrr.make_problem([x[:4], x[4:]], [y[:4], y[4:]], fedkrr.RBF(gamma=2.0),
     ...                               ridge=1e-2)
-    >>> rho = fedkrr.degradation_rate(problem)   # AKD loses a factor rho every two rounds
+    >>> rho = fedkrr.rates.degradation_rate(problem)   # AKD loses a factor rho every two rounds
     >>> 0.0 < float(rho) < 1.0
     True
   """
@@ -320,7 +320,7 @@ def degradation_rate_per_cycle(problem: FederatedProblem, start: int = 0,
     >>> y = jnp.sin(3.0 * x[:, 0])
     >>> problem = fedkrr.make_problem([x[:4], x[4:]], [y[:4], y[4:]], fedkrr.RBF(gamma=2.0),
     ...                               ridge=1e-2)
-    >>> per_cycle = fedkrr.degradation_rate_per_cycle(problem)
+    >>> per_cycle = fedkrr.rates.degradation_rate_per_cycle(problem)
     >>> per_round = fedkrr.limit(problem, "akd", x).spectral_radius_per_round
     >>> bool(jnp.allclose(per_cycle, per_round ** 2, rtol=1e-4))   # M = 2 rounds per cycle
     True

@@ -32,10 +32,10 @@ def register_protocol(row: ProtocolInfo, *, rounds: Callable[[ProtocolParams], p
 
   Args:
     row: its facts (:class:`fedkrr.ProtocolInfo`); ``row.name`` is the name users pass.
-    rounds: ``params -> Protocol``, its literal rounds (:class:`fedkrr.Protocol`, an
+    rounds: ``params -> Protocol``, its literal rounds (:class:`fedkrr.protocols.Protocol`, an
       ``(init, step)`` pair) for its parameters (:class:`fedkrr.ProtocolParams`).
     recurrence: its affine recurrence for the closed form,
-      ``(problem, params, fs, block, own) -> fedkrr.Recurrence`` (``closed_form``'s
+      ``(problem, params, fs, block, own) -> fedkrr.protocols.Recurrence`` (``closed_form``'s
       module docstring); needed where ``row.closed_form``, refused otherwise.
     target_rule: ``M -> (labels_w, own_w, sign, divisor, with_own)``: its next targets
       ``(labels_w y_i + own_w tau_i + sign R_i) / divisor`` on sharded agents; needed

@@ -138,7 +138,7 @@ def choose_method(problem: FederatedProblem, protocol: str, rounds: int | None, 
 
   The closed form when the matrix-free path cannot run (c = 0, or ``limit``) or when
   the closed form's estimated peak memory (:func:`method_bytes`) is at most half of
-  ``available`` (default :func:`fedkrr.memory_limit`: the accelerator's memory, else
+  ``available`` (default :func:`fedkrr.scale.memory_limit`: the accelerator's memory, else
   the host's available memory; the other half is headroom for the estimate's error and
   the rest of the process); otherwise the matrix-free path, whose memory is O(N (m + d)).
   The literal rounds first when the closed form would form more than
@@ -207,7 +207,7 @@ def plan_run(problem: FederatedProblem, protocol: str, rounds: int | None, n_eva
   Args:
     problem, protocol, rounds, method, every, limit, params: as :func:`run`.
     n_eval: the number of evaluation points.
-    available: bytes of memory to plan with (default :func:`fedkrr.memory_limit`).
+    available: bytes of memory to plan with (default :func:`fedkrr.scale.memory_limit`).
 
   Returns:
     A :class:`RunPlan` (whether it fits is :func:`check_fits`'s question).
@@ -350,8 +350,9 @@ def run(problem: FederatedProblem, protocol: str, rounds: int | None, x_eval: An
     method: "closed-form" (one eigendecomposition, :func:`fedkrr.trajectory`),
       "simulate" (the literal rounds, :func:`fedkrr.simulate`), "matfree" (conjugate
       gradients, no N x N matrix; ridge > 0), "sharded" (each agent on its own device
-      of ``fedkrr.agent_mesh(M)``, across processes too: :func:`fedkrr.sharded_trajectory`;
-      ``fedkrr.SHARDED_PROTOCOLS``, every round, no limit) or "auto"
+      of ``fedkrr.scale.agent_mesh(M)``, across processes too:
+      :func:`fedkrr.scale.sharded_trajectory`; ``fedkrr.scale.SHARDED_PROTOCOLS``, every
+      round, no limit) or "auto"
       (:func:`choose_method`: the closed form if it fits in half the memory, else the
       matrix-free path; never "sharded").
     start: deprecated: ``params=ProtocolParams(start=...)`` (AKD's first agent).
@@ -361,7 +362,7 @@ def run(problem: FederatedProblem, protocol: str, rounds: int | None, x_eval: An
     params: the protocol's parameters (:class:`fedkrr.ProtocolParams`: ``start``,
       ``weights``).
     **matfree_options: ``landmarks``, ``tol``, ``maxiter``, ``key``, ``tile_elements``,
-      ``history`` of the matrix-free path (:func:`fedkrr.matfree_learners`), where it runs.
+      ``history`` of the matrix-free path (:func:`fedkrr.scale.matfree_learners`), where it runs.
 
   Returns:
     A :class:`RunResult`.
@@ -417,7 +418,7 @@ def execute(problem: FederatedProblem, plan: RunPlan, x_eval: Any, *, progress: 
     elif method == "matfree":
       preds = matfree.matfree_trajectory(problem, protocol, rounds, x_eval, every=plan.every,
                                          progress=progress, params=params, **matfree_options)
-    elif method == "sharded":   # on fedkrr.agent_mesh(M): every process's devices
+    elif method == "sharded":   # on fedkrr.scale.agent_mesh(M): every process's devices
       preds = sharded.sharded_trajectory(problem, protocol, rounds, x_eval, params=params)
     else:
       preds = protocols.simulate(protocol, krr_learners(problem), problem.xs, problem.ys,

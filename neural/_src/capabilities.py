@@ -1,9 +1,10 @@
-"""What a learner may offer beyond ``fit``, declared (``fedkrr.has_capability`` checks them).
+"""What a learner may offer beyond ``fit``, declared for ``fedkrr.learners.has_capability``.
 
-A protocol needs only ``fedkrr.Learner`` (``fit``); some runs use more where a learner
-has it: ``fedkrr.BatchLearner`` (fitted together), ``fedkrr.WarmStartLearner`` (next
-fit from the last model), and these two of ``neural``'s. The tooling's wrappers around a
-learner derive from :class:`LearnerWrapper`, which declares what they forward.
+A protocol needs only ``fedkrr.learners.Learner`` (``fit``); some runs use more where a learner
+has it: ``fedkrr.learners.BatchLearner`` (fitted together),
+``fedkrr.learners.WarmStartLearner`` (next fit from the last model), and these two of
+``neural``'s. The tooling's wrappers around a learner derive from :class:`LearnerWrapper`,
+which declares what they forward.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ class ReseedableLearner(Protocol):
   """
 
   def fit(self, x: Any, targets: Any) -> Any:
-    """Fits one model (``fedkrr.Learner``)."""
+    """Fits one model (``fedkrr.learners.Learner``)."""
     ...
 
   def with_key(self, key: Any) -> Any:
@@ -47,7 +48,7 @@ class ParameterLearner(Protocol):
   config: Any
 
   def fit(self, x: Any, targets: Any) -> Any:
-    """Fits one model (``fedkrr.Learner``)."""
+    """Fits one model (``fedkrr.learners.Learner``)."""
     ...
 
   def with_init(self, variables: Any) -> Any:
@@ -65,7 +66,7 @@ class ParameterModel(Protocol):
   variables: Any
 
   def predict(self, x: Any) -> Any:
-    """Predictions (``fedkrr.Model``)."""
+    """Predictions (``fedkrr.learners.Model``)."""
     ...
 
 
@@ -83,7 +84,7 @@ class EpochScoredModel(Protocol):
   best_epoch_right: Any
 
   def predict(self, x: Any) -> Any:
-    """Predictions (``fedkrr.Model``)."""
+    """Predictions (``fedkrr.learners.Model``)."""
     ...
 
 
@@ -92,10 +93,10 @@ class LearnerWrapper:
 
   A wrapper has a capability exactly when the learner it wraps has it, on every Python:
   each forwarded member is declared here as a property that reads the wrapped learner's
-  (``AttributeError``, so "absent" to ``fedkrr.has_capability``, when that has none),
+  (``AttributeError``, so "absent" to ``fedkrr.learners.has_capability``, when that has none),
   never reached through ``__getattr__``, which Python 3.12 and later do not see in a
   capability check. Forwarded: :class:`ParameterLearner`'s ``model``, ``input_shape``,
-  ``config`` and ``with_init``, and ``fedkrr.WarmStartLearner``'s ``warm_start_from``;
+  ``config`` and ``with_init``, and ``fedkrr.learners.WarmStartLearner``'s ``warm_start_from``;
   the last two return the same wrapper around the learner they give
   (:meth:`rewrapped`). Subclasses define ``fit`` and the batch members themselves.
   """

@@ -306,7 +306,7 @@ def _distributed_args(parser: argparse.ArgumentParser) -> None:
 
 def _connect(args: argparse.Namespace) -> str:
   """Connects the processes of a run across hosts (if asked); this process's workdir."""
-  from fedkrr import initialize_distributed  # deferred: JAX, only when a run starts
+  from fedkrr.scale import initialize_distributed  # deferred: JAX, only when a run starts
 
   try:
     connected = initialize_distributed(args.coordinator, args.num_processes, args.process_id)

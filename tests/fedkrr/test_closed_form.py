@@ -302,8 +302,8 @@ def test_baselines_match_their_runners(x64, assert_close):
   xs, ys, x_eval = _data(3)
   problem = fedkrr.make_problem(xs, ys, _kernels(3, False), 1e-2)
   learners = fedkrr.krr_learners(problem)
-  for closed, runner in [(fedkrr.central, fedkrr.central_models),
-                         (fedkrr.local, fedkrr.local_models)]:
+  for closed, runner in [(fedkrr.central, fedkrr.protocols.central_models),
+                         (fedkrr.local, fedkrr.protocols.local_models)]:
     models = runner(learners, problem.xs, problem.ys)
     assert_close(closed(problem, x_eval), jnp.stack([m.predict(x_eval) for m in models]))
 
@@ -312,15 +312,15 @@ def test_runner_rejects_bad_arguments():
   xs, ys, _ = _data(2)
   learners = fedkrr.krr_learners(fedkrr.make_problem(xs, ys, fedkrr.RBF(0.5), 0.1))
   with pytest.raises(ValueError, match="start: expected an agent index in 0..1, got 2"):
-    list(fedkrr.iterate(fedkrr.akd(start=2), learners, xs, ys, 3))
+    list(fedkrr.protocols.iterate(fedkrr.protocols.akd(start=2), learners, xs, ys, 3))
   with pytest.raises(ValueError, match="rounds: expected an integer >= 1"):
-    list(fedkrr.iterate(fedkrr.avgkd(), learners, xs, ys, 0))
+    list(fedkrr.protocols.iterate(fedkrr.protocols.avgkd(), learners, xs, ys, 0))
   with pytest.raises(ValueError, match="learners: expected one learner per agent \\(2\\), got 1"):
-    list(fedkrr.iterate(fedkrr.avgkd(), learners[:1], xs, ys, 3))
+    list(fedkrr.protocols.iterate(fedkrr.protocols.avgkd(), learners[:1], xs, ys, 3))
   with pytest.raises(ValueError, match="protocol: expected one of"):
-    fedkrr.get_protocol("fedavg")
+    fedkrr.protocols.get_protocol("fedavg")
   with pytest.raises(ValueError, match="order: expected"):
-    fedkrr.backfit("random")
+    fedkrr.protocols.backfit("random")
 
 
 def test_closed_forms_reject_bad_arguments():

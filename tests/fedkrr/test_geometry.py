@@ -45,12 +45,12 @@ def test_prop3_reconstruction_equals_literal_rounds(kernels, ridge, x64, assert_
   problem = _problem(kernels, ridge)
   expected = fedkrr.simulate("akd", fedkrr.krr_learners(problem), problem.xs, problem.ys, 7,
                              X_EVAL)
-  assert_close(fedkrr.akd_by_projections(problem, 7, X_EVAL), expected, rtol=1e-8)
+  assert_close(fedkrr.rates.akd_by_projections(problem, 7, X_EVAL), expected, rtol=1e-8)
 
 
 @pytest.mark.parametrize("ridge", [0.1, 0.0])
 def test_projections_are_idempotent_and_contractions_contract(ridge, x64):
-  geo = fedkrr.geometry(_problem("different", ridge))
+  geo = fedkrr.rates.geometry(_problem("different", ridge))
   for p in (geo.p1, geo.p2, geo.p1_tilde, geo.p2_tilde):
     np.testing.assert_allclose(p @ p, p, atol=1e-10)
     assert not np.allclose(p, p.T, atol=1e-6)  # oblique, not orthogonal, projections
@@ -61,43 +61,43 @@ def test_projections_are_idempotent_and_contractions_contract(ridge, x64):
 
 
 def test_only_zero_is_fixed_by_both_projections(x64):
-  geo = fedkrr.geometry(_problem("same", 0.1))
+  geo = fedkrr.rates.geometry(_problem("same", 0.1))
   product = geo.p1.T @ geo.p2.T
   smallest = jnp.linalg.svd(jnp.eye(product.shape[0]) - product, compute_uv=False)[-1]
   assert float(smallest) > 1e-3
-  assert float(fedkrr.spectral_radius(product)) < 1.0
+  assert float(fedkrr.rates.spectral_radius(product)) < 1.0
 
 
 @pytest.mark.parametrize("kernels", ["same", "different"])
 def test_two_round_operator_matches_numpy_reference_and_transfer_cycle(kernels, x64):
   problem = _problem(kernels)
-  ours = np.asarray(fedkrr.geometry(problem).two_round_operator())
+  ours = np.asarray(fedkrr.rates.geometry(problem).two_round_operator())
   ref = _numpy_two_round_operator(problem)
   rho_ref = np.max(np.abs(np.linalg.eigvals(ref)))
   assert abs(np.max(np.abs(np.linalg.eigvals(ours))) - rho_ref) < 1e-10
-  assert abs(float(fedkrr.degradation_rate(problem)) - rho_ref) < 1e-10
+  assert abs(float(fedkrr.rates.degradation_rate(problem)) - rho_ref) < 1e-10
 
 
 def test_rate_is_cos_squared_of_smallest_angle_with_shared_kernel(x64):
   problem = _problem("same")
-  cosines = fedkrr.principal_cosines(problem)
+  cosines = fedkrr.rates.principal_cosines(problem)
   assert cosines.shape == (5,)
   assert np.all(np.diff(np.asarray(cosines)) <= 1e-12) and 0 <= float(cosines[-1])
   assert float(cosines[0]) < 1.0
-  assert abs(float(fedkrr.degradation_rate(problem)) - float(cosines[0]) ** 2) < 1e-12
+  assert abs(float(fedkrr.rates.degradation_rate(problem)) - float(cosines[0]) ** 2) < 1e-12
 
 
 def test_geometry_vmaps_over_ridge(x64):
   problem = _problem("different")
   ridges = jnp.asarray([0.01, 0.1, 1.0])
-  rho = jax.vmap(lambda c: fedkrr.spectral_radius(
-      fedkrr.geometry(dataclasses.replace(problem, ridge=c)).two_round_operator()))(ridges)
+  rho = jax.vmap(lambda c: fedkrr.rates.spectral_radius(
+      fedkrr.rates.geometry(dataclasses.replace(problem, ridge=c)).two_round_operator()))(ridges)
   for c, r in zip(ridges, rho):
-    assert abs(float(r) - float(fedkrr.degradation_rate(dataclasses.replace(problem,
+    assert abs(float(r) - float(fedkrr.rates.degradation_rate(dataclasses.replace(problem,
                                                                            ridge=c)))) < 1e-10
 
 
 def test_geometry_needs_two_agents():
   problem = fedkrr.make_problem(XS + [XS[0]], YS + [YS[0]], [fedkrr.RBF(0.5)] * 3, 0.1)
   with pytest.raises(fedkrr.ProblemError, match="two agents"):
-    fedkrr.geometry(problem)
+    fedkrr.rates.geometry(problem)

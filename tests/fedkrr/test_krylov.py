@@ -216,17 +216,17 @@ def test_spectral_radius_routes_agree_with_numpy(x64, kind):
     d[:2, :2] = [[0.6, 0.7], [-0.7, 0.6]]
   a = _with_spectrum(rng, d)
   expected = np.max(np.abs(np.linalg.eigvals(a)))
-  for method in fedkrr.RADIUS_METHODS:
-    got = float(fedkrr.spectral_radius(jnp.asarray(a), method))
+  for method in fedkrr.rates.RADIUS_METHODS:
+    got = float(fedkrr.rates.spectral_radius(jnp.asarray(a), method))
     assert abs(got - expected) < 1e-10 * expected, method
 
 
 def test_spectral_radius_auto_falls_back_to_dense_and_krylov_says_nan(x64):
   # Eigenvalues spread evenly over [0, 1]: three products cannot resolve the top one.
   a = jnp.diag(jnp.linspace(0.0, 1.0, 300))
-  assert np.isnan(float(fedkrr.spectral_radius(a, "krylov", steps=3)))
-  assert float(fedkrr.spectral_radius(a, "auto", steps=3)) == pytest.approx(1.0, rel=1e-14)
-  jitted = jax.jit(lambda m: fedkrr.spectral_radius(m, "auto", steps=3))
+  assert np.isnan(float(fedkrr.rates.spectral_radius(a, "krylov", steps=3)))
+  assert float(fedkrr.rates.spectral_radius(a, "auto", steps=3)) == pytest.approx(1.0, rel=1e-14)
+  jitted = jax.jit(lambda m: fedkrr.rates.spectral_radius(m, "auto", steps=3))
   assert float(jitted(a)) == pytest.approx(1.0, rel=1e-14)
 
 
@@ -240,21 +240,21 @@ def test_spectral_radius_of_a_cyclic_map_needs_its_cycle(x64):
   a = np.zeros((3 * h, 3 * h))
   a[h:2 * h, :h], a[2 * h:, h:2 * h], a[:h, 2 * h:] = blocks
   expected = np.max(np.abs(np.linalg.eigvals(a)))
-  assert np.isnan(float(fedkrr.spectral_radius(jnp.asarray(a), "krylov")))
-  got = float(fedkrr.spectral_radius(jnp.asarray(a), "krylov", cycle=3))
+  assert np.isnan(float(fedkrr.rates.spectral_radius(jnp.asarray(a), "krylov")))
+  got = float(fedkrr.rates.spectral_radius(jnp.asarray(a), "krylov", cycle=3))
   assert abs(got - expected) < 1e-10 * expected
 
 
 def test_spectral_radius_names_bad_arguments():
   with pytest.raises(ValueError, match="method: expected one of auto, krylov, dense"):
-    fedkrr.spectral_radius(jnp.eye(3), "eig")
+    fedkrr.rates.spectral_radius(jnp.eye(3), "eig")
   with pytest.raises(ValueError, match="steps: expected an integer >= 1"):
-    fedkrr.spectral_radius(jnp.eye(3), "krylov", steps=0)
+    fedkrr.rates.spectral_radius(jnp.eye(3), "krylov", steps=0)
   with pytest.raises(ValueError, match="cycle: expected an integer >= 1"):
-    fedkrr.spectral_radius(jnp.eye(3), "krylov", cycle=0)
+    fedkrr.rates.spectral_radius(jnp.eye(3), "krylov", cycle=0)
   with pytest.raises(ValueError, match=r"matrix: expected a square \(n, n\) matrix, got shape "
                                        r"\(3, 2\)"):
-    fedkrr.spectral_radius(jnp.ones((3, 2)))
+    fedkrr.rates.spectral_radius(jnp.ones((3, 2)))
 
 
 def _jordan(rng, n, size, top=0.9):
@@ -282,5 +282,6 @@ def test_arnoldi_does_not_certify_a_defective_top_eigenvalue(x64, size):
 
 def test_spectral_radius_auto_takes_the_dense_route_for_a_jordan_block(x64):
   a = jnp.asarray(_jordan(np.random.default_rng(8), 300, 3))
-  assert np.isnan(float(fedkrr.spectral_radius(a, "krylov")))
-  assert float(fedkrr.spectral_radius(a, "auto")) == float(fedkrr.spectral_radius(a, "dense"))
+  assert np.isnan(float(fedkrr.rates.spectral_radius(a, "krylov")))
+  assert (float(fedkrr.rates.spectral_radius(a, "auto"))
+          == float(fedkrr.rates.spectral_radius(a, "dense")))

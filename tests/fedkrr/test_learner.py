@@ -117,4 +117,4 @@ def test_fit_all_groups_batchable_learners_without_changing_results(name, x64, a
 
 def test_fit_all_checks_lengths():
   with pytest.raises(ValueError, match="learners, xs, targets"):
-    fedkrr.fit_all([object()], [X, X], [Y, Y])
+    fedkrr.learners.fit_all([object()], [X, X], [Y, Y])

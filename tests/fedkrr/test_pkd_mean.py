@@ -75,7 +75,8 @@ def test_round_one_targets_are_the_mean_of_all_models_own_included(x64, assert_c
   xs, ys, _ = _data(3)
   problem = fedkrr.make_problem(xs, ys, [KERNELS[k][0] for k in _names(3, False)], 0.05)
   learners = fedkrr.krr_learners(problem)
-  (state, out), = fedkrr.iterate(fedkrr.pkd_mean(), learners, problem.xs, problem.ys, 1)
+  (state, out), = fedkrr.protocols.iterate(fedkrr.protocols.pkd_mean(), learners, problem.xs,
+                                           problem.ys, 1)
   for a, model in enumerate(out.models):   # round 0: every agent fitted on its labels
     assert_close(model.predict(problem.xs[a]),
                  learners[a].fit(problem.xs[a], problem.ys[a]).predict(problem.xs[a]))
@@ -111,10 +112,12 @@ def test_target_map_is_pkd_less_the_ridge_shrinkage(m, x64, assert_close):
   xs, ys, _ = _data(m)
   c = 0.05
   problem = fedkrr.make_problem(xs, ys, [KERNELS[k][0] for k in _names(m, False)], c)
-  pkd_map = np.asarray(fedkrr.recurrence_matrix(problem, fedkrr.recurrence(problem, "pkd")))
-  s = np.asarray(jax.scipy.linalg.block_diag(*[f.matrix() for f in fedkrr.factors(problem)]))
-  mean_map = np.asarray(fedkrr.recurrence_matrix(problem,
-                                                 fedkrr.recurrence(problem, "pkd-mean")))
+  pkd_map = np.asarray(fedkrr.rates.recurrence_matrix(problem,
+                                                      fedkrr.rates.recurrence(problem, "pkd")))
+  s = np.asarray(jax.scipy.linalg.block_diag(*[f.matrix()
+                                               for f in fedkrr.rates.factors(problem)]))
+  mean_map = np.asarray(fedkrr.rates.recurrence_matrix(
+      problem, fedkrr.rates.recurrence(problem, "pkd-mean")))
   # pkd-mean's recurrence acts on coefficients alpha = S tau: its target map is S^-1 A S.
   assert_close(np.linalg.solve(s, mean_map @ s), pkd_map - c * s / m)
 
@@ -128,7 +131,7 @@ def test_shared_kernel_degrades_to_zero_faster_than_pkd(m, x64):
   lim = fedkrr.limit(problem, "pkd-mean", x_eval)
   rho_pkd = float(fedkrr.limit(problem, "pkd", x_eval).spectral_radius)
   eigs = np.linalg.eigvals(np.asarray(
-      fedkrr.recurrence_matrix(problem, fedkrr.recurrence(problem, "pkd-mean"))))
+      fedkrr.rates.recurrence_matrix(problem, fedkrr.rates.recurrence(problem, "pkd-mean"))))
   assert np.max(np.abs(eigs.imag)) < 1e-10 and np.min(eigs.real) > -1e-10
   assert lim.converges and np.all(np.asarray(lim.predictions) == 0)
   assert float(lim.spectral_radius) < rho_pkd < 1
@@ -192,21 +195,21 @@ def test_bad_arguments_are_named():
   xs, ys, x_eval = _data(2)
   problem = fedkrr.make_problem(xs, ys, fedkrr.RBF(0.5), 0.1)
   learners = fedkrr.krr_learners(problem)
-  assert fedkrr.get_protocol("pkd-mean").name == "pkd-mean"
+  assert fedkrr.protocols.get_protocol("pkd-mean").name == "pkd-mean"
   with pytest.raises(ValueError, match="protocol: expected one of .*pkd-mean.*, got 'pkd_mean'"):
     fedkrr.trajectory(problem, "pkd_mean", 3, x_eval)
   with pytest.raises(ValueError, match="protocol: expected one of"):
-    fedkrr.get_protocol("pkd-average")
+    fedkrr.protocols.get_protocol("pkd-average")
   with pytest.raises(ValueError, match="rounds: expected an integer >= 1, got 0"):
     fedkrr.trajectory(problem, "pkd-mean", 0, x_eval)
   with pytest.raises(ValueError, match="every: expected an integer >= 1"):
     fedkrr.trajectory(problem, "pkd-mean", 3, x_eval, every=0)
   with pytest.raises(ValueError, match="rounds: expected an integer >= 1"):
-    list(fedkrr.iterate(fedkrr.pkd_mean(), learners, xs, ys, 0))
+    list(fedkrr.protocols.iterate(fedkrr.protocols.pkd_mean(), learners, xs, ys, 0))
   with pytest.raises(ValueError, match="learners: expected one learner per agent \\(2\\), got 1"):
-    list(fedkrr.iterate(fedkrr.pkd_mean(), learners[:1], xs, ys, 3))
+    list(fedkrr.protocols.iterate(fedkrr.protocols.pkd_mean(), learners[:1], xs, ys, 3))
   with pytest.raises(ValueError, match="xs, ys: expected one array each per agent"):
-    list(fedkrr.iterate(fedkrr.pkd_mean(), learners, xs[:1], ys[:1], 3))
+    list(fedkrr.protocols.iterate(fedkrr.protocols.pkd_mean(), learners, xs[:1], ys[:1], 3))
 
 
 def test_command_line_writes_the_limit_zero(tmp_path, x64, assert_close):

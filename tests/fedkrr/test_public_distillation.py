@@ -53,7 +53,8 @@ def data():
 @pytest.fixture(scope="module")
 def long_run(data):
   problem, reference, x_eval = data
-  return {key: fedkrr.public_distillation_trajectory(problem, reference, 300, x_eval, WEIGHT, w)
+  return {key: fedkrr.public.public_distillation_trajectory(problem, reference, 300, x_eval,
+                                                            WEIGHT, w)
           for key, w in (("average", None), ("ring", RING))}
 
 
@@ -68,8 +69,8 @@ def _mixing(key):
 @pytest.mark.parametrize("key", ["average", "ring"])
 def test_closed_form_equals_literal_runner_round_by_round(data, long_run, key, assert_close):
   problem, reference, x_eval = data
-  literal = fedkrr.public_distillation_simulate(problem, reference, ROUNDS, x_eval, WEIGHT,
-                                                _mixing(key))
+  literal = fedkrr.public.public_distillation_simulate(problem, reference, ROUNDS, x_eval, WEIGHT,
+                                                       _mixing(key))
   exact = long_run[key][:ROUNDS]
   assert exact.dtype == problem.ridge.dtype and exact.shape == (ROUNDS, 3, N, 2)
   assert_close(exact, literal, dtype=problem.ridge.dtype)
@@ -89,8 +90,8 @@ def test_closed_form_equals_numpy_reference(data, long_run, key, x64, assert_clo
 def test_the_mixing_matrix_is_read_by_columns(data, long_run, x64):
   """Agent a averages sum_b W[b, a] g_b (neural's graphs, Bistritz et al. eq. 6), not W^T."""
   problem, reference, x_eval = data
-  transposed = fedkrr.public_distillation_trajectory(problem, reference, ROUNDS, x_eval, WEIGHT,
-                                                     RING.T)
+  transposed = fedkrr.public.public_distillation_trajectory(problem, reference, ROUNDS, x_eval,
+                                                            WEIGHT, RING.T)
   assert np.max(np.abs(np.asarray(transposed[2] - long_run["ring"][2]))) > 1e-4
 
 
@@ -99,10 +100,10 @@ def test_fixed_point_is_d_distillations_only_for_full_averaging(data, assert_clo
   v_a = b_a + H_a mean_b v_b, whatever W: the twin's fixed point with W = 11^T/M does,
   the ring's does not (it depends on W)."""
   problem, reference, _ = data
-  d_dist = fedkrr.public_distillation(problem, reference, WEIGHT)   # v -> b + H mean(v)
-  full = fedkrr.public_distillation_limit(problem, reference, reference, WEIGHT).predictions
-  ring = fedkrr.public_distillation_limit(problem, reference, reference, WEIGHT,
-                                          RING).predictions
+  d_dist = fedkrr.public.public_distillation(problem, reference, WEIGHT)   # v -> b + H mean(v)
+  full = fedkrr.public.public_distillation_limit(problem, reference, reference, WEIGHT).predictions
+  ring = fedkrr.public.public_distillation_limit(problem, reference, reference, WEIGHT,
+                                                 RING).predictions
   assert_close(d_dist.step(full), full, dtype=problem.ridge.dtype)
   residual = float(jnp.max(jnp.abs(d_dist.step(ring) - ring)))
   gap = float(jnp.max(jnp.abs(ring - full)))
@@ -115,20 +116,21 @@ def test_fixed_point_is_d_distillations_only_for_full_averaging(data, assert_clo
 def test_round_in_one_shot_equals_the_iteration(data, long_run, assert_close):
   problem, reference, x_eval = data
   rounds = [0, 1, 2, 4, 37, 299]
-  one_shot = jnp.stack([fedkrr.public_distillation_round(problem, reference, t, x_eval, WEIGHT)
+  one_shot = jnp.stack([fedkrr.public.public_distillation_round(problem, reference, t, x_eval,
+                                                                WEIGHT)
                         for t in rounds])
   # float32: 299 rounds of rounding against log2(299) squarings; the error does not grow.
   assert_close(one_shot, long_run["average"][np.asarray(rounds)], dtype=problem.ridge.dtype)
-  assert_close(fedkrr.public_distillation_round(problem, reference, 4, x_eval, WEIGHT, RING),
+  assert_close(fedkrr.public.public_distillation_round(problem, reference, 4, x_eval, WEIGHT, RING),
                long_run["ring"][4], dtype=problem.ridge.dtype)
 
 
 @pytest.mark.parametrize("key", ["average", "ring"])
 def test_limit_is_reached_by_iteration_and_contracts(data, long_run, key, assert_close):
   problem, reference, x_eval = data
-  lim = fedkrr.public_distillation_limit(problem, reference, x_eval, WEIGHT, _mixing(key))
+  lim = fedkrr.public.public_distillation_limit(problem, reference, x_eval, WEIGHT, _mixing(key))
   # c > 0: each H_a is symmetric PSD with ||H_a|| < 1 and ||W||_2 <= 1, so rho(A) <= max ||H_a||.
-  rec = fedkrr.public_distillation(problem, reference, WEIGHT, _mixing(key))
+  rec = fedkrr.public.public_distillation(problem, reference, WEIGHT, _mixing(key))
   h = np.asarray(rec.transfer, np.float64)
   assert np.allclose(h, np.swapaxes(h, 1, 2), atol=10 * _eps(problem))
   bound = max(np.max(np.abs(np.linalg.eigvalsh(0.5 * (m + m.T)))) for m in h)
@@ -144,9 +146,10 @@ def test_limit_is_reached_by_iteration_and_contracts(data, long_run, key, assert
 def test_zero_weight_gives_the_local_fits(data, assert_close):
   problem, reference, x_eval = data
   local = fedkrr.local(problem, x_eval)
-  rounds = fedkrr.public_distillation_trajectory(problem, reference, ROUNDS, x_eval, 0.0, RING)
+  rounds = fedkrr.public.public_distillation_trajectory(problem, reference, ROUNDS, x_eval, 0.0,
+                                                        RING)
   assert_close(rounds, jnp.broadcast_to(local, rounds.shape), dtype=problem.ridge.dtype)
-  literal = fedkrr.public_distillation_simulate(problem, reference, 2, x_eval, 0.0)
+  literal = fedkrr.public.public_distillation_simulate(problem, reference, 2, x_eval, 0.0)
   assert_close(literal[1], local, dtype=problem.ridge.dtype)
 
 
@@ -158,7 +161,7 @@ def test_unit_weight_is_a_plain_krr_fit_on_the_stacked_data(data, assert_close):
   learner = fedkrr.krr_learners(problem)[0]
   model = learner.fit(jnp.concatenate([problem.xs[0], z]),
                       jnp.concatenate([problem.ys[0], consensus]))
-  assert_close(fedkrr.public_distillation_round(problem, reference, 1, x_eval, 1.0)[0],
+  assert_close(fedkrr.public.public_distillation_round(problem, reference, 1, x_eval, 1.0)[0],
                model.predict(x_eval), dtype=problem.ridge.dtype)
 
 
@@ -182,14 +185,14 @@ def test_full_coverage_without_ridge_reaches_the_central_interpolant(pooled, wei
   point interpolates all the labels: the centralised model at every x."""
   shared, x_all, x_eval = pooled
   problem = dataclasses.replace(shared, ridge=jnp.asarray(0.0, shared.ridge.dtype))
-  lim = fedkrr.public_distillation_limit(problem, x_all, x_eval, weight)
+  lim = fedkrr.public.public_distillation_limit(problem, x_all, x_eval, weight)
   m = problem.num_agents
   assert_close(lim.spectral_radius, 1 - 1 / (m * (1 + weight)), rtol=1e-9)
   y = np.asarray(problem.pooled_y())
   central = _shared_gram(x_eval, x_all) @ np.linalg.solve(_shared_gram(x_all, x_all), y)
   # Every agent equals it; c = 0 takes a pseudo-inverse of an RBF Gram matrix.
   assert_close(lim.predictions, np.broadcast_to(central, lim.predictions.shape), rtol=1e-7)
-  on_x = fedkrr.public_distillation_limit(problem, x_all, x_all, weight).predictions
+  on_x = fedkrr.public.public_distillation_limit(problem, x_all, x_all, weight).predictions
   assert_close(on_x, np.broadcast_to(y, on_x.shape), rtol=1e-7)
 
 
@@ -207,8 +210,10 @@ def test_full_coverage_with_ridge_tends_to_the_central_model_with_ridge_m_c(pool
   central_mc = gram @ np.linalg.solve(_shared_gram(x_all, x_all) + m * c * np.eye(N), y)
   gaps = []
   for weight in (1.0, 10.0, 1e4):
-    g = np.asarray(fedkrr.public_distillation_limit(problem, x_all, x_eval, weight).predictions)
-    on_x = np.asarray(fedkrr.public_distillation_limit(problem, x_all, x_all, weight).predictions)
+    g = np.asarray(fedkrr.public.public_distillation_limit(problem, x_all, x_eval,
+                                                           weight).predictions)
+    on_x = np.asarray(fedkrr.public.public_distillation_limit(problem, x_all, x_all,
+                                                              weight).predictions)
     own = np.concatenate([on_x[a, o:o + s] for a, (o, s) in
                           enumerate(zip(problem.offsets, problem.sizes))])
     assert_close(c * g.sum(axis=0), gram @ (y - own), rtol=1e-9)
@@ -225,18 +230,18 @@ def test_coverage_sweep_far_reference_changes_nothing_covering_one_helps(data, t
                 rng.normal(size=(N, 3)),                          # around agent 0's inputs
                 np.asarray(problem.pooled_x())]                   # every agent's inputs
   y_test = _target(np.asarray(x_eval))
-  sweep = fedkrr.coverage_sweep(problem, references, x_eval, y_test, 5.0)
+  sweep = fedkrr.public.coverage_sweep(problem, references, x_eval, y_test, 5.0)
   assert sweep.test_mse.shape == sweep.central_gap.shape == (3, 3)
   assert np.all(np.asarray(sweep.spectral_radius) < 1)
   print("coverage: central gap per agent", np.round(np.asarray(sweep.central_gap), 3).tolist())
   # A reference set beyond every kernel's reach leaves the local fits: no distillation.
   local = np.asarray(fedkrr.local(problem, x_eval))
-  lim_far = fedkrr.public_distillation_limit(problem, references[0], x_eval, 5.0)
+  lim_far = fedkrr.public.public_distillation_limit(problem, references[0], x_eval, 5.0)
   assert np.max(np.abs(np.asarray(lim_far.predictions) - local)) <= 1e-5 * np.max(np.abs(local))
   np.testing.assert_allclose(sweep.test_mse[0], sweep.local_mse, rtol=1e-4)
   # Covering the pooled inputs pulls the agents toward the pooled model.
   assert np.mean(np.asarray(sweep.central_gap[2])) < np.mean(np.asarray(sweep.central_gap[0]))
-  fedkrr.plot_coverage(sweep, ["far", "agent 0", "pooled"], tmp_path / "coverage.png")
+  fedkrr.public.plot_coverage(sweep, ["far", "agent 0", "pooled"], tmp_path / "coverage.png")
   assert (tmp_path / "coverage.png").stat().st_size > 0
 
 
@@ -247,8 +252,8 @@ import sys
 import numpy as np
 import fedkrr
 r = np.random.default_rng(0).random
-sweep = fedkrr.CoverageSweep(r((3, 2)), r(3), r((3, 2)), r(3), r(2), r(2))
-fig = fedkrr.plot_coverage(sweep, ["a", "b", "c"], sys.argv[1])
+sweep = fedkrr.public.CoverageSweep(r((3, 2)), r(3), r((3, 2)), r(3), r(2), r(2))
+fig = fedkrr.public.plot_coverage(sweep, ["a", "b", "c"], sys.argv[1])
 print(type(fig).__module__, "matplotlib.pyplot" in sys.modules)
 import matplotlib
 print(matplotlib.get_backend())
@@ -267,11 +272,12 @@ def test_limit_vmaps_over_the_weight_and_float32_is_within_tolerance(data, x64, 
   problem, reference, x_eval = data
   f32 = fedkrr.make_problem(problem.xs, problem.ys, problem.kernels, RIDGE, dtype=jnp.float32)
   weights = [0.0, WEIGHT, 4.0]
-  batched = jax.vmap(lambda lam: fedkrr.public_distillation_limit(f32, reference, x_eval, lam)
+  batched = jax.vmap(lambda lam: fedkrr.public.public_distillation_limit(f32, reference, x_eval,
+                                                                         lam)
                      )(jnp.asarray(weights, jnp.float32))
   assert batched.predictions.dtype == jnp.float32
   for i, lam in enumerate(weights):
-    exact = fedkrr.public_distillation_limit(problem, reference, x_eval, lam)
+    exact = fedkrr.public.public_distillation_limit(problem, reference, x_eval, lam)
     assert_close(batched.predictions[i], exact.predictions, dtype=np.float32)
     assert_close(batched.spectral_radius[i], exact.spectral_radius, dtype=np.float32)
   assert np.all(np.diff(np.asarray(batched.spectral_radius)) > 0)  # more weight, slower rounds
@@ -279,7 +285,7 @@ def test_limit_vmaps_over_the_weight_and_float32_is_within_tolerance(data, x64, 
 
 def test_bad_input_is_rejected_with_the_argument_named(data):
   problem, reference, x_eval = data
-  run = fedkrr.public_distillation_trajectory
+  run = fedkrr.public.public_distillation_trajectory
   with pytest.raises(ProblemError, match=r"reference: expected shape \(n, 3\)"):
     run(problem, reference[:, :2], 3, x_eval, 1.0)
   with pytest.raises(ProblemError, match=r"reference: expected shape"):
@@ -291,7 +297,7 @@ def test_bad_input_is_rejected_with_the_argument_named(data):
   with pytest.raises(ProblemError, match="weight: expected a finite number >= 0, got -0.5"):
     run(problem, reference, 3, x_eval, -0.5)
   with pytest.raises(ProblemError, match="weight: expected a finite number >= 0"):
-    fedkrr.public_distillation_limit(problem, reference, x_eval, float("nan"))
+    fedkrr.public.public_distillation_limit(problem, reference, x_eval, float("nan"))
   with pytest.raises(ProblemError, match="weight: expected a number >= 0"):
     run(problem, reference, 3, x_eval, cast(Any, "big"))   # a bad type on purpose
   with pytest.raises(ProblemError, match=r"mixing: expected an \(3, 3\) matrix"):
@@ -300,16 +306,16 @@ def test_bad_input_is_rejected_with_the_argument_named(data):
                                          "column sums"):
     run(problem, reference, 3, x_eval, 1.0, np.array([[1.0, 0, 0], [1.0, 0, 0], [1.0, 0, 0]]))
   with pytest.raises(ProblemError, match="mixing: expected a doubly stochastic matrix, got row"):
-    fedkrr.public_distillation(problem, reference, 1.0, 0.5 * np.eye(3))
+    fedkrr.public.public_distillation(problem, reference, 1.0, 0.5 * np.eye(3))
   with pytest.raises(ProblemError, match="mixing: expected nonnegative entries"):
-    fedkrr.public_distillation_simulate(problem, reference, 2, x_eval, 1.0,
-                                        np.array([[1.5, -0.5, 0], [-0.5, 1.5, 0], [0, 0, 1.0]]))
+    fedkrr.public.public_distillation_simulate(
+        problem, reference, 2, x_eval, 1.0, np.array([[1.5, -0.5, 0], [-0.5, 1.5, 0], [0, 0, 1.0]]))
   with pytest.raises(ValueError, match="rounds: expected an integer >= 1, got 0"):
     run(problem, reference, 0, x_eval, 1.0)
   with pytest.raises(ProblemError, match=r"t: expected an integer round in \[0, 2\^31\)"):
-    fedkrr.public_distillation_round(problem, reference, -1, x_eval, 1.0)
+    fedkrr.public.public_distillation_round(problem, reference, -1, x_eval, 1.0)
   with pytest.raises(ProblemError, match=r"learners: expected one learner per agent \(3\)"):
-    fedkrr.public_distillation_simulate(problem, reference, 2, x_eval, 1.0,
-                                        learners=fedkrr.weighted_krr_learners(problem)[:2])
+    fedkrr.public.public_distillation_simulate(problem, reference, 2, x_eval, 1.0,
+                                               learners=fedkrr.public.weighted_krr_learners(problem)[:2])
   with pytest.raises(ProblemError, match="y_test: expected shape"):
-    fedkrr.coverage_sweep(problem, [reference], x_eval, np.zeros(N), 1.0)
+    fedkrr.public.coverage_sweep(problem, [reference], x_eval, np.zeros(N), 1.0)

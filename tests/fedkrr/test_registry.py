@@ -32,7 +32,7 @@ class HalfState(NamedTuple):
   targets: tuple
 
 
-def half_avgkd(params: fedkrr.ProtocolParams) -> fedkrr.Protocol:
+def half_avgkd(params: fedkrr.ProtocolParams) -> fedkrr.protocols.Protocol:
   """The literal rounds: fit, then the next targets from the labels and the others' models."""
 
   def init(ys):
@@ -40,26 +40,27 @@ def half_avgkd(params: fedkrr.ProtocolParams) -> fedkrr.Protocol:
 
   def step(state, learners, xs, ys):
     m = len(xs)
-    models = fedkrr.fit_all(learners, xs, state.targets)
+    models = fedkrr.learners.fit_all(learners, xs, state.targets)
     targets = tuple(ys[i] / 2 + sum(models[j].predict(xs[i]) for j in range(m) if j != i)
                     / (2 * (m - 1)) for i in range(m))
-    return HalfState(state.round + 1, targets), fedkrr.RoundOutput(models, tuple(range(m)), None)
+    output = fedkrr.protocols.RoundOutput(models, tuple(range(m)), None)
+    return HalfState(state.round + 1, targets), output
 
-  return fedkrr.Protocol(NAME, init, step)
+  return fedkrr.protocols.Protocol(NAME, init, step)
 
 
 def half_recurrence(problem, params, fs, block, own):
   """Its closed form: ``x(t + 1) = sum_{j != i} block(i, j) x_j / (2 (M - 1)) + own / 2``."""
   m = problem.num_agents
   blocks = {(i, j): block(i, j) / (2 * (m - 1)) for i in range(m) for j in range(m) if i != j}
-  return fedkrr.Recurrence(blocks, 0.0, own / 2, own)
+  return fedkrr.protocols.Recurrence(blocks, 0.0, own / 2, own)
 
 
 @pytest.fixture
 def registered():
-  fedkrr.register_protocol(ROW, rounds=half_avgkd, recurrence=half_recurrence)
+  fedkrr.protocols.register_protocol(ROW, rounds=half_avgkd, recurrence=half_recurrence)
   yield NAME
-  fedkrr.unregister_protocol(NAME)
+  fedkrr.protocols.unregister_protocol(NAME)
 
 
 def test_a_registered_protocol_runs_by_its_rounds_and_its_closed_form(x64, registered,
@@ -79,13 +80,14 @@ def test_a_registered_protocol_runs_by_its_rounds_and_its_closed_form(x64, regis
 
 def test_registering_is_undone_and_names_are_not_taken_twice(registered):
   with pytest.raises(ValueError, match="already a protocol"):
-    fedkrr.register_protocol(ROW, rounds=half_avgkd, recurrence=half_recurrence)
+    fedkrr.protocols.register_protocol(ROW, rounds=half_avgkd, recurrence=half_recurrence)
   with pytest.raises(ValueError, match="already a protocol"):
-    fedkrr.register_protocol(fedkrr.protocol_info("avgkd"), rounds=half_avgkd,
+    fedkrr.protocols.register_protocol(fedkrr.protocol_info("avgkd"), rounds=half_avgkd,
                              recurrence=half_recurrence)
   with pytest.raises(ValueError, match="PROTOCOLS"):
-    fedkrr.unregister_protocol("avgkd")
-  fedkrr.unregister_protocol(NAME)
+    fedkrr.protocols.unregister_protocol("avgkd")
+  fedkrr.protocols.unregister_protocol(NAME)
   with pytest.raises(ValueError, match="protocol: expected one of"):
     fedkrr.protocol_info(NAME)
-  fedkrr.register_protocol(ROW, rounds=half_avgkd, recurrence=half_recurrence)   # for teardown
+  # for teardown
+  fedkrr.protocols.register_protocol(ROW, rounds=half_avgkd, recurrence=half_recurrence)

@@ -206,6 +206,6 @@ def test_start_keyword_still_works_with_a_deprecation_warning(problem):
     old = fedkrr.run(problem, "akd", 3, X_EVAL, method="simulate", start=2)
   np.testing.assert_array_equal(old.predictions, expected.predictions)
   with pytest.warns(DeprecationWarning, match="start= is deprecated"):
-    assert fedkrr.get_protocol("akd", start=2).init(problem.ys).agent == 2
+    assert fedkrr.protocols.get_protocol("akd", start=2).init(problem.ys).agent == 2
   with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="start: given as 1"):
     fedkrr.run(problem, "akd", 3, X_EVAL, start=1, params=params)

@@ -23,7 +23,7 @@ from neural._src.runtime.checkpoint import ModelSlot
 from neural._src.training.soft_targets import Teacher
 
 ROOT = Path(__file__).resolve().parents[2]
-CAPABILITIES = (fedkrr.BatchLearner, fedkrr.WarmStartLearner, ReseedableLearner,
+CAPABILITIES = (fedkrr.learners.BatchLearner, fedkrr.learners.WarmStartLearner, ReseedableLearner,
                 ParameterLearner)
 
 
@@ -34,12 +34,12 @@ def _learners():
   forest = neural.ForestLearner(n_estimators=2)
   problem = fedkrr.make_problem([np.zeros((3, 2))] * 2, [np.zeros(3)] * 2, fedkrr.RBF(1.0), 0.1)
   exact = fedkrr.krr_learners(problem)[0]
-  matfree = fedkrr.matfree_learners(problem, landmarks=2)[0]
+  matfree = fedkrr.scale.matfree_learners(problem, landmarks=2)[0]
   return {"flax": flax, "forest": forest, "krr": exact, "matfree": matfree}
 
 
 def test_each_learner_declares_what_it_offers():
-  offers = {name: tuple(fedkrr.has_capability(learner, kind) for kind in CAPABILITIES)
+  offers = {name: tuple(fedkrr.learners.has_capability(learner, kind) for kind in CAPABILITIES)
             for name, learner in _learners().items()}
   assert offers == {"flax": (True, False, True, True), "forest": (False, False, True, False),
                     "krr": (False, False, False, False), "matfree": (False, True, False, False)}
@@ -58,13 +58,13 @@ def _wrappers(learner):
 
 
 def test_wrapped_learners_have_exactly_the_wrapped_learners_capabilities():
-  forwarded = (fedkrr.WarmStartLearner, ParameterLearner)
+  forwarded = (fedkrr.learners.WarmStartLearner, ParameterLearner)
   for name, learner in _learners().items():
     for kind, wrapper in _wrappers(learner).items():
       for capability in forwarded:
-        assert (fedkrr.has_capability(wrapper, capability)
-                == fedkrr.has_capability(learner, capability)), (name, kind, capability)
-      if fedkrr.has_capability(learner, ParameterLearner):
+        assert (fedkrr.learners.has_capability(wrapper, capability)
+                == fedkrr.learners.has_capability(learner, capability)), (name, kind, capability)
+      if fedkrr.learners.has_capability(learner, ParameterLearner):
         assert wrapper.model is learner.model and wrapper.config is learner.config
         assert wrapper.input_shape == learner.input_shape
         # FedAvg's check reads exactly these members through the wrapper.
@@ -75,9 +75,11 @@ def test_wrapped_learners_have_exactly_the_wrapped_learners_capabilities():
   # A counted learner is batched exactly when the wrapped one is; a stand-in never.
   for learner in _learners().values():
     counted = _wrappers(learner)["counted"]
-    assert fedkrr.has_capability(counted, fedkrr.BatchLearner)
-    assert (counted.batch_key is None) == (not fedkrr.has_capability(learner, fedkrr.BatchLearner))
-    assert not fedkrr.has_capability(_wrappers(learner)["stand-in"], fedkrr.BatchLearner)
+    assert fedkrr.learners.has_capability(counted, fedkrr.learners.BatchLearner)
+    assert (counted.batch_key is None) == (not fedkrr.learners.has_capability(
+        learner, fedkrr.learners.BatchLearner))
+    assert not fedkrr.learners.has_capability(_wrappers(learner)["stand-in"],
+                                              fedkrr.learners.BatchLearner)
 
 
 def test_wrapped_learners_forward_warm_starts_and_inits_inside_the_wrapper():
@@ -124,9 +126,10 @@ def test_iterate_warm_starts_learners_through_the_tooling_s_wrapper():
   log = []
   learners = [experiment._Counted(_Recording(k, log), bar=_NoBar())
               for k in fedkrr.krr_learners(problem)]
-  rounds = list(fedkrr.iterate(fedkrr.avgkd(), learners, problem.xs, problem.ys, rounds=3))
+  rounds = list(fedkrr.protocols.iterate(fedkrr.protocols.avgkd(), learners, problem.xs,
+                                         problem.ys, rounds=3))
   assert len(log) == 2 * 3   # every agent after every round: none skipped silently
-  assert all(isinstance(m, fedkrr.KRRModel) for m in log)
+  assert all(isinstance(m, fedkrr.learners.KRRModel) for m in log)
   assert len(rounds) == 3
 
 
@@ -150,15 +153,16 @@ class _Forwarding:
 
 def test_a_capability_reached_only_through_getattr_is_an_error_on_every_python():
   learners = _learners()
-  with pytest.raises(fedkrr.CapabilityError, match=r"learners\[0\]: _Forwarding reaches "
+  with pytest.raises(fedkrr.learners.CapabilityError, match=r"learners\[0\]: _Forwarding reaches "
                      r"warm_start_from of WarmStartLearner only through __getattr__"):
-    fedkrr.has_capability(_Forwarding(learners["matfree"]), fedkrr.WarmStartLearner,
-                          "learners[0]")
-  with pytest.raises(fedkrr.CapabilityError, match="batch_key, fit_batch of BatchLearner"):
-    fedkrr.fit_all([_Forwarding(learners["flax"])], [np.zeros((1, 28, 28, 1))],
-                   [np.zeros((1, 10))])
+    fedkrr.learners.has_capability(_Forwarding(learners["matfree"]),
+                                   fedkrr.learners.WarmStartLearner, "learners[0]")
+  with pytest.raises(fedkrr.learners.CapabilityError, match="batch_key, fit_batch of BatchLearner"):
+    fedkrr.learners.fit_all([_Forwarding(learners["flax"])], [np.zeros((1, 28, 28, 1))],
+                            [np.zeros((1, 10))])
   # What the wrapped learner lacks is simply absent, not an error.
-  assert not fedkrr.has_capability(_Forwarding(learners["krr"]), fedkrr.WarmStartLearner)
+  assert not fedkrr.learners.has_capability(_Forwarding(learners["krr"]),
+                                            fedkrr.learners.WarmStartLearner)
 
 
 def test_the_packages_check_capabilities_only_through_has_capability():
@@ -189,13 +193,14 @@ class _KeyOnly:
   batch_key: str = "same"
 
   def fit(self, x, targets):
-    return fedkrr.KRRModel(fedkrr.RBF(1.0), jnp.asarray(x), jnp.asarray(targets) + self.shift,
-                           jnp.asarray(1.0))
+    return fedkrr.learners.KRRModel(fedkrr.RBF(1.0), jnp.asarray(x),
+                                    jnp.asarray(targets) + self.shift, jnp.asarray(1.0))
 
 
 def test_fit_all_groups_only_batch_learners():
   x = jnp.ones((2, 1))
-  models = fedkrr.fit_all([_KeyOnly(1.0), _KeyOnly(2.0)], [x, x], [jnp.zeros(2), jnp.zeros(2)])
+  models = fedkrr.learners.fit_all([_KeyOnly(1.0), _KeyOnly(2.0)], [x, x],
+                                  [jnp.zeros(2), jnp.zeros(2)])
   assert [float(m.alpha[0]) for m in models] == [1.0, 2.0]
 
 
@@ -207,7 +212,7 @@ def test_each_fitted_model_declares_its_variables_and_epoch_scores():
                             training.TrainConfig(epochs=1, batch_size=8), jax.random.PRNGKey(0))
   network = flax.fit(x, targets)
   tree = neural.ForestLearner(n_estimators=2).fit(x, targets)
-  has = fedkrr.has_capability
+  has = fedkrr.learners.has_capability
   assert has(network, ParameterModel) and has(network, EpochScoredModel)
   assert not has(tree, ParameterModel) and not has(tree, EpochScoredModel)
   # A Teacher (augmented KD) declares its network's variables; around a forest, none.

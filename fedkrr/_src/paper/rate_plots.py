@@ -7,7 +7,7 @@ arrays), :func:`plot_rate_curves` draws them, so a test or a notebook can check
 the very numbers a figure shows.
 
 Prop. IV (informal) says that AKD degrades faster (smaller spectral radius
-``rho`` of one AKD cycle, see :func:`fedkrr.degradation_rate`) with
+``rho`` of one AKD cycle, see :func:`fedkrr.rates.degradation_rate`) with
 
 1. a larger regularisation constant c,
 2. more different kernels,
@@ -60,7 +60,7 @@ def sweep_kernel_mismatch(problem: FederatedProblem, ratios: Array) -> Array:
   Agent 1 gets ``RBF(gamma / sqrt(ratio))`` and agent 2 ``RBF(gamma * sqrt(ratio))``
   with ``gamma`` agent 1's bandwidth in ``problem``: the geometric mean stays
   ``gamma`` and ``gamma_2 / gamma_1 = ratio``. Ratio 1 is the shared kernel.
-  One jitted call of :func:`fedkrr.warm_sweep`'s route (each ratio's Krylov estimate started
+  One jitted call of :func:`fedkrr.rates.warm_sweep`'s route (each ratio's Krylov estimate started
   from the previous one's), compiled once per problem shape. Prop. IV, second trend.
 
   Args:
@@ -90,19 +90,19 @@ def _mismatched(problem: FederatedProblem, ratio: Array) -> FederatedProblem:
 
 
 class RateCurves(NamedTuple):
-  """The four sweeps of Prop. IV on one :class:`fedkrr.TwoClusters` draw (NumPy arrays).
+  """The four sweeps of Prop. IV on one :class:`fedkrr.rates.TwoClusters` draw (NumPy arrays).
 
   Attributes:
     ridges, rho_ridge: (n_c,) regularisation constants c and ``rho`` at each
       (mixing ``mixing``, shared kernel).
     ratios, rho_ratio, rho_mismatch: (n_r,) bandwidth ratios; ``rho`` when only
-      agent 2's bandwidth is scaled (:func:`fedkrr.sweep_bandwidth_ratio`) and
+      agent 2's bandwidth is scaled (:func:`fedkrr.rates.sweep_bandwidth_ratio`) and
       when both are, symmetrically (:func:`sweep_kernel_mismatch`); at ``ridge``
       and ``mixing``.
     mixings, rho_mixing: (n_p,) mixing fractions (0 = disjoint clusters, 1 = iid)
-      and ``rho`` at ``ridge`` (:func:`fedkrr.sweep_heterogeneity`).
+      and ``rho`` at ``ridge`` (:func:`fedkrr.rates.sweep_heterogeneity`).
     separations, rho_separation: (n_s,) distances between the cluster centres
-      and ``rho`` at ``ridge`` and ``mixing`` (:func:`fedkrr.sweep_separation`).
+      and ``rho`` at ``ridge`` and ``mixing`` (:func:`fedkrr.rates.sweep_separation`).
     ridge: the c of every sweep but the first.
     mixing: the mixing fraction of every sweep but the third.
   """
@@ -126,7 +126,7 @@ def rate_curves(clusters: rates.TwoClusters, ridge: float = 1e-2, mixing: float 
   """Computes the sweeps of Prop. IV's three trends (each one vmapped jitted call).
 
   Args:
-    clusters: the data (a :class:`fedkrr.TwoClusters` draw; shared RBF kernel).
+    clusters: the data (a :class:`fedkrr.rates.TwoClusters` draw; shared RBF kernel).
     ridge: the regularisation constant c of the bandwidth, mixing and separation sweeps.
     mixing: the mixing fraction of the ridge, bandwidth and separation sweeps.
     ridges: (n_c,) values of c > 0.
@@ -138,7 +138,7 @@ def rate_curves(clusters: rates.TwoClusters, ridge: float = 1e-2, mixing: float 
     A :class:`RateCurves`.
 
   Example:
-    >>> curves = fedkrr.paper.rate_curves(fedkrr.TwoClusters.draw(0, 20))
+    >>> curves = fedkrr.paper.rate_curves(fedkrr.rates.TwoClusters.draw(0, 20))
     >>> bool(np.all(np.diff(curves.rho_ridge) < 0))   # more regularisation, faster decay
     True
     >>> fig = fedkrr.paper.plot_rate_curves(curves)   # pass path="rates.png" to write it
@@ -231,7 +231,7 @@ def _edges(values: np.ndarray, log: bool) -> np.ndarray:
 def plot_rate_heatmap(grid: ArrayLike, ridges: ArrayLike, mixings: ArrayLike,
                       path: str | os.PathLike | None = None, title: str | None = None,
                       log_scale: bool = False):
-  """A heat map of ``rho`` over (c, mixing fraction): the output of :func:`fedkrr.rate_grid`.
+  """A heat map of ``rho`` over (c, mixing fraction): the output of :func:`fedkrr.rates.rate_grid`.
 
   Args:
     grid: (n_c, n_p) degradation rates, ``grid[i, j]`` at ``ridges[i]`` and ``mixings[j]``.
@@ -361,11 +361,11 @@ def degradation_report(seed: int, out_dir: str | os.PathLike, points_per_agent: 
 
   Writes into ``out_dir``: ``rate_curves.png`` (:func:`plot_rate_curves`),
   ``rate_heatmap.png`` (:func:`plot_rate_heatmap`, log colour scale, of a ``grid_size x grid_size``
-  :func:`fedkrr.rate_grid` over c in [1e-4, 1] and mixing in [0, 1]) and
+  :func:`fedkrr.rates.rate_grid` over c in [1e-4, 1] and mixing in [0, 1]) and
   ``rates.json`` (every number behind both figures).
 
   Args:
-    seed: the seed of :meth:`fedkrr.TwoClusters.draw`.
+    seed: the seed of :meth:`fedkrr.rates.TwoClusters.draw`.
     out_dir: the output directory (created if missing).
     points_per_agent: points per agent (N = 2 * points_per_agent).
     grid_size: points per axis of the heat map.

@@ -4,7 +4,7 @@ XLA:CPU gives each process a thread pool of one thread per core the process may 
 and a small program's operations are split over that pool and wait for each other.
 When other processes keep the cores busy, a split operation waits for its slowest
 thread, which the operating system has pushed off the CPU: on a 2-core machine
-``fedkrr.sweep_ridge`` on a small problem (N = 400, 128 ridges) took 0.09 s alone,
+``fedkrr.rates.sweep_ridge`` on a small problem (N = 400, 128 ridges) took 0.09 s alone,
 0.13 s beside one busy process and 0.71 s beside two (8x), while the same process
 allowed onto one core took 0.08, 0.08 and 0.12 s (``benchmarks/busy_cores.py``). A
 process restricted to fewer cores sizes its pool (and OpenBLAS its threads) to them.

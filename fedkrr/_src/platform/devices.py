@@ -9,7 +9,7 @@ D devices, device d holds agents ``d * M / D .. (d + 1) * M / D - 1``. Nothing
 here changes JAX's configuration; to try several devices on one CPU, start the
 process with ``XLA_FLAGS=--xla_force_host_platform_device_count=4``.
 
-Across processes (``jax.distributed``, :func:`fedkrr.initialize_distributed`)
+Across processes (``jax.distributed``, :func:`fedkrr.scale.initialize_distributed`)
 ``jax.devices()`` lists every process's devices, so the same mesh spans them;
 :func:`shard_agents` places host data that every process holds alike, and
 :func:`host_arrays` brings arrays sharded over other processes' devices to each
@@ -62,7 +62,7 @@ def agent_mesh(num_agents: int, devices: Sequence[Any] | None = None) -> Mesh:
       processes, ``devices=None`` and M is no multiple of the number of processes.
 
   Example:
-    >>> mesh = fedkrr.agent_mesh(4)
+    >>> mesh = fedkrr.scale.agent_mesh(4)
     >>> mesh.axis_names, 4 % mesh.size
     (('agents',), 0)
   """
@@ -105,7 +105,7 @@ def check_mesh(mesh: Any, num_agents: int, name: str = "mesh") -> Mesh:
   """
   m = _check_count(num_agents)
   if not isinstance(mesh, Mesh):
-    raise DeviceError(f"{name}: expected a jax.sharding.Mesh (see fedkrr.agent_mesh), got "
+    raise DeviceError(f"{name}: expected a jax.sharding.Mesh (see fedkrr.scale.agent_mesh), got "
                       f"{type(mesh).__name__}")
   if tuple(mesh.axis_names) != (AGENT_AXIS,):
     raise DeviceError(f"{name}: expected one axis named {AGENT_AXIS!r}, got axes "
@@ -117,7 +117,7 @@ def check_mesh(mesh: Any, num_agents: int, name: str = "mesh") -> Mesh:
   if owners != {jax.process_index()} and len(owners) < jax.process_count():
     raise DeviceError(f"{name}: holds devices of processes {sorted(owners)} only; a mesh "
                       f"holds either this process's devices alone or devices of all "
-                      f"{jax.process_count()} processes (fedkrr.agent_mesh picks these)")
+                      f"{jax.process_count()} processes (fedkrr.scale.agent_mesh picks these)")
   return mesh
 
 
@@ -125,8 +125,8 @@ def agent_devices(mesh: Mesh, num_agents: int) -> tuple[Any, ...]:
   """The device that holds each agent: agent a lives on ``mesh.devices[a // (M / D)]``.
 
   Example:
-    >>> mesh = fedkrr.agent_mesh(2, jax.devices()[:1])
-    >>> fedkrr.agent_devices(mesh, 2) == (jax.devices()[0],) * 2
+    >>> mesh = fedkrr.scale.agent_mesh(2, jax.devices()[:1])
+    >>> fedkrr.scale.agent_devices(mesh, 2) == (jax.devices()[0],) * 2
     True
   """
   check_mesh(mesh, num_agents)
@@ -156,8 +156,8 @@ def shard_agents(tree: Any, mesh: Mesh) -> Any:
       mesh does not fit M.
 
   Example:
-    >>> mesh = fedkrr.agent_mesh(2)
-    >>> stacked = fedkrr.shard_agents({"w": jnp.zeros((2, 3))}, mesh)
+    >>> mesh = fedkrr.scale.agent_mesh(2)
+    >>> stacked = fedkrr.scale.shard_agents({"w": jnp.zeros((2, 3))}, mesh)
     >>> stacked["w"].sharding.spec == jax.sharding.PartitionSpec("agents", None)
     True
   """
@@ -188,7 +188,7 @@ def spans_processes(mesh: Mesh) -> bool:
   sharded over it are not whole on any one process.
 
   Example:
-    >>> fedkrr.spans_processes(fedkrr.agent_mesh(2))   # one process
+    >>> fedkrr.scale.spans_processes(fedkrr.scale.agent_mesh(2))   # one process
     False
   """
   return any(d.process_index != jax.process_index() for d in mesh.devices.flat)
@@ -204,7 +204,7 @@ def host_arrays(tree: Any) -> Any:
   process must call this with the same tree, in the same order.
 
   Example:
-    >>> fedkrr.host_arrays({"w": jnp.arange(3)})["w"].tolist()
+    >>> fedkrr.scale.host_arrays({"w": jnp.arange(3)})["w"].tolist()
     [0, 1, 2]
   """
   def one(leaf):

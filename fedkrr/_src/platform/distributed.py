@@ -3,7 +3,7 @@
 With ``jax.distributed`` every process (one per host, or several on one machine)
 runs the same program; ``jax.devices()`` then lists the devices of all processes
 and ``jax.local_devices()`` this process's own. The agent meshes of
-:func:`fedkrr.agent_mesh` take ``jax.devices()``, so once the processes are
+:func:`fedkrr.scale.agent_mesh` take ``jax.devices()``, so once the processes are
 connected the agents spread over all of them, and the collectives of the sharded
 paths cross processes (on CPUs through gloo). Every process must hold the same host
 data (the same problem, the same data files): inputs are placed from it on each
@@ -68,7 +68,7 @@ def distributed_settings(coordinator: str | None = None, num_processes: int | No
       HOST:PORT.
 
   Example:
-    >>> fedkrr.distributed_settings("127.0.0.1:1234", 2, 1)
+    >>> fedkrr.scale.distributed_settings("127.0.0.1:1234", 2, 1)
     ('127.0.0.1:1234', 2, 1)
   """
   coordinator = coordinator or os.environ.get(COORDINATOR_ENV, "").strip() or None
@@ -135,7 +135,7 @@ def initialize_distributed(coordinator: str | None = None, num_processes: int | 
 
   Example:
     >>> # in every process, first thing; here process 0 of 2
-    >>> fedkrr.initialize_distributed("10.0.0.1:1234", 2, 0)  # doctest: +SKIP
+    >>> fedkrr.scale.initialize_distributed("10.0.0.1:1234", 2, 0)  # doctest: +SKIP
     True
   """
   settings = distributed_settings(coordinator, num_processes, process_id)

@@ -19,7 +19,7 @@ from fedkrr._src.names import protocol_info
 
 TILE_ELEMENTS = 1 << 20
 """Default number of kernel entries in one tile of the matrix-free products (8 MiB in
-float64). Longer tiles mean fewer of them, and :func:`fedkrr.symmetric_matvec` copies its
+float64). Longer tiles mean fewer of them, and :func:`fedkrr.scale.symmetric_matvec` copies its
 band of columns once per tile; tiles beyond the cache are slower again. On the 2-core CPU
 ``python benchmarks/scale.py --throughput N_A --tiles 262144,1048576,4194304`` compares
 (docs/scale.md, "Longer tiles")."""
@@ -84,7 +84,7 @@ SQUARE_MATRICES: dict[str, int] = {"backfit-gs": 4}
 """The N x N matrices a protocol's closed form forms beyond its transfer blocks, by name
 (backfit-gs: the whole recurrence matrix and a triangular solve with it): the memory
 planner's one mapping from the protocol to its own terms (the others are the row's
-``coefficient_copies`` and ``transfers``; ``fedkrr.register_protocol`` adds to it)."""
+``coefficient_copies`` and ``transfers``; ``fedkrr.protocols.register_protocol`` adds to it)."""
 
 
 def exact_bytes(protocol: str, sizes: Sequence[int], outputs: int, n_eval: int,
@@ -111,7 +111,7 @@ def exact_bytes(protocol: str, sizes: Sequence[int], outputs: int, n_eval: int,
 def matfree_bytes(protocol: str, sizes: Sequence[int], dim: int, outputs: int, n_eval: int,
                   rounds_kept: int, itemsize: int, landmarks: int = 500,
                   tile_elements: int = TILE_ELEMENTS) -> int:
-  """About the peak memory of the matrix-free path (``fedkrr.matfree_trajectory``), in bytes.
+  """About the peak memory of the matrix-free path (``fedkrr.scale.matfree_trajectory``), in bytes.
 
   Counted in entries of ``itemsize`` bytes, with N_a the agents' sizes, N their
   sum, m_a = min(landmarks, N_a) and C the outputs: the problem's points and

@@ -6,7 +6,7 @@ thread pool waiting inside the batched kernel for sub-tasks queued on the same
 pool, and large vmapped rate sweeps sat idle for minutes under the
 concurrency-optimised scheduler. Vmapping over the ridge c reaches the first
 (the c = 0 branch of :func:`fedkrr.ridge_factor` runs ``eigh`` under ``vmap``),
-:func:`fedkrr.rate_grid` the second. Entry points that run fedkrr's linear
+:func:`fedkrr.rates.rate_grid` the second. Entry points that run fedkrr's linear
 algebra (``fedkrr``'s command line, ``neural compare``, the test suite, the
 benchmarks and notebooks of the theory) call :func:`avoid_cpu_eigh_deadlock`
 before the first computation; it turns both off. ``neural run`` does not: network

@@ -23,12 +23,12 @@ and time as N^3 (``docs/scale.md``). This module never stores a Gram block:
   solves and the block matrix-vector products ``k_j(X_i, X_j) alpha_j / N`` of
   the agents' predictions on each other's inputs. Each fit after an agent's first
   starts from the best combination of that agent's latest solutions (``warm_start_from``,
-  called by :func:`fedkrr.iterate`; their products come with them, so the start costs no
+  called by :func:`fedkrr.protocols.iterate`; their products come with them, so the start costs no
   kernel product): as the rounds converge, fewer iterations reach the tolerance.
 
 Memory is O(N (m + d) + tile) instead of O(N^2); the preconditioner changes the
 number of iterations, never the solution. The matrix-free path needs ``c > 0``
-(the minimum-norm fit of ``c = 0`` is the exact path's). :func:`fedkrr.choose_method`
+(the minimum-norm fit of ``c = 0`` is the exact path's). :func:`fedkrr.scale.choose_method`
 states when each path is used (``fedkrr.run(..., method="auto")``).
 """
 
@@ -221,7 +221,7 @@ def kernel_matvec(kernel: Any, x1: ArrayLike, x2: ArrayLike, v: ArrayLike,
     >>> x = jnp.linspace(-1.0, 1.0, 8)[:, None]
     >>> v = jnp.ones(8)
     >>> k = fedkrr.RBF(gamma=2.0)
-    >>> bool(jnp.allclose(fedkrr.kernel_matvec(k, x, x, v, tile_elements=16), k(x, x) @ v))
+    >>> bool(jnp.allclose(fedkrr.scale.kernel_matvec(k, x, x, v, tile_elements=16), k(x, x) @ v))
     True
   """
   v = jnp.asarray(v)
@@ -284,7 +284,7 @@ def symmetric_matvec(kernel: Any, x: ArrayLike, v: ArrayLike,
     >>> x = jnp.linspace(-1.0, 1.0, 9)[:, None]
     >>> v = jnp.arange(9.0)
     >>> k = fedkrr.RBF(gamma=2.0)
-    >>> got = fedkrr.symmetric_matvec(k, x, v, tile_elements=9)
+    >>> got = fedkrr.scale.symmetric_matvec(k, x, v, tile_elements=9)
     >>> bool(jnp.allclose(got, k(x, x) @ v))
     True
   """
@@ -636,7 +636,7 @@ def ridge_solve(kernel: Any, x: ArrayLike, rhs: ArrayLike, ridge: ArrayLike,
     >>> x = jnp.linspace(-1.0, 1.0, 8)[:, None]
     >>> t = jnp.sin(3.0 * x[:, 0])
     >>> k = fedkrr.RBF(gamma=2.0)
-    >>> sol = fedkrr.ridge_solve(k, x, t, 1e-2, 8.0, tol=1e-6)
+    >>> sol = fedkrr.scale.ridge_solve(k, x, t, 1e-2, 8.0, tol=1e-6)
     >>> bool(jnp.allclose((1e-2 * jnp.eye(8) + k(x, x) / 8.0) @ sol.alpha, t, atol=1e-5))
     True
   """
@@ -760,7 +760,7 @@ class MatfreeKRRLearner:
     preconditioner: a :class:`NystromPreconditioner` built for the agent's points
       (explicit state: built once by :func:`matfree_learners`, used by every fit on
       as many points); a fit on a different number of points (e.g. the pooled data
-      of :func:`fedkrr.central_models`) builds its own, and ``None`` builds one per fit.
+      of :func:`fedkrr.protocols.central_models`) builds its own, and ``None`` builds one per fit.
     tol: CG tolerance (``None``: :func:`default_tol`).
     maxiter: the most CG iterations; a fit that needs more raises
       :class:`ConvergenceError`.
@@ -794,7 +794,7 @@ class MatfreeKRRLearner:
     """The same learner, its next fit started from ``model``'s coefficients and the
     ``history - 1`` solutions before them (a model of another kind: unchanged).
 
-    :func:`fedkrr.iterate` calls it with each agent's latest model, so that a protocol's
+    :func:`fedkrr.protocols.iterate` calls it with each agent's latest model, so that a protocol's
     rounds warm-start CG from the best combination of the agent's latest solutions (as
     the rounds converge geometrically, a few of them predict the next one well). The
     solutions' products come with them (:attr:`MatfreeKRRModel.product`): the start
@@ -947,7 +947,7 @@ def matfree_trajectory(problem: FederatedProblem, protocol: str, rounds: int, x_
     >>> y = jnp.sin(3.0 * x[:, 0])
     >>> problem = fedkrr.make_problem([x[:4], x[4:]], [y[:4], y[4:]], fedkrr.RBF(gamma=2.0),
     ...                               ridge=1e-2)
-    >>> fedkrr.matfree_trajectory(problem, "avgkd", 5, x).shape
+    >>> fedkrr.scale.matfree_trajectory(problem, "avgkd", 5, x).shape
     (5, 2, 8)
   """
   protocols.check_protocol_name(protocol)

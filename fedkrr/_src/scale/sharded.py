@@ -1,7 +1,7 @@
 """Federated kernel ridge regression with each agent on its own device.
 
 The closed forms of :mod:`fedkrr._src.closed_form` hold the whole N x N system on
-one device. Here the agents are spread over a 1-D mesh (:func:`fedkrr.agent_mesh`)
+one device. Here the agents are spread over a 1-D mesh (:func:`fedkrr.scale.agent_mesh`)
 and the protocol runs as in the federated setting itself: agent j's device holds
 its own Gram blocks and the factor of ``c I + K^j_jj`` (:class:`AgentBlocks`),
 fits its targets, and sends only *predictions* to the other agents' devices --
@@ -13,7 +13,7 @@ Per round (agents a = 0..M-1; ``S_a = (c I + K^a_aa)^+``, ``K^a_ia = k_a(X_i, X_
 * AvgKD, PKD, pkd-mean, Jacobi backfitting: every agent fits ``alpha_a = S_a tau_a``
   and predicts on every agent's inputs, ``K^a_ia alpha_a``; one all-to-all hands
   agent i the M predictions on its inputs, from which it forms its next targets
-  (``(y_i + sum_{j != i} ...) / M`` and so on, as in :func:`fedkrr.avgkd`).
+  (``(y_i + sum_{j != i} ...) / M`` and so on, as in :func:`fedkrr.protocols.avgkd`).
 * EKD and AKD: every agent fits the run that is at it and predicts on the next
   agent's inputs only; one collective permute passes the predictions on. EKD runs
   all M starts at once; AKD is the run from ``start`` (the other agents fit zeros).
@@ -173,7 +173,7 @@ def shard_blocks(problem: FederatedProblem, mesh: Mesh | None = None,
 
   Args:
     problem: a validated :class:`FederatedProblem`.
-    mesh: an agent mesh (:func:`fedkrr.agent_mesh`); ``None``: ``agent_mesh(M)``.
+    mesh: an agent mesh (:func:`fedkrr.scale.agent_mesh`); ``None``: ``agent_mesh(M)``.
     rtol: pseudo-inverse cut-off when c = 0 (see :func:`fedkrr.ridge_factor`).
 
   Returns:
@@ -187,7 +187,7 @@ def shard_blocks(problem: FederatedProblem, mesh: Mesh | None = None,
     >>> y = jnp.sin(3.0 * x[:, 0])
     >>> problem = fedkrr.make_problem([x[:4], x[4:]], [y[:4], y[4:]], fedkrr.RBF(gamma=2.0),
     ...                               ridge=1e-2)
-    >>> blocks = fedkrr.shard_blocks(problem)
+    >>> blocks = fedkrr.scale.shard_blocks(problem)
     >>> blocks.cross.shape, blocks.sizes   # cross[j, i] = k_j(X_i, X_j) / N
     ((2, 2, 4, 4), (4, 4))
   """
@@ -239,7 +239,7 @@ TARGET_RULES: dict[str, Callable[[int], tuple[float, float, float, float, bool]]
 }
 """A parallel protocol's :class:`_Targets` by name, ``M -> (labels_w, own_w, sign, divisor,
 with_own)``: this layer's one mapping from the protocol to its behaviour (AKD and EKD
-relay instead; ``fedkrr.register_protocol`` adds to it)."""
+relay instead; ``fedkrr.protocols.register_protocol`` adds to it)."""
 
 
 def _targets_rule(protocol: str, m: int, dtype) -> _Targets:
@@ -341,7 +341,7 @@ def sharded_trajectory(problem: FederatedProblem, protocol: str, rounds: int,
     protocol: one of ``SHARDED_PROTOCOLS`` (all but backfit-gs).
     rounds: the number of rounds T >= 1.
     x_eval: evaluation points, shape (n_eval, d).
-    mesh: an agent mesh (:func:`fedkrr.agent_mesh`); ``None``: that of ``blocks``,
+    mesh: an agent mesh (:func:`fedkrr.scale.agent_mesh`); ``None``: that of ``blocks``,
       else ``agent_mesh(M)`` (as many devices as divide M).
     start: deprecated: ``params=ProtocolParams(start=...)`` (AKD's starting agent).
     rtol: pseudo-inverse cut-off when c = 0 (see :func:`fedkrr.ridge_factor`).
@@ -367,7 +367,7 @@ def sharded_trajectory(problem: FederatedProblem, protocol: str, rounds: int,
     >>> y = jnp.sin(3.0 * x[:, 0])
     >>> problem = fedkrr.make_problem([x[:4], x[4:]], [y[:4], y[4:]], fedkrr.RBF(gamma=2.0),
     ...                               ridge=1e-2)
-    >>> preds = fedkrr.sharded_trajectory(problem, "avgkd", 5, x)
+    >>> preds = fedkrr.scale.sharded_trajectory(problem, "avgkd", 5, x)
     >>> bool(np.allclose(preds, fedkrr.trajectory(problem, "avgkd", 5, x), rtol=0, atol=1e-12))
     True
   """
@@ -411,8 +411,8 @@ def _identity(x: Array) -> Array:
 def _check_blocks(blocks: Any, problem: FederatedProblem, mesh: Mesh | None,
                   rtol: float | None) -> None:
   if not isinstance(blocks, AgentBlocks):
-    raise DeviceError(f"blocks: expected fedkrr.AgentBlocks (from fedkrr.shard_blocks), got "
-                      f"{type(blocks).__name__}")
+    raise DeviceError(f"blocks: expected fedkrr.scale.AgentBlocks (from "
+                      f"fedkrr.scale.shard_blocks), got {type(blocks).__name__}")
   if blocks.sizes != problem.sizes or blocks.labels.shape[2:] != problem.ys[0].shape[1:]:
     raise DeviceError(f"blocks: made for agents of sizes {blocks.sizes}, not for this problem's "
                       f"{problem.sizes} (or another label shape)")

@@ -56,7 +56,7 @@ Rates, and their units. ``spectral_radius_per_round`` (``spectral_radius``) is
 the spectral radius of the protocol's round map (:func:`fedkrr.limit`): the
 factor per round by which the iterates approach their limit. For AKD and EKD it
 is ``rho^(1/M)`` with rho the degradation rate per cycle of M rounds
-(:func:`fedkrr.degradation_rate`, Prop. IV / VIII), reported as
+(:func:`fedkrr.rates.degradation_rate`, Prop. IV / VIII), reported as
 ``degradation_rate_per_cycle`` (``degradation_rate``). The *fitted rate* of a
 curve is a rate per round too, measured on the curve rather than computed from
 the kernels, with one estimator for the theory and the network
@@ -489,7 +489,7 @@ def theory_curves(theory: TheoryProblem, config: ExperimentConfig) -> TheoryCurv
     limits = {"ensemble": lim_preds}
   rate = None
   if row.cycles:
-    rate = float(fedkrr.degradation_rate(theory.problem, start))
+    rate = float(fedkrr.rates.degradation_rate(theory.problem, start))
   return TheoryCurves(predictions, agents, limits, float(cast(np.ndarray, run.spectral_radius)),
                       rate)
 

@@ -2,7 +2,7 @@
 
 A run loads the data, partitions it among the agents (targets: one-hot labels),
 builds one learner per agent (Flax network or random forest) and runs the
-protocol through ``fedkrr.iterate`` one round at a time (the protocols are
+protocol through ``fedkrr.protocols.iterate`` one round at a time (the protocols are
 written once, in ``fedkrr``). Round t's learner of agent a gets the key
 ``fold_in(fold_in(PRNGKey(init_seed), t), a)``, so a resumed run draws the same keys
 as an uninterrupted one. After every round the predictors are evaluated on the
@@ -52,10 +52,10 @@ import numpy as np
 from tqdm.auto import tqdm
 
 import fedkrr
-from fedkrr import BatchLearner
-from fedkrr import Protocol
-from fedkrr import RoundOutput
-from fedkrr import has_capability
+from fedkrr.learners import BatchLearner
+from fedkrr.learners import has_capability
+from fedkrr.protocols import Protocol
+from fedkrr.protocols import RoundOutput
 from neural._src.capabilities import EpochScoredModel
 from neural._src.capabilities import LearnerWrapper
 from neural._src.capabilities import ParameterModel
@@ -122,8 +122,8 @@ def build_learners(config: ExperimentConfig, input_shape: tuple[int, ...],
 def _architecture_meshes(models: Sequence[str]) -> dict[str, Mesh]:
   """``config.devices == "all"``: per network architecture, the agent mesh of its agents.
 
-  The protocols fit each agent at most once per ``fedkrr.fit_all`` call, so the agents
-  of one architecture form one batch of that size, and ``fedkrr.agent_mesh`` of it
+  The protocols fit each agent at most once per ``fedkrr.learners.fit_all`` call, so the agents
+  of one architecture form one batch of that size, and ``fedkrr.scale.agent_mesh`` of it
   divides it. A mesh of one device is left out (the unsharded program is the same).
   Across P processes (``jax.distributed``) an architecture whose number of agents
   is no multiple of P gets no mesh either: every process trains those agents on its
@@ -133,7 +133,7 @@ def _architecture_meshes(models: Sequence[str]) -> dict[str, Mesh]:
   for name, count in collections.Counter(m for m in models if m != FOREST).items():
     if count % jax.process_count():
       continue
-    mesh = fedkrr.agent_mesh(count)
+    mesh = fedkrr.scale.agent_mesh(count)
     if mesh.size > 1:
       meshes[name] = mesh
   return meshes
@@ -165,9 +165,9 @@ def _baseline(name: str) -> Protocol:
     m = len(xs)
     if name == "central":
       x_all, y_all = np.concatenate(xs), np.concatenate(ys)
-      models = fedkrr.fit_all(learners, [x_all] * m, [y_all] * m)
+      models = fedkrr.learners.fit_all(learners, [x_all] * m, [y_all] * m)
     else:
-      models = fedkrr.fit_all(learners, xs, ys)
+      models = fedkrr.learners.fit_all(learners, xs, ys)
     return BaselineState(state.round + 1), RoundOutput(models, tuple(range(m)), None)
 
   return Protocol(name, init, step)
@@ -176,7 +176,7 @@ def _baseline(name: str) -> Protocol:
 def make_protocol(config: ExperimentConfig, learners: Sequence[Any]) -> Protocol:
   """The protocol of ``config``: fedkrr's KD protocols, FedAvg, or a baseline."""
   if config.protocol in KD_PROTOCOLS:
-    return fedkrr.get_protocol(config.protocol, params=config.protocol_params)
+    return fedkrr.protocols.get_protocol(config.protocol, params=config.protocol_params)
   if config.protocol == "fedavg":
     key = jax.random.split(jax.random.PRNGKey(config.init_seed))[1]
     return fedavg(starting_variables(learners, key, config.fedavg_init), config.fedavg_weights)
@@ -382,8 +382,8 @@ def expected_state(config: ExperimentConfig, data: RunData, done: int) -> dict[s
                for learner in learners]
   state, inits, running = None, [None] * config.agents, None
   if done > 0:
-    replay = fedkrr.iterate(protocol, cast(Any, stand_ins), cast(Any, data.xs),
-                            cast(Any, data.ys), rounds=done)
+    replay = fedkrr.protocols.iterate(protocol, cast(Any, stand_ins), cast(Any, data.xs),
+                                      cast(Any, data.ys), rounds=done)
     for state_t, out in replay:
       state = state_t
       for model, agent in zip(out.models, out.agents):
@@ -420,8 +420,8 @@ def _begin(config: ExperimentConfig, data: RunData, checkpoint: dict[str, Any] |
       if config.warm_start and config.protocol != "fedavg" and inits[a] is not None:
         learner = learner.with_init(inits[a])
       round_learners.append(_Counted(learner, fit_bar, defer, fit_group))
-    (state, out), = fedkrr.iterate(protocol, round_learners, cast(Any, data.xs),
-                                   cast(Any, data.ys), rounds=t + 1, state=state)
+    (state, out), = fedkrr.protocols.iterate(protocol, round_learners, cast(Any, data.xs),
+                                             cast(Any, data.ys), rounds=t + 1, state=state)
     fit_bar.close()
     for model, agent in zip(out.models, out.agents):
       if has_capability(model, ParameterModel):

@@ -21,10 +21,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedkrr import Protocol
-from fedkrr import RoundOutput
-from fedkrr import fit_all
-from fedkrr import has_capability
+from fedkrr.learners import fit_all
+from fedkrr.learners import has_capability
+from fedkrr.protocols import Protocol
+from fedkrr.protocols import RoundOutput
 from neural._src.capabilities import EpochScoredModel
 from neural._src.capabilities import ParameterLearner
 from neural._src.choices import WEIGHTINGS
@@ -135,10 +135,10 @@ def fedavg(initial_variables: Any, weighting: str = "size") -> Protocol:
   The learners must be Flax learners of one architecture with
   ``TrainConfig(warm_start=True)``; each round they start from the global
   variables (``learner.with_init``) and train as one vmapped program
-  (``fedkrr.fit_all``).
+  (``fedkrr.learners.fit_all``).
 
   Returns:
-    A ``fedkrr.Protocol`` named "fedavg" for ``fedkrr.iterate``. Its
+    A ``fedkrr.protocols.Protocol`` named "fedavg" for ``fedkrr.protocols.iterate``. Its
     :class:`RoundOutput` holds the agents' models at the end of local training
     (``weights=None``); the averaged global model is ``state.model``.
   """

@@ -4,10 +4,10 @@ A :class:`FlaxLearner` trains a fresh network on ``(x, targets)`` at every call
 of ``fit`` (as the theory and the paper's experiments do; warm start is an
 option) and returns a :class:`FlaxModel` whose ``predict`` gives class
 probabilities. Same-architecture learners share a ``batch_key``, so
-``fedkrr.fit_all`` hands the independent fits of a round to
+``fedkrr.learners.fit_all`` hands the independent fits of a round to
 :meth:`FlaxLearner.fit_batch`: one vmapped, jitted program over the stacked
 keys, parameters and (padded, masked) data of all agents. Learners with a
-``mesh`` (:func:`fedkrr.agent_mesh`) spread that program's agents over its
+``mesh`` (:func:`fedkrr.scale.agent_mesh`) spread that program's agents over its
 devices: their stacked parameters, optimiser states, keys and data are sharded
 on the agent axis while they train.
 """
@@ -25,12 +25,12 @@ import jax.numpy as jnp
 from jax.sharding import Mesh
 import numpy as np
 
-from fedkrr import agent_mesh
-from fedkrr import check_mesh
-from fedkrr import host_arrays
 from fedkrr import pytree_dataclass
-from fedkrr import shard_agents
-from fedkrr import spans_processes
+from fedkrr.scale import agent_mesh
+from fedkrr.scale import check_mesh
+from fedkrr.scale import host_arrays
+from fedkrr.scale import shard_agents
+from fedkrr.scale import spans_processes
 from neural._src.training import training
 from neural._src.training.optimizers import Hyperparameters
 from neural._src.training.soft_targets import SoftTargets
@@ -94,7 +94,7 @@ class FlaxLearner:
     eval_outcomes: with ``eval_data``, also keep which test points the best epoch's
       model got right (the model's ``best_epoch_right``: a paired test-set term in
       ``neural reproduce``'s verdicts).
-    mesh: an agent mesh (:func:`fedkrr.agent_mesh`) over which :meth:`fit_batch`
+    mesh: an agent mesh (:func:`fedkrr.scale.agent_mesh`) over which :meth:`fit_batch`
       spreads the agents it trains together (their number must be a multiple of
       the mesh's size), or ``None`` for one device. A single ``fit`` ignores it.
 
@@ -119,8 +119,8 @@ class FlaxLearner:
   def __post_init__(self):
     object.__setattr__(self, "input_shape", tuple(int(d) for d in self.input_shape))
     if self.mesh is not None and not isinstance(self.mesh, Mesh):
-      raise LearnerError(f"mesh: expected a jax.sharding.Mesh (fedkrr.agent_mesh) or None, got "
-                         f"{type(self.mesh).__name__}")
+      raise LearnerError(f"mesh: expected a jax.sharding.Mesh (fedkrr.scale.agent_mesh) or None, "
+                         f"got {type(self.mesh).__name__}")
 
   def with_key(self, key: Array) -> FlaxLearner:
     """The same learner with another PRNG key."""
@@ -209,7 +209,7 @@ class FlaxLearner:
       LearnerError: learners of different ``batch_key``, some with ``eval_data`` and
         some without, or
         lengths that differ.
-      fedkrr.DeviceError: the mesh's size does not divide the number of learners.
+      fedkrr.scale.DeviceError: the mesh's size does not divide the number of learners.
     """
     if not len(learners) == len(xs) == len(targets) or not learners:
       raise LearnerError(f"learners, xs, targets: expected equal non-zero lengths, got "
@@ -348,7 +348,7 @@ def flax_learners(models: Sequence[nn.Module], input_shape: tuple[int, ...],
   """One :class:`FlaxLearner` per module, with keys ``fold_in(key, a)`` for agent a.
 
   ``mesh``: an agent mesh for :meth:`FlaxLearner.fit_batch` (see
-  :func:`fedkrr.agent_mesh`), ``"auto"`` for ``fedkrr.agent_mesh(len(models))``
+  :func:`fedkrr.scale.agent_mesh`), ``"auto"`` for ``fedkrr.scale.agent_mesh(len(models))``
   (as many of ``jax.devices()`` as divide the number of agents), or ``None``.
   """
   if isinstance(mesh, str):

@@ -457,7 +457,7 @@ class ExperimentConfig(RunConfig, EpochSettings):
     forest_max_depth: depth limit of its trees (``None``: none).
     devices: "one" (everything on the default device) or "all": the agents of one
       architecture, trained together as one vmapped program, are spread over
-      ``fedkrr.agent_mesh(k)`` for the k agents of that architecture (the largest
+      ``fedkrr.scale.agent_mesh(k)`` for the k agents of that architecture (the largest
       number of ``jax.devices()`` that divides k), each device training its own
       agents (``neural.FlaxLearner``'s ``mesh``); the same numbers up to float32
       rounding. With one device, or k = 1, the same as "one".

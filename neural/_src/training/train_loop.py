@@ -61,7 +61,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from fedkrr import host_arrays
+from fedkrr.scale import host_arrays
 from neural._src.choices import AGENT_BATCHING
 from neural._src.choices import STEP_LOOPS
 from neural._src.settings import TrainingSettings

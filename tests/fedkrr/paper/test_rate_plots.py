@@ -15,7 +15,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 @pytest.fixture(scope="module")
 def clusters():
-  return fedkrr.TwoClusters.draw(0, 50)
+  return fedkrr.rates.TwoClusters.draw(0, 50)
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +41,7 @@ def test_trend_1_rho_decreases_with_the_ridge(curves):
 def test_trend_2_symmetric_mismatch_is_slowest_at_ratio_one(seed, mixing):
   """Prop. IV, second trend: with the geometric mean of the bandwidths fixed, rho is
   maximal for the shared kernel (ratio 1) and falls on both sides."""
-  problem = fedkrr.TwoClusters.draw(seed, 50).problem(mixing, 1e-2)
+  problem = fedkrr.rates.TwoClusters.draw(seed, 50).problem(mixing, 1e-2)
   rho = np.asarray(fedkrr.paper.sweep_kernel_mismatch(problem, np.asarray(RATIOS)))
   assert int(np.argmax(rho)) == RATIOS.index(1.0), rho
   assert np.all(np.diff(rho[:3]) > 0) and np.all(np.diff(rho[2:]) < 0), rho
@@ -58,7 +58,7 @@ def test_trend_2_in_the_plotted_data(curves):
 
 
 def test_shared_kernel_is_ratio_one_in_both_sweeps(clusters, curves, assert_close, x64):
-  rho = fedkrr.degradation_rate(clusters.problem(0.0, 1e-2))
+  rho = fedkrr.rates.degradation_rate(clusters.problem(0.0, 1e-2))
   assert_close(curves.rho_ratio[2], rho)
   assert_close(curves.rho_mismatch[2], rho)
 
@@ -96,7 +96,7 @@ def test_plot_rate_curves_draws_the_sweeps(curves, tmp_path):
 
 def test_plot_rate_heatmap(clusters, tmp_path):
   ridges, mixings = np.logspace(-3, 0, 4), np.linspace(0.0, 1.0, 3)
-  grid = np.asarray(fedkrr.rate_grid(clusters, ridges, mixings))
+  grid = np.asarray(fedkrr.rates.rate_grid(clusters, ridges, mixings))
   assert grid.shape == (4, 3)
   # Along c (the first trend) on every row of the grid.
   assert np.all(np.diff(grid, axis=0) < 0), grid

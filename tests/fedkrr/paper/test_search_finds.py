@@ -36,7 +36,7 @@ def _replays_through_run(claim, path, tmp_path):
   if claim == "prop5-finite-sums":
     avgkd = _fedkrr_run(tmp_path, path, "--protocol", "avgkd", "--rounds", "4",
                         "--method", "simulate")
-    printed = [fedkrr.avgkd_partial_sums_as_printed(problem, t, x_eval) for t in (1, 2, 3)]
+    printed = [fedkrr.rates.avgkd_partial_sums_as_printed(problem, t, x_eval) for t in (1, 2, 3)]
     return max(_rel(p, avgkd[t, 0]) for t, p in zip((1, 2, 3), printed)) > 1e-8
   if claim == "prop2-akd-to-zero":
     akd = _fedkrr_run(tmp_path, path, "--protocol", "akd", "--rounds", "100",

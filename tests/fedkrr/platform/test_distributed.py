@@ -1,8 +1,8 @@
 """Agents across processes: ``jax.distributed`` on 127.0.0.1, two processes of 2 CPU devices.
 
-Two child processes connect through :func:`fedkrr.initialize_distributed` (the
+Two child processes connect through :func:`fedkrr.scale.initialize_distributed` (the
 environment variables of its convention; tests/multi_device.py starts them), build
-the same problem, and run :func:`fedkrr.sharded_trajectory` on one agent mesh over
+the same problem, and run :func:`fedkrr.scale.sharded_trajectory` on one agent mesh over
 their 4 devices. Each reports its numbers as JSON; they must agree with each other
 and, bit for bit, with one process of 4 devices running the same program (and with
 the single-device closed form up to float64 rounding, as tests/fedkrr/scale/test_sharded.py
@@ -28,7 +28,7 @@ CHILD = textwrap.dedent("""
     import json
     import fedkrr
     fedkrr.avoid_cpu_eigh_deadlock()
-    connected = fedkrr.initialize_distributed()   # $JAX_COORDINATOR_ADDRESS, ... if set
+    connected = fedkrr.scale.initialize_distributed()   # $JAX_COORDINATOR_ADDRESS, ... if set
     import jax
     import numpy as np
     jax.config.update("jax_enable_x64", True)
@@ -40,40 +40,40 @@ CHILD = textwrap.dedent("""
     kernels = [fedkrr.RBF(0.5), fedkrr.Laplace(0.3), fedkrr.RBF(1.0), fedkrr.Laplace(0.6)]
     x_eval = rng.normal(size=(6, 2))
     problem = fedkrr.make_problem(xs, ys, kernels, ridge=0.05)
-    mesh = fedkrr.agent_mesh(4)
-    blocks = fedkrr.shard_blocks(problem, mesh)
+    mesh = fedkrr.scale.agent_mesh(4)
+    blocks = fedkrr.scale.shard_blocks(problem, mesh)
     report = {"connected": connected, "process": jax.process_index(),
               "processes": jax.process_count(), "mesh_size": mesh.size,
-              "spans": fedkrr.spans_processes(mesh),
+              "spans": fedkrr.scale.spans_processes(mesh),
               "mesh_processes": [d.process_index for d in mesh.devices.flat],
               # the agents whose labels this process's devices hold
               "own_agents": sorted(s.index[0].start for s in blocks.labels.addressable_shards),
-              "labels": fedkrr.host_arrays(blocks.labels).tolist()}
+              "labels": fedkrr.scale.host_arrays(blocks.labels).tolist()}
 
     def error(fn):
       try:
         fn()
-      except fedkrr.DeviceError as e:
+      except fedkrr.scale.DeviceError as e:
         return str(e)
       return None
     # default meshes take as many devices of every process; a mesh on another process's
     # devices alone is refused there
-    report["mesh2_processes"] = [d.process_index for d in fedkrr.agent_mesh(2).devices.flat]
-    report["mesh3"] = error(lambda: fedkrr.agent_mesh(3))
-    first = jax.sharding.Mesh(jax.devices()[:2], (fedkrr.AGENT_AXIS,))   # process 0's
-    report["first_two"] = error(lambda: fedkrr.check_mesh(first, 2))
+    report["mesh2_processes"] = [d.process_index for d in fedkrr.scale.agent_mesh(2).devices.flat]
+    report["mesh3"] = error(lambda: fedkrr.scale.agent_mesh(3))
+    first = jax.sharding.Mesh(jax.devices()[:2], (fedkrr.scale.AGENT_AXIS,))   # process 0's
+    report["first_two"] = error(lambda: fedkrr.scale.check_mesh(first, 2))
     # typed PRNG keys and an array already spread over the processes place too
     keys = jax.random.split(jax.random.key(0), 4)
-    placed = fedkrr.shard_agents({"keys": keys, "x": np.arange(8.0).reshape(4, 2)}, mesh)
+    placed = fedkrr.scale.shard_agents({"keys": keys, "x": np.arange(8.0).reshape(4, 2)}, mesh)
     draw = jax.vmap(lambda k: jax.random.normal(k, ()))
-    report["draws"] = fedkrr.host_arrays(jax.jit(draw)(placed["keys"])).tolist()
+    report["draws"] = fedkrr.scale.host_arrays(jax.jit(draw)(placed["keys"])).tolist()
     report["draws_here"] = np.asarray(draw(keys)).tolist()
-    report["moved"] = fedkrr.host_arrays(
-        fedkrr.shard_agents(placed["x"], fedkrr.agent_mesh(2))).tolist()
+    report["moved"] = fedkrr.scale.host_arrays(
+        fedkrr.scale.shard_agents(placed["x"], fedkrr.scale.agent_mesh(2))).tolist()
     report["out"], report["reference_error"] = {}, {}
-    for protocol in fedkrr.SHARDED_PROTOCOLS:
-      out = fedkrr.sharded_trajectory(problem, protocol, 4, x_eval, blocks=blocks,
-                                        params=fedkrr.ProtocolParams(start=1))
+    for protocol in fedkrr.scale.SHARDED_PROTOCOLS:
+      out = fedkrr.scale.sharded_trajectory(problem, protocol, 4, x_eval, blocks=blocks,
+                                            params=fedkrr.ProtocolParams(start=1))
       out = np.asarray(out)   # whole on every process (per-agent outputs gathered)
       report["out"][protocol] = out.tolist()
       expected = np.asarray(fedkrr.trajectory(problem, protocol, 4, x_eval,
@@ -145,8 +145,8 @@ def test_keys_and_spread_arrays_are_placed_across_processes():
 
 def test_every_process_gets_the_numbers_of_one_process():
   two, one = _reports()
-  assert set(one["out"]) == set(fedkrr.SHARDED_PROTOCOLS)
-  for protocol in fedkrr.SHARDED_PROTOCOLS:
+  assert set(one["out"]) == set(fedkrr.scale.SHARDED_PROTOCOLS)
+  for protocol in fedkrr.scale.SHARDED_PROTOCOLS:
     # the same program on the same 4 devices: the same bits, wherever the devices live
     assert two[0]["out"][protocol] == two[1]["out"][protocol] == one["out"][protocol], protocol
     for r in (*two, one):   # float64 rounding against the single-device closed form
@@ -160,7 +160,7 @@ CACHE_CHILD = textwrap.dedent("""
     fedkrr.avoid_cpu_eigh_deadlock()
     with warnings.catch_warnings(record=True) as caught:
       warnings.simplefilter("always")
-      fedkrr.initialize_distributed()
+      fedkrr.scale.initialize_distributed()
     import jax
     import numpy as np
     jax.config.update("jax_enable_x64", True)
@@ -168,8 +168,8 @@ CACHE_CHILD = textwrap.dedent("""
     xs = [rng.normal(size=(4, 2)) for _ in range(4)]
     problem = fedkrr.make_problem(xs, [np.sin(x[:, 0]) for x in xs],
                                   [fedkrr.RBF(0.5), fedkrr.Laplace(0.3)] * 2, ridge=0.1)
-    out = fedkrr.sharded_trajectory(problem, "avgkd", 2, rng.normal(size=(3, 2)),
-                                    mesh=fedkrr.agent_mesh(4))
+    out = fedkrr.scale.sharded_trajectory(problem, "avgkd", 2, rng.normal(size=(3, 2)),
+                                          mesh=fedkrr.scale.agent_mesh(4))
     print(json.dumps({"cache": jax.config.jax_enable_compilation_cache,
                       "warnings": [str(w.message) for w in caught],
                       "out": np.asarray(out).tolist()}))
@@ -196,15 +196,15 @@ def test_processes_on_cpus_turn_the_compilation_cache_off_and_a_second_run_compl
 def test_distributed_settings_read_arguments_then_variables(monkeypatch):
   for name in ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID"):
     monkeypatch.delenv(name, raising=False)
-  assert fedkrr.distributed_settings() is None
-  assert fedkrr.initialize_distributed() is False   # nothing set: one process, no change
-  assert fedkrr.distributed_settings("h:1", 1) is None   # one process: nothing to connect
-  assert fedkrr.distributed_settings("h:1", 2, 1) == ("h:1", 2, 1)
+  assert fedkrr.scale.distributed_settings() is None
+  assert fedkrr.scale.initialize_distributed() is False   # nothing set: one process, no change
+  assert fedkrr.scale.distributed_settings("h:1", 1) is None   # one process: nothing to connect
+  assert fedkrr.scale.distributed_settings("h:1", 2, 1) == ("h:1", 2, 1)
   monkeypatch.setenv("JAX_COORDINATOR_ADDRESS", "10.0.0.1:1234")
   monkeypatch.setenv("JAX_NUM_PROCESSES", "4")
   monkeypatch.setenv("JAX_PROCESS_ID", "3")
-  assert fedkrr.distributed_settings() == ("10.0.0.1:1234", 4, 3)
-  assert fedkrr.distributed_settings(process_id=0) == ("10.0.0.1:1234", 4, 0)
+  assert fedkrr.scale.distributed_settings() == ("10.0.0.1:1234", 4, 3)
+  assert fedkrr.scale.distributed_settings(process_id=0) == ("10.0.0.1:1234", 4, 0)
 
 
 @pytest.mark.parametrize("kwargs, match", [
@@ -223,14 +223,14 @@ def test_bad_distributed_settings_name_the_argument(monkeypatch, kwargs, match):
   for name in ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID"):
     monkeypatch.delenv(name, raising=False)
   with pytest.raises(ValueError, match=match):
-    fedkrr.distributed_settings(**kwargs)
+    fedkrr.scale.distributed_settings(**kwargs)
 
 
 def test_a_bad_variable_names_it(monkeypatch):
   monkeypatch.setenv("JAX_NUM_PROCESSES", "two")
   with pytest.raises(ValueError, match=r"num_processes: expected an integer in "
                                                r"\$JAX_NUM_PROCESSES, got 'two'"):
-    fedkrr.distributed_settings("h:1", process_id=0)
+    fedkrr.scale.distributed_settings("h:1", process_id=0)
 
 
 def test_fedkrr_run_sharded_across_processes_writes_the_closed_form_s_rounds_once(tmp_path, x64):

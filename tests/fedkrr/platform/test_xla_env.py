@@ -42,7 +42,7 @@ def test_a_backend_started_before_the_import_is_left_alone_and_the_sweeps_warn()
                                     fedkrr.RBF(1.0), 0.1)
       with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        fedkrr.sweep_ridge(problem, jnp.asarray([0.1, 1.0]))
+        fedkrr.rates.sweep_ridge(problem, jnp.asarray([0.1, 1.0]))
       print([str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)])
       """)
   assert proc.returncode == 0, proc.stderr
@@ -53,17 +53,17 @@ def test_a_backend_started_before_the_import_is_left_alone_and_the_sweeps_warn()
 def test_jitted_sweeps_finish_without_a_setup_call(attempt):
   """Without the scheduler flag this program hung at 0% CPU in 2 of 3 fresh processes on the
   2-core CPU: a vmapped eigen-decomposition over ridges that include c = 0, and
-  ``jax.jit(fedkrr.rate_grid)`` with c = 0 in the grid. No avoid_cpu_eigh_deadlock here."""
+  ``jax.jit(fedkrr.rates.rate_grid)`` with c = 0 in the grid. No avoid_cpu_eigh_deadlock here."""
   proc = _python("""
       import jax, jax.numpy as jnp, numpy as np
       jax.config.update("jax_enable_x64", True)
       import fedkrr
-      clusters = fedkrr.TwoClusters.draw(0, 250)
+      clusters = fedkrr.rates.TwoClusters.draw(0, 250)
       ridges = jnp.asarray([0.0, 0.0, 1e-3, 0.0, 1e-2, 0.0, 0.1, 0.0])
-      rate = jax.jit(jax.vmap(lambda c: fedkrr.degradation_rate(clusters.problem(0.5, c),
-                                                                method="dense")))
+      rate = jax.jit(jax.vmap(lambda c: fedkrr.rates.degradation_rate(clusters.problem(0.5, c),
+                                                                      method="dense")))
       assert np.all(np.isfinite(np.asarray(rate(ridges))))
-      grid = jax.jit(lambda cs, ps: fedkrr.rate_grid(clusters, cs, ps))
+      grid = jax.jit(lambda cs, ps: fedkrr.rates.rate_grid(clusters, cs, ps))
       assert np.asarray(grid(jnp.asarray([1.0, 0.1, 0.0]), jnp.linspace(0, 1, 16))).shape \\
           == (3, 16)
       print("finished")

@@ -28,7 +28,7 @@ def test_kernel_matvec_equals_dense_product(kernel, shape, x64, assert_close):
   # 13 rows in tiles of 3 (the last one padded): the same as the stored block times v.
   x1, x2 = RNG.normal(size=(13, 4)), RNG.normal(size=(9, 4))
   v = RNG.normal(size=(9,) + shape)
-  got = fedkrr.kernel_matvec(kernel, x1, x2, v, tile_elements=27)
+  got = fedkrr.scale.kernel_matvec(kernel, x1, x2, v, tile_elements=27)
   assert_close(got, kernel(jnp.asarray(x1), jnp.asarray(x2)) @ v)
 
 
@@ -82,8 +82,8 @@ def test_symmetric_matvec_equals_dense_product(kernel, n, dim, tile, x64, assert
   x = RNG.normal(size=(n, dim))
   gram = np.asarray(kernel(jnp.asarray(x), jnp.asarray(x)))
   for v in (RNG.normal(size=n), RNG.normal(size=(n, 3))):
-    assert_close(fedkrr.symmetric_matvec(kernel, x, v, tile_elements=tile), gram @ v)
-    assert_close(fedkrr.kernel_matvec(kernel, x, x, v, tile_elements=tile), gram @ v)
+    assert_close(fedkrr.scale.symmetric_matvec(kernel, x, v, tile_elements=tile), gram @ v)
+    assert_close(fedkrr.scale.kernel_matvec(kernel, x, x, v, tile_elements=tile), gram @ v)
 
 
 # Points on a line: the RBF Gram matrix's eigenvalues decay fast, so a few landmarks
@@ -99,42 +99,43 @@ def _system():
 
 def test_ridge_solve_equals_dense_solve(x64, assert_close):
   system = _system()
-  pre = fedkrr.nystrom_preconditioner(KERNEL, X40, 1e-3, N_TOTAL, landmarks=10)
+  pre = fedkrr.scale.nystrom_preconditioner(KERNEL, X40, 1e-3, N_TOTAL, landmarks=10)
   for rhs in (T40, T40[:, 0]):   # columns solved independently, and a single vector
-    sol = fedkrr.ridge_solve(KERNEL, X40, rhs, 1e-3, N_TOTAL, pre, tol=1e-12)
+    sol = fedkrr.scale.ridge_solve(KERNEL, X40, rhs, 1e-3, N_TOTAL, pre, tol=1e-12)
     assert bool(sol.converged) and float(sol.residual) <= 1e-12
     assert_close(sol.alpha, np.linalg.solve(system, rhs), rtol=1e-8)
 
 
 def test_nystrom_preconditioner_is_spd_and_cuts_iterations(x64):
   t, ridge = T40[:, 0], 1e-5   # a small ridge: plain CG needs many steps
-  pre = fedkrr.nystrom_preconditioner(KERNEL, X40, ridge, N_TOTAL, landmarks=10)
+  pre = fedkrr.scale.nystrom_preconditioner(KERNEL, X40, ridge, N_TOTAL, landmarks=10)
   inverse = np.asarray(pre.apply(jnp.eye(40)))
   assert np.allclose(inverse, inverse.T, atol=1e-12)
   assert np.linalg.eigvalsh(inverse).min() > 0     # P^{-1} is positive definite
   # tol 1e-10: at 1e-12 plain CG's true residual stops at 1.7e-12 (rounding).
-  plain = fedkrr.ridge_solve(KERNEL, X40, t, ridge, N_TOTAL, None, tol=1e-10)
-  with_pre = fedkrr.ridge_solve(KERNEL, X40, t, ridge, N_TOTAL, pre, tol=1e-10)
+  plain = fedkrr.scale.ridge_solve(KERNEL, X40, t, ridge, N_TOTAL, None, tol=1e-10)
+  with_pre = fedkrr.scale.ridge_solve(KERNEL, X40, t, ridge, N_TOTAL, pre, tol=1e-10)
   assert bool(plain.converged) and bool(with_pre.converged)
   assert int(with_pre.iterations) < int(plain.iterations) / 2
   # With every point a landmark the approximation is K itself: P^{-1} (c I + K) is
   # (lam_r + c) I, and conjugate gradients stop after one step (two for rounding).
-  full = fedkrr.nystrom_preconditioner(KERNEL, X40, ridge, N_TOTAL, landmarks=40)
-  assert int(fedkrr.ridge_solve(KERNEL, X40, t, ridge, N_TOTAL, full, tol=1e-8).iterations) <= 2
+  full = fedkrr.scale.nystrom_preconditioner(KERNEL, X40, ridge, N_TOTAL, landmarks=40)
+  assert int(fedkrr.scale.ridge_solve(KERNEL, X40, t, ridge, N_TOTAL, full,
+                                     tol=1e-8).iterations) <= 2
 
 
 def test_ridge_solve_starts_from_a_scaled_guess(x64, assert_close):
-  pre = fedkrr.nystrom_preconditioner(KERNEL, X40, 1e-3, N_TOTAL, landmarks=10)
-  cold = fedkrr.ridge_solve(KERNEL, X40, T40, 1e-3, N_TOTAL, pre, tol=1e-12)
+  pre = fedkrr.scale.nystrom_preconditioner(KERNEL, X40, 1e-3, N_TOTAL, landmarks=10)
+  cold = fedkrr.scale.ridge_solve(KERNEL, X40, T40, 1e-3, N_TOTAL, pre, tol=1e-12)
   # From the solution itself: no iteration. From the solution times -3 (a bad guess whose
   # best scale is -1/3): the same. From the solution plus noise: fewer iterations than from 0.
   for guess, most in ((cold.alpha, 0), (-3.0 * cold.alpha, 0),
                       (cold.alpha + 1e-4 * RNG.normal(size=T40.shape), int(cold.iterations) - 1)):
-    warm = fedkrr.ridge_solve(KERNEL, X40, T40, 1e-3, N_TOTAL, pre, tol=1e-12, initial=guess)
+    warm = fedkrr.scale.ridge_solve(KERNEL, X40, T40, 1e-3, N_TOTAL, pre, tol=1e-12, initial=guess)
     assert bool(warm.converged) and int(warm.iterations) <= most
     assert_close(warm.alpha, cold.alpha, rtol=1e-8)
   with pytest.raises(ValueError, match="initial"):
-    fedkrr.ridge_solve(KERNEL, X40, T40, 1e-3, N_TOTAL, pre, initial=cold.alpha[:, 0])
+    fedkrr.scale.ridge_solve(KERNEL, X40, T40, 1e-3, N_TOTAL, pre, initial=cold.alpha[:, 0])
 
 
 def test_a_start_from_several_guesses_is_their_best_combination_in_the_norm_of_a(x64,
@@ -158,34 +159,35 @@ def test_a_start_from_several_guesses_is_their_best_combination_in_the_norm_of_a
 
 
 def test_ridge_solve_counts_its_products_and_starts_free_from_given_ones(x64, assert_close):
-  pre = fedkrr.nystrom_preconditioner(KERNEL, X40, 1e-3, N_TOTAL, landmarks=10)
-  cold = fedkrr.ridge_solve(KERNEL, X40, T40, 1e-3, N_TOTAL, pre, tol=1e-12)
+  pre = fedkrr.scale.nystrom_preconditioner(KERNEL, X40, 1e-3, N_TOTAL, landmarks=10)
+  cold = fedkrr.scale.ridge_solve(KERNEL, X40, T40, 1e-3, N_TOTAL, pre, tol=1e-12)
   # matvecs: the iterations and at least one true residual; product: (c I + K / N) alpha.
   assert int(cold.matvecs) >= int(cold.iterations) + 1
   assert_close(cold.product, _system() @ np.asarray(cold.alpha), rtol=1e-10)
   # Started from the solution with its product: nothing to compute. Without the product:
   # one product for the start. From the solution and another guess: one true residual.
-  free = fedkrr.ridge_solve(KERNEL, X40, T40, 1e-3, N_TOTAL, pre, tol=1e-12,
-                            initial=cold.alpha, initial_products=cold.product)
-  paid = fedkrr.ridge_solve(KERNEL, X40, T40, 1e-3, N_TOTAL, pre, tol=1e-12, initial=cold.alpha)
+  free = fedkrr.scale.ridge_solve(KERNEL, X40, T40, 1e-3, N_TOTAL, pre, tol=1e-12,
+                                  initial=cold.alpha, initial_products=cold.product)
+  paid = fedkrr.scale.ridge_solve(KERNEL, X40, T40, 1e-3, N_TOTAL, pre, tol=1e-12,
+                                  initial=cold.alpha)
   other = RNG.normal(size=T40.shape)
-  two = fedkrr.ridge_solve(KERNEL, X40, T40, 1e-3, N_TOTAL, pre, tol=1e-12,
-                           initial=np.stack([cold.alpha, other]),
-                           initial_products=np.stack([cold.product, _system() @ other]))
+  two = fedkrr.scale.ridge_solve(KERNEL, X40, T40, 1e-3, N_TOTAL, pre, tol=1e-12,
+                                 initial=np.stack([cold.alpha, other]),
+                                 initial_products=np.stack([cold.product, _system() @ other]))
   assert [int(s.matvecs) for s in (free, paid, two)] == [0, 1, 1]
   for sol in (free, paid, two):
     assert bool(sol.converged) and int(sol.iterations) == 0
     assert_close(sol.alpha, cold.alpha, rtol=1e-8)
   with pytest.raises(ValueError, match="initial_products"):
-    fedkrr.ridge_solve(KERNEL, X40, T40, 1e-3, N_TOTAL, pre, initial=cold.alpha,
-                       initial_products=cold.product[:, 0])
+    fedkrr.scale.ridge_solve(KERNEL, X40, T40, 1e-3, N_TOTAL, pre, initial=cold.alpha,
+                             initial_products=cold.product[:, 0])
   with pytest.raises(ValueError, match="initial_products"):
-    fedkrr.ridge_solve(KERNEL, X40, T40, 1e-3, N_TOTAL, pre, initial_products=cold.product)
+    fedkrr.scale.ridge_solve(KERNEL, X40, T40, 1e-3, N_TOTAL, pre, initial_products=cold.product)
 
 
 def test_warm_starts_keep_the_agents_latest_solutions_with_their_products(x64):
   problem, _ = _problem(agents=2)
-  learner = fedkrr.matfree_learners(problem, landmarks=4, tile_elements=TILE, history=3)[0]
+  learner = fedkrr.scale.matfree_learners(problem, landmarks=4, tile_elements=TILE, history=3)[0]
   x, models = problem.xs[0], []
   for k in range(4):
     model = learner.fit(x, problem.ys[0] * (1.0 + 0.1 * k))
@@ -204,11 +206,12 @@ def test_warm_starts_keep_the_agents_latest_solutions_with_their_products(x64):
   moved = learner.fit(x * 1.5, problem.ys[0])
   assert int(moved.matvecs) >= int(moved.iterations) + 2
   with pytest.raises(ValueError, match="history"):
-    fedkrr.matfree_learners(problem, history=0)
+    fedkrr.scale.matfree_learners(problem, history=0)
 
 
 class _Cold:
-  """A matrix-free learner without its warm start (fedkrr.iterate finds no warm_start_from)."""
+  """A matrix-free learner without its warm start (fedkrr.protocols.iterate finds no
+  warm_start_from)."""
 
   def __init__(self, learner):
     self.learner = learner
@@ -218,19 +221,20 @@ class _Cold:
 
 
 def test_rounds_warm_start_each_agents_solve(x64, assert_close):
-  # fedkrr.iterate hands each matrix-free learner the model it fitted last: the same rounds
-  # up to the CG tolerance, in fewer iterations once the targets settle.
+  # fedkrr.protocols.iterate hands each matrix-free learner the model it fitted last: the same
+  # rounds up to the CG tolerance, in fewer iterations once the targets settle.
   problem, _ = _problem(agents=2)
-  learners = fedkrr.matfree_learners(problem, landmarks=4, tile_elements=TILE)
+  learners = fedkrr.scale.matfree_learners(problem, landmarks=4, tile_elements=TILE)
   runs = {}
   for name, group in (("warm", learners), ("cold", [_Cold(learner) for learner in learners])):
-    outs = [out for _, out in fedkrr.iterate(fedkrr.avgkd(), group, problem.xs, problem.ys, 12)]
+    outs = [out for _, out in fedkrr.protocols.iterate(fedkrr.protocols.avgkd(), group, problem.xs,
+                                                       problem.ys, 12)]
     runs[name] = ([int(m.iterations) for out in outs for m in out.models],
                   np.stack([m.alpha for m in outs[-1].models]))
   assert sum(runs["warm"][0][:2]) == sum(runs["cold"][0][:2])   # round 0 starts from 0
   assert sum(runs["warm"][0]) < sum(runs["cold"][0])
   assert_close(runs["warm"][1], runs["cold"][1], rtol=1e-7)
-  other = learners[0].warm_start_from(fedkrr.KRRModel(KERNEL, X40, T40[:, 0], N_TOTAL))
+  other = learners[0].warm_start_from(fedkrr.learners.KRRModel(KERNEL, X40, T40[:, 0], N_TOTAL))
   assert other is learners[0]        # a model of another kind leaves the learner as it was
 
 
@@ -250,9 +254,10 @@ def test_ridge_solve_reports_the_true_residual_up_to_condition_1e8(x64):
     w = np.linalg.eigvalsh(ridge * np.eye(300) + gram)
     conds.append(w[-1] / w[0])
     for landmarks in (0, 40):
-      pre = fedkrr.nystrom_preconditioner(kernel, x, ridge, n, landmarks) if landmarks else None
+      pre = (fedkrr.scale.nystrom_preconditioner(kernel, x, ridge, n, landmarks) if landmarks
+             else None)
       for tol in (1e-10, 1e-12):
-        sol = fedkrr.ridge_solve(kernel, x, t, ridge, n, pre, tol=tol, maxiter=3000)
+        sol = fedkrr.scale.ridge_solve(kernel, x, t, ridge, n, pre, tol=tol, maxiter=3000)
         alpha = np.asarray(sol.alpha).astype(np.longdouble)
         true = float(np.max(np.linalg.norm(t - system @ alpha, axis=0)
                             / np.linalg.norm(t, axis=0)))
@@ -265,9 +270,9 @@ def test_ridge_solve_reports_the_true_residual_up_to_condition_1e8(x64):
 def test_learner_says_when_rounding_keeps_the_residual_above_tol(x64):
   rng = np.random.default_rng(1)
   x = rng.normal(size=(300, 1))
-  learner = fedkrr.MatfreeKRRLearner(fedkrr.RBF(1.0), jnp.asarray(1e-8), jnp.asarray(300.0),
-                                     tol=1e-12, maxiter=3000, landmarks=40)
-  with pytest.raises(fedkrr.ConvergenceError, match="too ill-conditioned for this tol"):
+  learner = fedkrr.scale.MatfreeKRRLearner(fedkrr.RBF(1.0), jnp.asarray(1e-8), jnp.asarray(300.0),
+                                           tol=1e-12, maxiter=3000, landmarks=40)
+  with pytest.raises(fedkrr.scale.ConvergenceError, match="too ill-conditioned for this tol"):
     learner.fit(x, np.sin(x[:, 0]) + 0.1 * rng.normal(size=300))
 
 
@@ -280,9 +285,9 @@ def test_matfree_trajectory_equals_exact_rounds(protocol, x64, assert_close):
   problem, x_test = _problem(outputs=2)
   exact = fedkrr.simulate(protocol, fedkrr.krr_learners(problem), problem.xs, problem.ys, 5,
                           x_test, params=fedkrr.ProtocolParams(start=1))
-  ours = fedkrr.matfree_trajectory(problem, protocol, 5, x_test,
-                                   params=fedkrr.ProtocolParams(start=1), landmarks=LANDMARKS,
-                                   tile_elements=TILE)
+  ours = fedkrr.scale.matfree_trajectory(problem, protocol, 5, x_test,
+                                         params=fedkrr.ProtocolParams(start=1),
+                                         landmarks=LANDMARKS, tile_elements=TILE)
   assert_close(ours, exact, rtol=1e-8)
 
 
@@ -290,9 +295,9 @@ def test_matfree_learner_is_a_learner(x64, assert_close):
   # The pooled data of the centralised baseline has another size than the agent's
   # preconditioner: the fit builds its own and gives the exact learner's model.
   problem, x_test = _problem()
-  learners = fedkrr.matfree_learners(problem, landmarks=LANDMARKS, tile_elements=TILE)
-  ours = fedkrr.central_models(learners, problem.xs, problem.ys)
-  exact = fedkrr.central_models(fedkrr.krr_learners(problem), problem.xs, problem.ys)
+  learners = fedkrr.scale.matfree_learners(problem, landmarks=LANDMARKS, tile_elements=TILE)
+  ours = fedkrr.protocols.central_models(learners, problem.xs, problem.ys)
+  exact = fedkrr.protocols.central_models(fedkrr.krr_learners(problem), problem.xs, problem.ys)
   for mine, theirs in zip(ours, exact):
     assert_close(mine.predict(x_test), theirs.predict(x_test), rtol=1e-8)
 
@@ -300,12 +305,14 @@ def test_matfree_learner_is_a_learner(x64, assert_close):
 def test_auto_follows_the_memory_rule(x64, assert_close):
   problem, x_test = _problem(outputs=2)
   itemsize = jnp.dtype(problem.ridge.dtype).itemsize
-  need = fedkrr.exact_bytes("avgkd", problem.sizes, 2, 10, 4, itemsize)
-  assert fedkrr.choose_method(problem, "avgkd", 4, 10, available=2 * need) == "closed-form"
-  assert fedkrr.choose_method(problem, "avgkd", 4, 10, available=2 * need - 1) == "matfree"
-  assert fedkrr.choose_method(problem, "avgkd", 4, 10, available=0, limit=True) == "closed-form"
+  need = fedkrr.scale.exact_bytes("avgkd", problem.sizes, 2, 10, 4, itemsize)
+  assert fedkrr.scale.choose_method(problem, "avgkd", 4, 10, available=2 * need) == "closed-form"
+  assert fedkrr.scale.choose_method(problem, "avgkd", 4, 10, available=2 * need - 1) == "matfree"
+  assert fedkrr.scale.choose_method(problem, "avgkd", 4, 10, available=0,
+                                   limit=True) == "closed-form"
   zero = dataclasses.replace(problem, ridge=jnp.asarray(0.0))
-  assert fedkrr.choose_method(zero, "avgkd", 4, 10, available=0) == "closed-form"   # CG: c > 0
+  # CG: c > 0
+  assert fedkrr.scale.choose_method(zero, "avgkd", 4, 10, available=0) == "closed-form"
   # 48 points fit this machine: "auto" is the closed form; the matrix-free path equals it.
   ours = fedkrr.run(problem, "avgkd", 5, x_test, method="matfree", landmarks=LANDMARKS,
                     tile_elements=TILE)
@@ -315,10 +322,10 @@ def test_auto_follows_the_memory_rule(x64, assert_close):
 
 
 def test_exact_bytes_grows_as_n_squared():
-  small = fedkrr.exact_bytes("avgkd", (1000, 1000), 1, 0, 1, 8)
-  large = fedkrr.exact_bytes("avgkd", (2000, 2000), 1, 0, 1, 8)
+  small = fedkrr.scale.exact_bytes("avgkd", (1000, 1000), 1, 0, 1, 8)
+  large = fedkrr.scale.exact_bytes("avgkd", (2000, 2000), 1, 0, 1, 8)
   assert 3.9 < large / small <= 4.0
-  gs = fedkrr.exact_bytes("backfit-gs", (1000, 1000), 1, 0, 1, 8)
+  gs = fedkrr.scale.exact_bytes("backfit-gs", (1000, 1000), 1, 0, 1, 8)
   assert gs - small >= 4 * 2000 ** 2 * 8   # plus the whole N x N recurrence matrices
 
 
@@ -326,28 +333,28 @@ def test_bad_input_is_refused(x64):
   problem, x_test = _problem()
   zero = dataclasses.replace(problem, ridge=jnp.asarray(0.0))
   with pytest.raises(fedkrr.ProblemError, match="ridge"):
-    fedkrr.matfree_trajectory(zero, "avgkd", 2, x_test)
+    fedkrr.scale.matfree_trajectory(zero, "avgkd", 2, x_test)
   with pytest.raises(ValueError, match="landmarks"):
-    fedkrr.matfree_learners(problem, landmarks=-1)
+    fedkrr.scale.matfree_learners(problem, landmarks=-1)
   with pytest.raises(ValueError, match="protocol"):
-    fedkrr.matfree_trajectory(problem, "fedavg", 2, x_test)
+    fedkrr.scale.matfree_trajectory(problem, "fedavg", 2, x_test)
   with pytest.raises(fedkrr.ProblemError, match="x_eval"):
-    fedkrr.matfree_trajectory(problem, "avgkd", 2, x_test[:, :1])
+    fedkrr.scale.matfree_trajectory(problem, "avgkd", 2, x_test[:, :1])
   with pytest.raises(ValueError, match="method"):
     fedkrr.run(problem, "avgkd", 2, x_test, method="dense")
   with pytest.raises(ValueError, match="matfree_options: unknown landmark"):
     fedkrr.run(problem, "avgkd", 2, x_test, method="matfree", landmark=4)
   with pytest.raises(ValueError, match="v: expected"):
-    fedkrr.kernel_matvec(fedkrr.RBF(1.0), x_test, x_test, jnp.ones(3))
+    fedkrr.scale.kernel_matvec(fedkrr.RBF(1.0), x_test, x_test, jnp.ones(3))
   x = problem.xs[0]
-  pre = fedkrr.nystrom_preconditioner(fedkrr.RBF(1.0), x[:8], 1e-2, 32.0, landmarks=4)
+  pre = fedkrr.scale.nystrom_preconditioner(fedkrr.RBF(1.0), x[:8], 1e-2, 32.0, landmarks=4)
   with pytest.raises(ValueError, match="preconditioner"):
-    fedkrr.ridge_solve(fedkrr.RBF(1.0), x, problem.ys[0], 1e-2, 32.0, pre)
+    fedkrr.scale.ridge_solve(fedkrr.RBF(1.0), x, problem.ys[0], 1e-2, 32.0, pre)
   with pytest.raises(ValueError, match="maxiter"):
-    fedkrr.ridge_solve(fedkrr.RBF(1.0), x, problem.ys[0], 1e-2, 32.0, maxiter=0)
-  learner = fedkrr.MatfreeKRRLearner(fedkrr.RBF(1.0), jnp.asarray(1e-6), jnp.asarray(32.0),
-                                     tol=1e-14, maxiter=1, landmarks=0)
-  with pytest.raises(fedkrr.ConvergenceError, match="maxiter"):
+    fedkrr.scale.ridge_solve(fedkrr.RBF(1.0), x, problem.ys[0], 1e-2, 32.0, maxiter=0)
+  learner = fedkrr.scale.MatfreeKRRLearner(fedkrr.RBF(1.0), jnp.asarray(1e-6), jnp.asarray(32.0),
+                                           tol=1e-14, maxiter=1, landmarks=0)
+  with pytest.raises(fedkrr.scale.ConvergenceError, match="maxiter"):
     learner.fit(x, problem.ys[0])
 
 
@@ -356,8 +363,8 @@ def test_float32_matches_float64_closed_form():
   data = fedkrr.synthetic_regression(3, sizes=(16, 16), dim=2, n_test=10)
   kernels = [fedkrr.RBF(0.5), fedkrr.RBF(1.3)]
   p32 = fedkrr.make_problem(data.xs, data.ys, kernels, 1e-1, dtype=jnp.float32)
-  ours = fedkrr.matfree_trajectory(p32, "avgkd", 4, data.x_test, landmarks=LANDMARKS,
-                                   tile_elements=TILE)
+  ours = fedkrr.scale.matfree_trajectory(p32, "avgkd", 4, data.x_test, landmarks=LANDMARKS,
+                                         tile_elements=TILE)
   assert ours.dtype == jnp.float32
   if jax.config.read("jax_enable_x64"):
     p64 = fedkrr.make_problem(data.xs, data.ys, kernels, 1e-1, dtype=jnp.float64)
@@ -391,10 +398,11 @@ def test_every_matrix_product_runs_at_full_precision(what):
         "polynomial": lambda: fedkrr.Polynomial(2, 0.5, 1.0)(x, x),
         "rbf-d20": lambda: rbf(x, x),
         "relu-ntk": lambda: fedkrr.ReluNTK(depth=2)(x, x),
-        "kernel_matvec": lambda: fedkrr.kernel_matvec(rbf, x, x, v, tile_elements=48),
-        "symmetric_matvec": lambda: fedkrr.symmetric_matvec(rbf, x, v, tile_elements=48),
-        "nystrom": lambda: fedkrr.nystrom_preconditioner(rbf, x, 1e-2, 12.0, 4).apply(v),
-        "ridge_solve": lambda: fedkrr.ridge_solve(rbf, x, v, 1e-2, 12.0, tile_elements=48).alpha,
+        "kernel_matvec": lambda: fedkrr.scale.kernel_matvec(rbf, x, x, v, tile_elements=48),
+        "symmetric_matvec": lambda: fedkrr.scale.symmetric_matvec(rbf, x, v, tile_elements=48),
+        "nystrom": lambda: fedkrr.scale.nystrom_preconditioner(rbf, x, 1e-2, 12.0, 4).apply(v),
+        "ridge_solve": lambda: fedkrr.scale.ridge_solve(rbf, x, v, 1e-2, 12.0,
+                                                        tile_elements=48).alpha,
         }[what]
   precisions = list(_dot_precisions(jax.make_jaxpr(fn)().jaxpr))
   assert precisions, "no matrix product found"

@@ -44,10 +44,10 @@ CHILD = textwrap.dedent("""
                   for a, g in enumerate(gammas)]
     x_eval = rng.normal(size=(6, 2))
     problem = fedkrr.make_problem(xs, ys, kernels, ridge=0.05)
-    mesh4, mesh1 = fedkrr.agent_mesh(4), fedkrr.agent_mesh(4, devices[:1])
-    blocks = fedkrr.shard_blocks(problem, mesh4)
+    mesh4, mesh1 = fedkrr.scale.agent_mesh(4), fedkrr.scale.agent_mesh(4, devices[:1])
+    blocks = fedkrr.scale.shard_blocks(problem, mesh4)
     report = {"devices": len(devices), "mesh_size": mesh4.size,
-              "agent_devices": [d.id for d in fedkrr.agent_devices(mesh4, 4)]}
+              "agent_devices": [d.id for d in fedkrr.scale.agent_devices(mesh4, 4)]}
 
     # Where each agent's blocks live: (device id, first agent of the shard, shard length).
     report["placement"] = {
@@ -61,9 +61,9 @@ CHILD = textwrap.dedent("""
     report["own_factor_error"] = float(np.max(np.abs(chol @ chol.T - own)))
 
     report["errors"], report["per_agent_placement"] = {}, {}
-    for protocol in fedkrr.SHARDED_PROTOCOLS:
-      out = fedkrr.sharded_trajectory(problem, protocol, 4, x_eval, blocks=blocks,
-                                      params=fedkrr.ProtocolParams(start=1))
+    for protocol in fedkrr.scale.SHARDED_PROTOCOLS:
+      out = fedkrr.scale.sharded_trajectory(problem, protocol, 4, x_eval, blocks=blocks,
+                                            params=fedkrr.ProtocolParams(start=1))
       expected = ref.run(protocol, xs, ys, np_kernels, 0.05, 4, x_eval, start=1)
       report["errors"][protocol] = [list(out.shape), list(expected.shape),
                                     float(np.max(np.abs(np.asarray(out) - expected))
@@ -73,21 +73,22 @@ CHILD = textwrap.dedent("""
             (s.device.id, s.index[1].start) for s in out.addressable_shards)
     # The same bits on one device as on four (sums over agents in agent order).
     report["bitwise"] = {
-        p: bool(np.array_equal(np.asarray(fedkrr.sharded_trajectory(problem, p, 4, x_eval,
+        p: bool(np.array_equal(np.asarray(fedkrr.scale.sharded_trajectory(problem, p, 4, x_eval,
                                                                   blocks=blocks)),
-                               np.asarray(fedkrr.sharded_trajectory(problem, p, 4, x_eval,
+                               np.asarray(fedkrr.scale.sharded_trajectory(problem, p, 4, x_eval,
                                                                   mesh=mesh1))))
-        for p in fedkrr.SHARDED_PROTOCOLS}
+        for p in fedkrr.scale.SHARDED_PROTOCOLS}
 
     def error(fn):
       try:
         fn()
-      except fedkrr.DeviceError as e:
+      except fedkrr.scale.DeviceError as e:
         return str(e)
       return None
-    report["uneven"] = error(lambda: fedkrr.agent_mesh(4, devices[:3]))
-    report["wrong_mesh"] = error(lambda: fedkrr.shard_blocks(problem, fedkrr.agent_mesh(3)))
-    report["six_agents"] = fedkrr.agent_mesh(6).size
+    report["uneven"] = error(lambda: fedkrr.scale.agent_mesh(4, devices[:3]))
+    report["wrong_mesh"] = error(lambda: fedkrr.scale.shard_blocks(problem,
+                                                                fedkrr.scale.agent_mesh(3)))
+    report["six_agents"] = fedkrr.scale.agent_mesh(6).size
     print(json.dumps(report))
 """)
 
@@ -112,11 +113,11 @@ def test_each_agent_block_and_factor_lives_on_its_own_device():
 
 def test_sharded_rounds_match_the_literal_reference_and_one_device():
   report = _child_report()
-  assert set(report["errors"]) == set(fedkrr.SHARDED_PROTOCOLS)
+  assert set(report["errors"]) == set(fedkrr.scale.SHARDED_PROTOCOLS)
   for protocol, (shape, expected_shape, err) in report["errors"].items():
     assert shape == expected_shape, protocol
     assert err < 1e-12, (protocol, err)   # float64 rounding: both solve the same fits
-  assert report["bitwise"] == {p: True for p in fedkrr.SHARDED_PROTOCOLS}
+  assert report["bitwise"] == {p: True for p in fedkrr.scale.SHARDED_PROTOCOLS}
 
 
 def test_agents_that_do_not_spread_evenly_are_refused_with_the_argument_named():
@@ -136,42 +137,43 @@ def _problem(m: int = 2):
 def test_sequential_and_unknown_protocols_are_refused():
   problem = _problem()
   with pytest.raises(ValueError, match="protocol: backfit-gs is sequential"):
-    fedkrr.sharded_trajectory(problem, "backfit-gs", 3, problem.xs[0])
+    fedkrr.scale.sharded_trajectory(problem, "backfit-gs", 3, problem.xs[0])
   with pytest.raises(ValueError, match="protocol: expected one of"):
-    fedkrr.sharded_trajectory(problem, "fedavg", 3, problem.xs[0])
+    fedkrr.scale.sharded_trajectory(problem, "fedavg", 3, problem.xs[0])
   with pytest.raises(ValueError, match="rounds"):
-    fedkrr.sharded_trajectory(problem, "avgkd", 0, problem.xs[0])
+    fedkrr.scale.sharded_trajectory(problem, "avgkd", 0, problem.xs[0])
 
 
 def test_bad_meshes_and_stacks_name_the_argument():
   device = jax.devices()[0]
-  with pytest.raises(fedkrr.DeviceError, match="num_agents: expected an integer >= 1"):
-    fedkrr.agent_mesh(0)
-  with pytest.raises(fedkrr.DeviceError, match="devices: expected at least one device"):
-    fedkrr.agent_mesh(2, [])
-  with pytest.raises(fedkrr.DeviceError, match="devices: expected distinct devices"):
-    fedkrr.agent_mesh(2, [device, device])
-  with pytest.raises(fedkrr.DeviceError, match="mesh: expected a jax.sharding.Mesh"):
-    fedkrr.check_mesh("gpu", 2)
-  with pytest.raises(fedkrr.DeviceError, match="expected one axis named 'agents'"):
-    fedkrr.check_mesh(Mesh([device], ("batch",)), 2)
-  with pytest.raises(fedkrr.DeviceError, match="tree: expected every leaf to have the same"):
-    fedkrr.shard_agents({"a": jnp.zeros((2, 3)), "b": jnp.zeros((3,))}, fedkrr.agent_mesh(2))
+  with pytest.raises(fedkrr.scale.DeviceError, match="num_agents: expected an integer >= 1"):
+    fedkrr.scale.agent_mesh(0)
+  with pytest.raises(fedkrr.scale.DeviceError, match="devices: expected at least one device"):
+    fedkrr.scale.agent_mesh(2, [])
+  with pytest.raises(fedkrr.scale.DeviceError, match="devices: expected distinct devices"):
+    fedkrr.scale.agent_mesh(2, [device, device])
+  with pytest.raises(fedkrr.scale.DeviceError, match="mesh: expected a jax.sharding.Mesh"):
+    fedkrr.scale.check_mesh("gpu", 2)
+  with pytest.raises(fedkrr.scale.DeviceError, match="expected one axis named 'agents'"):
+    fedkrr.scale.check_mesh(Mesh([device], ("batch",)), 2)
+  with pytest.raises(fedkrr.scale.DeviceError, match="tree: expected every leaf to have the same"):
+    fedkrr.scale.shard_agents({"a": jnp.zeros((2, 3)), "b": jnp.zeros((3,))},
+                              fedkrr.scale.agent_mesh(2))
 
 
 def test_blocks_are_reused_and_refused_for_another_problem(x64, assert_close):
   """One device, c = 0 (the pseudo-inverse branch of the padded factors): the rounds of the
   literal reference; blocks made for another problem are refused."""
   small, large = _problem(2), _problem(3)
-  blocks = fedkrr.shard_blocks(small)
+  blocks = fedkrr.scale.shard_blocks(small)
   assert blocks.num_agents == 2 and blocks.cross.shape == (2, 2, 4, 4)
   x_eval = np.linspace(-1.5, 1.5, 5)[:, None]
-  sharded = fedkrr.sharded_trajectory(small, "pkd", 3, x_eval, blocks=blocks)
+  sharded = fedkrr.scale.sharded_trajectory(small, "pkd", 3, x_eval, blocks=blocks)
   kernel = ref.make_kernel("rbf", gamma=2.0)
   expected = ref.run("pkd", [np.asarray(x) for x in small.xs], [np.asarray(y) for y in small.ys],
                      [kernel, kernel], 0.0, 3, x_eval)
   assert_close(np.asarray(sharded), expected)
-  with pytest.raises(fedkrr.DeviceError, match="blocks: made for agents of sizes"):
-    fedkrr.sharded_trajectory(large, "avgkd", 2, large.xs[0], blocks=blocks)
-  with pytest.raises(fedkrr.DeviceError, match="rtol: 0.001 differs"):
-    fedkrr.sharded_trajectory(small, "avgkd", 2, small.xs[0], rtol=1e-3, blocks=blocks)
+  with pytest.raises(fedkrr.scale.DeviceError, match="blocks: made for agents of sizes"):
+    fedkrr.scale.sharded_trajectory(large, "avgkd", 2, large.xs[0], blocks=blocks)
+  with pytest.raises(fedkrr.scale.DeviceError, match="rtol: 0.001 differs"):
+    fedkrr.scale.sharded_trajectory(small, "avgkd", 2, small.xs[0], rtol=1e-3, blocks=blocks)

@@ -112,11 +112,12 @@ def test_pkd_mean_run_and_its_round_one_targets(tmp_path, assert_close):
   assert [r["round"] for r in paper] == [1, 2]
   assert paper[1]["test_accuracy"] == pytest.approx((rows[2]["test_accuracy"]
                                                      + rows[3]["test_accuracy"]) / 2)
-  # Round 0 through fedkrr.iterate with the run's Flax learners: each agent's next
+  # Round 0 through fedkrr.protocols.iterate with the run's Flax learners: each agent's next
   # targets are the mean of both models' predictions on its inputs, its own included.
   data = load_run_data(config)
   learners = build_learners(config, data.xs[0].shape[1:], data.num_classes)
-  (state, out), = fedkrr.iterate(fedkrr.get_protocol("pkd-mean"), learners, data.xs, data.ys, 1)
+  (state, out), = fedkrr.protocols.iterate(fedkrr.protocols.get_protocol("pkd-mean"), learners,
+                                           data.xs, data.ys, 1)
   for i, x in enumerate(data.xs):
     preds = [np.asarray(model.predict(x)) for model in out.models]
     assert_close(state.targets[i], (preds[0] + preds[1]) / 2, rtol=1e-6)   # float32 networks

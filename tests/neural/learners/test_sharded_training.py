@@ -75,10 +75,10 @@ CHILD = textwrap.dedent("""
     report["seen"] = {k: list(v) for k, v in seen.items()}
     try:
       three = neural.flax_learners([model] * 3, (2, 2, 1), config, key,
-                                   mesh=fedkrr.agent_mesh(4))
-      fedkrr.fit_all(three, xs[:3], ys[:3])
+                                   mesh=fedkrr.scale.agent_mesh(4))
+      fedkrr.learners.fit_all(three, xs[:3], ys[:3])
       report["uneven"] = None
-    except fedkrr.DeviceError as e:
+    except fedkrr.scale.DeviceError as e:
       report["uneven"] = str(e)
     # config.devices = "all": each architecture's agents on the mesh of their number
     from neural._src.kd.experiment import build_learners
@@ -141,7 +141,7 @@ def test_a_learner_mesh_must_be_a_mesh():
   with pytest.raises(training.LearnerError, match="mesh: expected a jax.sharding.Mesh, 'auto'"):
     neural.flax_learners([model], (2, 2, 1), training.TrainConfig(), jax.random.PRNGKey(0),
                          mesh="gpus")
-  mesh = fedkrr.agent_mesh(2, jax.devices()[:1])
+  mesh = fedkrr.scale.agent_mesh(2, jax.devices()[:1])
   learner = neural.FlaxLearner(model, (2, 2, 1), training.TrainConfig(), jax.random.PRNGKey(0),
                                mesh=mesh)
   assert learner.batch_key[-1] is mesh   # learners on other meshes train apart

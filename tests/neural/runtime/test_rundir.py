@@ -65,7 +65,7 @@ def _tree():
   targets = np.eye(3, dtype=np.float32)[np.arange(10) % 3]
   forest = neural.ForestLearner(n_estimators=2).fit(x, targets)
   tx = training.make_optimizer(training.OptimizerConfig("adam", schedule="cosine", decay_steps=4))
-  state = fedkrr.get_protocol("ekd").init([np.ones((2, 3)), np.zeros((2, 3))])
+  state = fedkrr.protocols.get_protocol("ekd").init([np.ones((2, 3)), np.zeros((2, 3))])
   tree = {"round": 2, "state": state, "models": (FlaxModel(model, variables), forest, None),
           "opt": tx.init(variables["params"]), "by_int": {3: np.float32(1.5)}}
   return tree, x
@@ -103,7 +103,7 @@ def _with_skeleton(path, edit):
                                   "neural.__main__:X", "builtins:eval"])
 def test_a_type_named_by_a_checkpoint_is_never_looked_up(tmp_path, name):
   """The file names a type as a string: compared with the target's, never imported."""
-  target = {"s": fedkrr.get_protocol("avgkd").init([np.ones(2)] * 2)}
+  target = {"s": fedkrr.protocols.get_protocol("avgkd").init([np.ones(2)] * 2)}
   save_checkpoint(tmp_path / "c.npz", target)
   _with_skeleton(tmp_path / "c.npz",
                  lambda s: s.replace("fedkrr._src.protocols:AveragedState", name))
@@ -121,7 +121,7 @@ def test_a_type_named_by_a_checkpoint_is_never_looked_up(tmp_path, name):
     (lambda s: s.replace('"items": [0,', '"items": [true,'), "a bool in the file where an int"),
 ])
 def test_a_checkpoint_that_differs_from_the_target_names_the_place(tmp_path, edit, message):
-  target = {"s": fedkrr.get_protocol("avgkd").init([np.ones(2), np.ones((3,))])}
+  target = {"s": fedkrr.protocols.get_protocol("avgkd").init([np.ones(2), np.ones((3,))])}
   save_checkpoint(tmp_path / "c.npz", target)
   _with_skeleton(tmp_path / "c.npz", edit)
   with pytest.raises(CheckpointError, match=message):
