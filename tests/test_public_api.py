@@ -26,7 +26,8 @@ TIERS = {
     "learners": ["Learner", "Model", "KRRModel", "BatchLearner", "WarmStartLearner", "fit_all",
                  "has_capability", "CapabilityError"],
     "protocols": ["Protocol", "RoundOutput", "get_protocol", "iterate", "akd", "avgkd", "pkd",
-                  "pkd_mean", "ekd", "backfit", "central_models", "local_models"],
+                  "pkd_mean", "ekd", "backfit", "central_models", "local_models",
+                  "register_protocol", "unregister_protocol", "Recurrence"],
     "rates": ["degradation_rate", "degradation_rate_per_cycle", "rate_estimate", "rate_grid",
               "RATE_METHODS", "GRID_ROUTES", "warm_sweep", "sweep", "TwoClusters",
               "recurrence", "recurrence_matrix", "factors", "transfer", "spectral_radius",
@@ -42,7 +43,7 @@ TIERS = {
 }
 # What left the top level for a tier or became private (names used only inside fedkrr).
 FORMER_TOP_LEVEL_PRIVATE = ["MatfreeKRRModel", "NystromPreconditioner", "RUN_METHODS",
-                            "RateEstimate", "Recurrence", "RidgeFactor", "RidgeRoot",
+                            "RateEstimate", "RidgeFactor", "RidgeRoot",
                             "XLA_CPU_FLAGS", "agent_sharding", "stacked_gram"]
 
 
