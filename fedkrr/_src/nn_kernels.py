@@ -48,7 +48,7 @@ at initialisation is, as n grows,
 read-out gradient), and the read-out kernel that :class:`ReluNNGP` gives is that
 term alone, ``n (Sigma^{L+1} - bias_var) / weight_var + 1`` (``<x, x'> + 1`` for
 depth 0). These are the kernels to compare with the empirical NTK of a
-``neural`` MLP (``neural.empirical_ntk``) and to match its weight decay with a
+``neural`` MLP (``neural.training.empirical_ntk``) and to match its weight decay with a
 ridge.
 
 Numerics. The NTK's ``Sigmadot`` is linear in the angle u, and u taken as
