@@ -454,6 +454,38 @@ class _Checked(NamedTuple):
   per_agent_hyper: bool
 
 
+# The keywords that Schedule and Loop took over, by the group each belongs to.
+_FORMER = {"batch_size": "schedule", "epochs": "schedule", "steps": "schedule",
+           "first_step": "schedule", "step_loop": "loop", "agent_batching": "loop"}
+
+
+def _grouped(schedule: Schedule | None, loop: Loop | None,
+             former: dict[str, Any]) -> tuple[Schedule, Loop]:
+  """``schedule`` and ``loop``, built from the keywords they replaced where those are given
+  (with a ``DeprecationWarning``; a :class:`TrainError` names a keyword given twice or
+  unknown)."""
+  unknown = sorted(set(former) - set(_FORMER))
+  if unknown:
+    raise TrainError(f"{unknown[0]}: not an argument of train_loop")
+  if former:
+    names = ", ".join(f"{k}=" for k in former)
+    warnings.warn(f"train_loop: {names} deprecated: pass schedule=Schedule(batch_size=..., "
+                  f"epochs=... or steps=..., first_step=...) and loop=Loop(step_loop=..., "
+                  f"agent_batching=...) (neural.training); the old keywords go in the next "
+                  f"release", DeprecationWarning, stacklevel=3)
+  given = {group: {k: v for k, v in former.items() if _FORMER[k] == group}
+           for group in ("schedule", "loop")}
+  for group, value in (("schedule", schedule), ("loop", loop)):
+    if value is not None and given[group]:
+      raise TrainError(f"{next(iter(given[group]))}: pass it in {group}= (not beside it)")
+  if schedule is None:
+    if "batch_size" not in given["schedule"]:
+      raise TrainError("schedule: expected a neural.training.Schedule (batch size, epochs or "
+                       "steps)")
+    schedule = Schedule(**given["schedule"])
+  return schedule, loop if loop is not None else Loop(**given["loop"])
+
+
 def _check(loss_fn, params, data, *, optimizer, key, schedule: Schedule, loop: Loop, mask,
            opt_state, stacked: bool, communicate, groups) -> _Checked:
   """:func:`train_loop`'s arguments checked (a :class:`TrainError` names a bad one)."""
@@ -552,14 +584,15 @@ def _steps_per_epoch(schedule: Schedule, n_valid: np.ndarray) -> tuple[int, int,
 
 def train_loop(loss_fn: Callable[..., Any] | Sequence[Callable[..., Any]], params: Any,
                data: Any, *,
-               optimizer: OptimizerConfig | TrainingSettings, key: Array, schedule: Schedule,
-               loop: Loop = Loop(), mask: Any = None,
+               optimizer: OptimizerConfig | TrainingSettings, key: Array,
+               schedule: Schedule | None = None, loop: Loop | None = None, mask: Any = None,
                context: Any = None, shared: Any = None, opt_state: Any = None,
                stacked: bool = False, groups: Sequence[Sequence[int]] | None = None,
                shared_key: Array | None = None,
                communicate: Callable[[Exchange], tuple[Any, Any]] | None = None,
                has_aux: bool = False,
-               on_epoch: Callable[[int, Any, int | None], None] | None = None) -> TrainResult:
+               on_epoch: Callable[[int, Any, int | None], None] | None = None,
+               **former: Any) -> TrainResult:
   """Trains ``params`` on mini-batches of ``data`` with the loss ``loss_fn``.
 
   Each step: ``grads = grad(loss_fn)(params, batch)`` (a :class:`Batch`), one
@@ -580,7 +613,7 @@ def train_loop(loss_fn: Callable[..., Any] | Sequence[Callable[..., Any]], param
     key: PRNG key of the sampling and of ``batch.key`` ((M,) keys if ``stacked``).
     schedule: the batch size, ``epochs`` or ``steps``, and the first step's index
       (a :class:`Schedule`).
-    loop: which compiled loop runs the steps (a :class:`Loop`; "auto" by default).
+    loop: which compiled loop runs the steps (a :class:`Loop`; ``None``: "auto").
     mask: (n,) booleans ((M, n) if ``stacked``), ``None`` for all points.
     context: per-agent PyTree handed to the loss (and updated by ``communicate``).
     shared: PyTree common to all agents, handed to the loss and ``communicate``.
@@ -602,6 +635,9 @@ def train_loop(loss_fn: Callable[..., Any] | Sequence[Callable[..., Any]], param
       ``agent`` is ``None`` when ``params`` are all of this call's (stacked if
       ``stacked``), or the index m when stacked agents train one after the other
       and ``params`` are agent m's alone.
+    **former: the keywords ``schedule`` and ``loop`` replaced (``batch_size``,
+      ``epochs``, ``steps``, ``first_step``, ``step_loop``, ``agent_batching``): still
+      taken for one release, with a ``DeprecationWarning``.
 
   Returns:
     A :class:`TrainResult` (params, optimiser state, context).
@@ -621,6 +657,7 @@ def train_loop(loss_fn: Callable[..., Any] | Sequence[Callable[..., Any]], param
     >>> out.params["w"].round(2).tolist()
     [1.0, -2.0, 0.5]
   """
+  schedule, loop = _grouped(schedule, loop, former)
   checked = _check(loss_fn, params, data, optimizer=optimizer, key=key, schedule=schedule,
                    loop=loop, mask=mask, opt_state=opt_state, stacked=stacked,
                    communicate=communicate, groups=groups)

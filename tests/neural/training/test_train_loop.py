@@ -218,6 +218,26 @@ def test_bad_settings_are_named(kwargs, match):
     training.train_loop(count_uses, jnp.zeros(5), {"id": jnp.arange(5)}, **settings)
 
 
+def test_the_keywords_schedule_and_loop_replaced_still_work_for_a_release_with_a_warning():
+  data, settings = {"id": jnp.arange(7)}, dict(optimizer=SGD1, key=jax.random.PRNGKey(3))
+  new = training.train_loop(count_uses, jnp.zeros(7), data, **settings,
+                            schedule=training.Schedule(3, steps=4, first_step=2),
+                            loop=training.Loop(step_loop="python"))
+  with pytest.warns(DeprecationWarning, match=r"batch_size=, steps=, first_step=, step_loop= "
+                                              r"deprecated: pass schedule=Schedule"):
+    old = training.train_loop(count_uses, jnp.zeros(7), data, **settings, batch_size=3,
+                              steps=4, first_step=2, step_loop="python")
+  np.testing.assert_array_equal(old.params, new.params)
+  assert float(jnp.sum(new.params)) == 12.0   # 4 steps of 3 points: 12 uses
+  with pytest.raises(training.TrainError, match=r"epochs: pass it in schedule= \(not beside"):
+    training.train_loop(count_uses, jnp.zeros(7), data, **settings, epochs=1,
+                        schedule=training.Schedule(3, epochs=1))
+  with pytest.raises(training.TrainError, match="schedule: expected a neural.training.Schedule"):
+    training.train_loop(count_uses, jnp.zeros(7), data, **settings)
+  with pytest.raises(training.TrainError, match="epoch: not an argument of train_loop"):
+    training.train_loop(count_uses, jnp.zeros(7), data, **settings, epoch=1)
+
+
 def test_data_of_unequal_lengths_is_named():
   with pytest.raises(training.TrainError, match="data"):
     training.train_loop(count_uses, jnp.zeros(5), {"id": jnp.arange(5), "x": jnp.zeros(4)},
