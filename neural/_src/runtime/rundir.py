@@ -200,6 +200,17 @@ def _difference(config: Any, saved: Any) -> str:
   return ", ".join(f"{k}={theirs.get(k)!r} there, {ours.get(k)!r} here" for k in diff[:3])
 
 
+def _outcomes_hint(config: Any, saved: Any) -> str:
+  """How to resume a run that recorded no per-image outcomes under a config that asks for
+  them (the shipped paper configs do), where that is the one difference."""
+  ours, theirs = without_outputs(config.to_dict()), without_outputs(saved.to_dict())
+  diff = {k for k in set(ours) | set(theirs) if ours.get(k) != theirs.get(k)}
+  if diff == {"record_outcomes"} and ours.get("record_outcomes"):
+    return (" (the run there records no per-image outcomes, so its earlier rounds have "
+            "none: resume it with --set record_outcomes=false)")
+  return ""
+
+
 @dataclasses.dataclass
 class Run:
   """An open run directory (see :func:`open_run`).
@@ -468,7 +479,7 @@ def open_run(workdir: str | os.PathLike, config: Any, *,
       if raw is not None:
         raise ExperimentError(f"workdir: {workdir} holds a run with a different config "
                               f"({_difference(config, saved)}); use another workdir, or the "
-                              f"same config to resume")
+                              f"same config to resume{_outcomes_hint(config, saved)}")
       note(f"{workdir} holds the config of a run that finished no round; it is replaced")
       replace = True
     if saved is None and (raw is not None or _metric_rows(workdir / METRICS_FILE)[0]):

@@ -80,6 +80,18 @@ def test_a_different_config_in_the_workdir_is_an_error(tmp_path):
   assert json.loads((tmp_path / "config.json").read_text())["rounds"] == 1
 
 
+def test_a_run_without_outcomes_resumed_by_a_config_with_them_is_told_how(tmp_path):
+  # The shipped paper configs record per-image outcomes; a run started without them has
+  # none for its earlier rounds, so it resumes only with record_outcomes off, as said.
+  train_and_evaluate(_config(protocol="akd", rounds=1), tmp_path)
+  with pytest.raises(ExperimentError, match=r"record_outcomes=False there, True here\); use "
+                                            r".* resume it with --set record_outcomes=false\)"):
+    train_and_evaluate(_config(protocol="akd", rounds=1, record_outcomes=True), tmp_path)
+  with pytest.raises(ExperimentError) as refused:   # another difference: no such hint
+    train_and_evaluate(_config(protocol="akd", rounds=2, record_outcomes=True), tmp_path)
+  assert "--set record_outcomes" not in str(refused.value)
+
+
 def test_metrics_rows_of_each_protocol(tmp_path):
   ekd = train_and_evaluate(_config(protocol="ekd", rounds=2), tmp_path / "ekd")
   assert [(r["round"], r["agent"]) for r in ekd] == [
