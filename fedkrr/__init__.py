@@ -90,49 +90,18 @@ if TYPE_CHECKING:
   from fedkrr._src.runner import RunResult
   from fedkrr._src.runner import run
 else:
-  import importlib as _importlib
-  import warnings as _warnings
-
   from fedkrr._src.lazy import lazy_exports as _lazy_exports
-  from fedkrr._src.lazy import listed_imports as _listed_imports
-
-  _listed_getattr, __dir__ = _lazy_exports(__name__, __file__)
 
   # The names that left the top level, kept for one release: each tier's names moved
   # there (read from the tier's file), and these became private.
-  _TIERS = ("learners", "protocols", "public", "rates", "scale")
-  _PRIVATE = {
-      "MatfreeKRRModel": "fedkrr._src.scale.matfree",
-      "NystromPreconditioner": "fedkrr._src.scale.matfree",
-      "RUN_METHODS": "fedkrr._src.names",
-      "RateEstimate": "fedkrr._src.rates",
-      "RidgeFactor": "fedkrr._src.linalg",
-      "RidgeRoot": "fedkrr._src.linalg",
-      "XLA_CPU_FLAGS": "fedkrr._src.platform.xla_env",
-      "agent_sharding": "fedkrr._src.platform.devices",
-      "stacked_gram": "fedkrr._src.geometry",
-  }
-  _moved: dict[str, str] = {}
-
-  def _moved_to(name: str) -> str | None:
-    """The tier a former top-level name moved to (``None``: it did not move)."""
-    if not _moved:
-      for tier in _TIERS:
-        _moved.update(dict.fromkeys(_listed_imports(f"{__path__[0]}/{tier}.py"), tier))
-    return _moved.get(name)
-
-  def __getattr__(name: str):
-    """A listed name (imported on first use), or a former one with a DeprecationWarning."""
-    try:
-      return _listed_getattr(name)
-    except AttributeError:
-      tier = _moved_to(name)
-      if tier is None and name not in _PRIVATE:
-        raise
-    if tier is not None:
-      _warnings.warn(f"fedkrr.{name} moved to fedkrr.{tier}.{name}; the old name goes in the "
-                     "next release", DeprecationWarning, stacklevel=2)
-      return getattr(_importlib.import_module(f"fedkrr.{tier}"), name)
-    _warnings.warn(f"fedkrr.{name} is private now (it was used only inside fedkrr); the old "
-                   "name goes in the next release", DeprecationWarning, stacklevel=2)
-    return getattr(_importlib.import_module(_PRIVATE[name]), name)
+  __getattr__, __dir__ = _lazy_exports(
+      __name__, __file__, moved_to=("learners", "protocols", "public", "rates", "scale"),
+      private={"MatfreeKRRModel": "fedkrr._src.scale.matfree",
+               "NystromPreconditioner": "fedkrr._src.scale.matfree",
+               "RUN_METHODS": "fedkrr._src.names",
+               "RateEstimate": "fedkrr._src.rates",
+               "RidgeFactor": "fedkrr._src.linalg",
+               "RidgeRoot": "fedkrr._src.linalg",
+               "XLA_CPU_FLAGS": "fedkrr._src.platform.xla_env",
+               "agent_sharding": "fedkrr._src.platform.devices",
+               "stacked_gram": "fedkrr._src.geometry"})

@@ -75,22 +75,7 @@ if TYPE_CHECKING:
   from neural._src.runtime.rundir import ExperimentError
   from neural._src.runtime.rundir import read_metrics
 else:
-  import importlib as _importlib
-  import warnings as _warnings
-
   from fedkrr import lazy_exports as _lazy_exports
-  _listed, __dir__ = _lazy_exports(__name__, __file__)
-  _MOVED_TO = ("data", "evidence", "models", "runs", "training")   # until the next release
-
-  def __getattr__(name: str):
-    """A listed name, or one that moved to a submodule (with a ``DeprecationWarning``)."""
-    try:
-      return _listed(name)
-    except AttributeError:
-      for place in _MOVED_TO:
-        module = _importlib.import_module(f"{__name__}.{place}")
-        if not name.startswith("_") and name in module.__dir__() and name != "TYPE_CHECKING":
-          _warnings.warn(f"neural.{name} is now neural.{place}.{name}; the old name goes in "
-                         f"the next release", DeprecationWarning, stacklevel=2)
-          return getattr(module, name)
-      raise
+  # the names that left the top level resolve there for one release, with a warning
+  __getattr__, __dir__ = _lazy_exports(
+      __name__, __file__, moved_to=("data", "evidence", "models", "runs", "training"))

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Callable
+from collections.abc import Mapping
 import importlib
 from pathlib import Path
 import sys
 from typing import Any
+import warnings
 
 
 def _is_type_checking(test: ast.expr) -> bool:
@@ -41,7 +43,8 @@ def listed_imports(init_file: str | Path) -> dict[str, tuple[str, str]]:
   return names
 
 
-def lazy_exports(package: str, init_file: str | Path
+def lazy_exports(package: str, init_file: str | Path, *, moved_to: tuple[str, ...] = (),
+                 private: Mapping[str, str] | None = None,
                  ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
   """``(__getattr__, __dir__)`` for package ``package`` whose ``__init__`` is ``init_file``.
 
@@ -49,11 +52,17 @@ def lazy_exports(package: str, init_file: str | Path
     package: the package's ``__name__``.
     init_file: its ``__file__``; the names are the imports listed under
       ``if TYPE_CHECKING:`` there (:func:`listed_imports`).
+    moved_to: the package's submodules (files beside ``init_file`` that list their
+      names the same way) whose names left the top level: for one release each still
+      resolves there, with a ``DeprecationWarning`` naming its new place.
+    private: names that left the top level to become private, each with the module
+      that holds it: they resolve the same way, with a warning that says so.
 
   Returns:
     ``__getattr__(name)``, which imports the name's module, stores the name in the
     package and returns it (``AttributeError`` for a name not listed), and
-    ``__dir__()``, the package's attributes and every listed name.
+    ``__dir__()``, the package's attributes and every listed name (not the former
+    ones: they are stored nowhere, and warn at every use).
 
   Example:
     In ``mypackage/__init__.py``::
@@ -67,12 +76,30 @@ def lazy_exports(package: str, init_file: str | Path
         __getattr__, __dir__ = lazy_exports(__name__, __file__)
   """
   names = listed_imports(init_file)
+  private = dict(private or {})
+  moved: dict[str, str] = {}   # name -> submodule, read on the first name not listed
+
+  def _former(name: str) -> Any:
+    if moved_to and not moved:
+      for place in moved_to:
+        moved.update(dict.fromkeys(listed_imports(Path(init_file).parent / f"{place}.py"),
+                                   place))
+    if name in moved:
+      new = f"{package}.{moved[name]}"
+      said = f"moved to {new}.{name}"
+    elif name in private:
+      new, said = private[name], f"is private now (it was used only inside {package})"
+    else:
+      raise AttributeError(f"module {package!r} has no attribute {name!r}") from None
+    warnings.warn(f"{package}.{name} {said}; the old name goes in the next release",
+                  DeprecationWarning, stacklevel=3)
+    return getattr(importlib.import_module(new), name)
 
   def __getattr__(name: str) -> Any:
     try:
       source, attribute = names[name]
     except KeyError:
-      raise AttributeError(f"module {package!r} has no attribute {name!r}") from None
+      return _former(name)
     if source == package:   # `from package import submodule`
       value = importlib.import_module(f"{package}.{attribute}")
     else:

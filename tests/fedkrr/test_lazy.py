@@ -77,3 +77,31 @@ def test_lazy_exports_returns_the_pair_for_a_package(package):
 
   assert getattr_("solve") is pkg.solve
   assert "solve_again" in dir_()
+
+
+def test_names_that_left_the_top_level_resolve_with_a_warning_naming_their_place(package):
+  (package / "tier.py").write_text(textwrap.dedent("""
+      from typing import TYPE_CHECKING
+      if TYPE_CHECKING:
+        from lazy_pkg_under_test.core import solve
+      else:
+        from fedkrr import lazy_exports
+        __getattr__, __dir__ = lazy_exports(__name__, __file__)
+  """))
+  (package / "__init__.py").write_text(INIT.replace(
+      "lazy_exports(__name__, __file__)",
+      "lazy_exports(__name__, __file__, moved_to=('tier',),\n"
+      "                                   private={'relative': 'lazy_pkg_under_test.core'})")
+      .replace("  from lazy_pkg_under_test.core import solve\n", ""))
+  import lazy_pkg_under_test as pkg
+
+  with pytest.warns(DeprecationWarning, match=r"^lazy_pkg_under_test\.solve moved to "
+                                              r"lazy_pkg_under_test\.tier\.solve; the old"):
+    assert pkg.solve(4) == 8
+  with pytest.warns(DeprecationWarning, match="relative is private now"):
+    assert pkg.relative == 0
+  assert "solve" not in dir(pkg) and "solve" not in vars(pkg)   # warns at every use
+  with pytest.warns(DeprecationWarning):
+    pkg.solve  # noqa: B018
+  with pytest.raises(AttributeError, match="has no attribute 'nothing'"):
+    pkg.nothing  # noqa: B018
