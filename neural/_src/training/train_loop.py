@@ -467,17 +467,17 @@ def _grouped(schedule: Schedule | None, loop: Loop | None,
   unknown = sorted(set(former) - set(_FORMER))
   if unknown:
     raise TrainError(f"{unknown[0]}: not an argument of train_loop")
+  given = {group: {k: v for k, v in former.items() if _FORMER[k] == group}
+           for group in ("schedule", "loop")}
+  for group, value in (("schedule", schedule), ("loop", loop)):
+    if value is not None and given[group]:
+      raise TrainError(f"{next(iter(given[group]))}: pass it in {group}= (not beside it)")
   if former:
     names = ", ".join(f"{k}=" for k in former)
     warnings.warn(f"train_loop: {names} deprecated: pass schedule=Schedule(batch_size=..., "
                   f"epochs=... or steps=..., first_step=...) and loop=Loop(step_loop=..., "
                   f"agent_batching=...) (neural.training); the old keywords go in the next "
                   f"release", DeprecationWarning, stacklevel=3)
-  given = {group: {k: v for k, v in former.items() if _FORMER[k] == group}
-           for group in ("schedule", "loop")}
-  for group, value in (("schedule", schedule), ("loop", loop)):
-    if value is not None and given[group]:
-      raise TrainError(f"{next(iter(given[group]))}: pass it in {group}= (not beside it)")
   if schedule is None:
     if "batch_size" not in given["schedule"]:
       raise TrainError("schedule: expected a neural.training.Schedule (batch size, epochs or "
