@@ -149,15 +149,22 @@ def _check_plan_fits(problem: FederatedProblem, plan: runner.RunPlan, float32: b
                   f"{format_bytes(limit)} this machine has free; {hint}")
 
 
+def _refuse_unless_read(parameter: str, protocol: str, lacks: str, verb: str,
+                        given: str) -> None:
+  """A ``ValueError`` naming ``--PARAMETER`` unless ``protocol`` reads that parameter,
+  with the protocols that do."""
+  if protocol in BASELINES or parameter not in protocol_info(protocol).parameters:
+    takes = ", ".join(p for p in PROTOCOLS if parameter in protocol_info(p).parameters)
+    raise ValueError(f"--{parameter}: protocol {protocol} {lacks} (only {takes} {verb}), got "
+                     f"{given}; leave it out")
+
+
 def _parse_weights(text: str | None, protocol: str) -> tuple[float, ...] | None:
   """``--weights W1,W2,...`` as numbers (``None`` if not given); their values are the
   library's to check (``fedkrr.ProtocolParams(weights=...)``)."""
   if text is None:
     return None
-  if protocol in BASELINES or "weights" not in protocol_info(protocol).parameters:
-    takes = ", ".join(p for p in PROTOCOLS if "weights" in protocol_info(p).parameters)
-    raise ValueError(f"--weights: protocol {protocol} takes no weights (only {takes} "
-                     f"does), got {text!r}; leave it out")
+  _refuse_unless_read("weights", protocol, "takes no weights", "does", repr(text))
   try:
     return tuple(float(w) for w in text.split(","))
   except ValueError:
@@ -169,10 +176,9 @@ def run_command(args: argparse.Namespace) -> int:
   """``fedkrr run``: :func:`fedkrr.run` on ``--problem``, its predictions into ``--out``."""
   baseline = args.protocol in BASELINES
   _check_out(args.out, args.problem)
-  if args.start != 0 and (baseline or "start" not in protocol_info(args.protocol).parameters):
-    takes = ", ".join(p for p in PROTOCOLS if "start" in protocol_info(p).parameters)
-    raise ValueError(f"--start: protocol {args.protocol} has no starting agent (only {takes} "
-                     f"takes --start), got {args.start}; leave it out")
+  if args.start != 0:
+    _refuse_unless_read("start", args.protocol, "has no starting agent", "takes --start",
+                        str(args.start))
   weights = _parse_weights(args.weights, args.protocol)
   dtype = jnp.float32 if args.float32 else jnp.float64
   problem, x_eval = load_problem(args.problem, dtype=dtype)

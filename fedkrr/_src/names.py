@@ -156,11 +156,17 @@ def add_row(row: ProtocolInfo) -> None:
   Raises:
     ValueError: its name is already a protocol's or a baseline's.
   """
+  check_new_row(row)
+  _BY_NAME[row.name] = row
+
+
+def check_new_row(row: ProtocolInfo) -> None:
+  """Raises ``ValueError`` unless ``row`` is a :class:`ProtocolInfo` of a name not taken
+  (by a protocol or a baseline)."""
   if not isinstance(row, ProtocolInfo):
     raise ValueError(f"row: expected a fedkrr.ProtocolInfo, got {type(row).__name__}")
   if row.name in _BY_NAME or row.name in BASELINES:
     raise ValueError(f"row: {row.name!r} is already a protocol's name")
-  _BY_NAME[row.name] = row
 
 
 def remove_row(name: str) -> None:

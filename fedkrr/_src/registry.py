@@ -49,8 +49,7 @@ def register_protocol(row: ProtocolInfo, *, rounds: Callable[[ProtocolParams], p
   Example: ``tests/fedkrr/test_registry.py`` registers a toy protocol and runs it through
   ``fedkrr.run``; ``docs/adding_a_protocol.md`` walks through it.
   """
-  if isinstance(row, ProtocolInfo) and row.name in names.protocol_names() + names.BASELINES:
-    names.add_row(row)   # refused, naming the name taken
+  names.check_new_row(row)   # first: a name taken is said before a missing behaviour
   if row.closed_form != (recurrence is not None):
     raise ValueError(f"recurrence: expected one exactly where row.closed_form "
                      f"({row.closed_form}), got {recurrence!r}")
